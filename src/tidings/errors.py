@@ -1,0 +1,158 @@
+"""Every failure a caller can act on, as one subclass of :class:`TidingsError`.
+
+Each class carries a stable ``code`` (used by the HTTP layer as the problem type and by the
+command line as its message key) and structured attributes, not just a string. A class's
+docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class TidingsError(Exception):
+    """tidings could not do what was asked."""
+
+    code: str = "tidings_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# -- bad input: nothing was written ------------------------------------------------------------
+
+
+class InvalidInputError(TidingsError):
+    """The input is malformed; nothing was written."""
+
+    code = "invalid_input"
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """The payload is larger than the configured bound; nothing was written."""
+
+    code = "payload_too_large"
+
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(f"payload is {size_bytes} bytes; the limit is {limit_bytes} bytes")
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
+class BacklogFullError(TidingsError):
+    """The conversation's unacknowledged backlog is at its limit; nothing was published."""
+
+    code = "backlog_full"
+
+    def __init__(self, conversation_id: str, limit: int) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} already holds {limit} unacknowledged signals"
+        )
+        self.conversation_id = conversation_id
+        self.limit = limit
+
+
+class UnknownOperationError(TidingsError):
+    """No such operation."""
+
+    code = "unknown_operation"
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(f"no operation {operation_id!r}")
+        self.operation_id = operation_id
+
+
+class OperationSettledError(TidingsError):
+    """The operation is already settled; a settled outcome is never overwritten."""
+
+    code = "operation_settled"
+
+    def __init__(self, operation_id: str, state: str) -> None:
+        super().__init__(f"operation {operation_id!r} is already {state}")
+        self.operation_id = operation_id
+        self.state = state
+
+
+class StaleLeaseError(TidingsError):
+    """The lease token is not the current unexpired lease; nothing was changed."""
+
+    code = "stale_lease"
+
+    def __init__(self, token: str, delivery_ids: Sequence[int]) -> None:
+        super().__init__(
+            f"lease {token[:8]}… no longer holds deliveries {sorted(delivery_ids)}; "
+            "they expired, were reclaimed or were already settled"
+        )
+        self.token = token
+        self.delivery_ids = tuple(delivery_ids)
+
+
+class InstanceNotRunningError(TidingsError):
+    """This runtime instance is closed or was declared gone; it may not claim or publish."""
+
+    code = "instance_not_running"
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class StoreError(TidingsError):
+    """The database refused the operation."""
+
+    code = "store_error"
+
+    def __init__(self, message: str | None = None, *, db_code: str | None = None) -> None:
+        super().__init__(message)
+        self.db_code = db_code
+
+
+class DatabaseBusyError(StoreError):
+    """The database stayed locked by another writer past the busy timeout; nothing was written."""
+
+    code = "database_busy"
+
+
+class DiskFullError(StoreError):
+    """The database's disk is full; nothing of this transaction was written."""
+
+    code = "disk_full"
+
+
+class ConnectionLostError(StoreError):
+    """The connection to the database was lost before the transaction committed."""
+
+    code = "connection_lost"
+
+
+class CommitOutcomeUnknownError(StoreError):
+    """The connection was lost while committing: the transaction may or may not have landed."""
+
+    code = "commit_outcome_unknown"
+
+
+class IntegrityViolationError(StoreError):
+    """A database constraint refused the write."""
+
+    code = "integrity_violation"
+
+
+class ReadOnlyDatabaseError(StoreError):
+    """The database is read-only."""
+
+    code = "read_only_database"
+
+
+class CorruptDatabaseError(StoreError):
+    """The database file is corrupt or is not a database."""
+
+    code = "corrupt_database"
+
+
+class SchemaError(StoreError):
+    """The database schema is newer than this version of tidings, or a migration failed."""
+
+    code = "schema_error"

@@ -1,0 +1,29 @@
+"""The store: the only place that speaks SQL. ``open_store`` picks the dialect from the URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidings.store.base import Row, Store, Tx
+from tidings.store.postgres import PostgresStore
+from tidings.store.sqlite import SqliteStore
+
+__all__ = ("PostgresStore", "Row", "SqliteStore", "Store", "Tx", "open_store")
+
+
+async def open_store(url: str, **options: Any) -> Store:
+    """Open and migrate the database at ``url``.
+
+    ``postgresql://…`` (or ``postgres://…``) opens PostgreSQL; ``sqlite:///relative.db``,
+    ``sqlite:////absolute/path.db`` or a plain file path opens SQLite.
+    """
+    if url.startswith(("postgresql://", "postgres://")):
+        return await PostgresStore.open(url, **options)
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite:///")
+        if not path or path == url:
+            raise ValueError(f"unsupported SQLite URL {url!r}: use sqlite:///path")
+        return await SqliteStore.open(path, **options)
+    if "://" in url:
+        raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://")
+    return await SqliteStore.open(url, **options)

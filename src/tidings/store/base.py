@@ -1,0 +1,221 @@
+"""The store: the only place that speaks SQL.
+
+A unit of work is a plain synchronous function over a :class:`Tx`. The store runs it in a
+transaction off the event loop and answers the awaiting caller only once the transaction is
+durable (or has failed). Everything the caller wants to commit together -- a domain change, an
+event and its delivery, a transcript row and an acknowledgment -- goes in one unit.
+
+SQL text lives in ``sql/<dialect>/queries.sql`` as named blocks. Both dialects define the same
+names with the same result shapes, so the logic above the store is written once. A block may
+hold several statements (SQLite cannot modify data inside a CTE, PostgreSQL can, and on
+PostgreSQL every statement is a round trip); the rows of its last statement are its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, TypeVar
+
+from tidings.types import ConversationId, InstanceId
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+_BLOCK_HEADER = re.compile(r"^--\s*([a-z_][a-z0-9_]*)\s*--\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One named block of SQL: its statements, run in order."""
+
+    name: str
+    statements: tuple[str, ...]
+
+
+def split_statements(script: str) -> list[str]:
+    """Split SQL text on statement-ending semicolons (those that end a line)."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("--")):
+            continue
+        current.append(line)
+        if stripped.endswith(";"):
+            statements.append("\n".join(current).rstrip().rstrip(";"))
+            current = []
+    tail = "\n".join(current).strip()
+    if tail:
+        statements.append(tail)
+    return statements
+
+
+def sql_text(dialect: str, filename: str) -> str:
+    return resources.files("tidings.store").joinpath("sql", dialect, filename).read_text("utf-8")
+
+
+def load_queries(dialect: str) -> dict[str, Query]:
+    """Read ``queries.sql`` of a dialect into named blocks (``-- name --`` headers)."""
+    text = sql_text(dialect, "queries.sql")
+    parts = _BLOCK_HEADER.split(text)
+    queries: dict[str, Query] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice in {dialect}/queries.sql")
+        queries[name] = Query(name, tuple(split_statements(body)))
+    return queries
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A numbered, additive, idempotent schema change."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+def load_migrations(dialect: str) -> list[Migration]:
+    folder = resources.files("tidings.store").joinpath("sql", dialect, "migrations")
+    found: list[Migration] = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match is None:
+            continue
+        statements = tuple(split_statements(entry.read_text("utf-8")))
+        found.append(Migration(int(match.group(1)), match.group(2), statements))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    return found
+
+
+class Tx(ABC):
+    """One open transaction, handed to a unit of work.
+
+    Only named queries run here; a unit never sees a connection. Raising from a unit rolls back
+    everything it did, and nothing else.
+    """
+
+    def __init__(self, queries: dict[str, Query]) -> None:
+        self._queries = queries
+        self._after_commit: list[Callable[[], None]] = []
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        """Run a named query; the rows of its last statement."""
+        rows: list[Row] = []
+        for statement in self._statements(query):
+            rows, _ = self._run(statement, params)
+        return rows
+
+    def one(self, query: str, **params: Any) -> Row | None:
+        rows = self.all(query, **params)
+        return rows[0] if rows else None
+
+    def execute(self, query: str, **params: Any) -> int:
+        """Run a named query; the number of rows its last statement changed."""
+        count = 0
+        for statement in self._statements(query):
+            _, count = self._run(statement, params)
+        return count
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this unit's changes are durable (never if they are not)."""
+        self._after_commit.append(callback)
+
+    def _statements(self, query: str) -> tuple[str, ...]:
+        try:
+            return self._queries[query].statements
+        except KeyError:
+            raise KeyError(f"no query named {query!r}") from None
+
+    def _take_after_commit(self) -> list[Callable[[], None]]:
+        callbacks, self._after_commit = self._after_commit, []
+        return callbacks
+
+    @abstractmethod
+    def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]: ...
+
+
+class Wakeups:
+    """In-process fan-out of "this conversation has new signals" hints.
+
+    A wake-up is only a hint: duplicates are harmless and a lost one is re-found by polling
+    or the sweep. Thread-safe; subscribers are asyncio queues bound to their own loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[str]]] = []
+
+    def subscribe(self) -> asyncio.Queue[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        with self._lock:
+            self._subscribers.append((asyncio.get_running_loop(), queue))
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
+        with self._lock:
+            self._subscribers = [(lp, q) for lp, q in self._subscribers if q is not queue]
+
+    def notify(self, conversation_id: str) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for loop, queue in subscribers:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, conversation_id)
+
+
+class Store(ABC):
+    """A database opened by tidings: migrated, with units of work run off the event loop."""
+
+    dialect: str
+
+    def __init__(self) -> None:
+        self.queries = load_queries(self.dialect)
+        self.wakeups = Wakeups()
+
+    @abstractmethod
+    async def transact(self, unit: Callable[[Tx], T]) -> T:
+        """Run ``unit`` in a write transaction; return its result once it is durable."""
+
+    @abstractmethod
+    async def read(self, unit: Callable[[Tx], T]) -> T:
+        """Run ``unit`` in a read-only snapshot."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Finish queued work, release the instance's liveness hold and close. Idempotent."""
+
+    # -- instance liveness (S9) ----------------------------------------------------------------
+
+    @abstractmethod
+    async def hold_instance(self, instance_id: InstanceId) -> None:
+        """Hold a liveness mark for this process's instance until close (or death)."""
+
+    @abstractmethod
+    def instance_alive(self, tx: Tx, instance_id: InstanceId) -> bool:
+        """Whether the process that registered ``instance_id`` still holds its liveness mark."""
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def wake(self, tx: Tx, conversation_id: ConversationId) -> None:
+        """Wake this process's listeners for ``conversation_id`` once ``tx`` commits.
+
+        Other processes are woken by the dialect (PostgreSQL NOTIFY in the publish statement)
+        or by polling (SQLite).
+        """
+        tx.after_commit(lambda: self.wakeups.notify(conversation_id))
+
+    # -- schema --------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def describe_schema(self) -> dict[str, Any]:
+        """A normalised description of tables, columns, indexes and constraints."""

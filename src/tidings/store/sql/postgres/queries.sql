@@ -1,0 +1,236 @@
+-- Named queries for PostgreSQL. Parameters are :name (rewritten to psycopg's style at load).
+-- Every block has a twin of the same name and result shape in ../sqlite/queries.sql. The hot
+-- path (publish, claim) is one statement each, ack is two: every statement is a round trip.
+
+-- register_instance --
+INSERT INTO instances (instance_id, hostname, pid, started_at_us, heartbeat_at_us)
+VALUES (:instance_id, :hostname, :pid, :now_us, :now_us);
+
+-- heartbeat --
+UPDATE instances SET heartbeat_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- stop_instance --
+UPDATE instances SET stopped_at_us = :now_us, reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- unreconciled_instances --
+SELECT instance_id, stopped_at_us, heartbeat_at_us FROM instances
+ WHERE reconciled_at_us IS NULL AND instance_id != :instance_id
+ ORDER BY started_at_us
+   FOR UPDATE SKIP LOCKED;
+
+-- mark_instance_gone --
+UPDATE instances
+   SET stopped_at_us = coalesce(stopped_at_us, :now_us), reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id;
+
+-- invalidate_leases --
+UPDATE signal_deliveries
+   SET state = 'ready', lease_deadline_us = NULL, claimable_at_us = :now_us,
+       failure_code = 'instance_gone'
+ WHERE state = 'leased' AND lease_instance = :instance_id;
+
+-- orphan_operations --
+UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
+ WHERE state = 'accepted' AND origin_instance = :instance_id
+RETURNING operation_id;
+
+-- accept_operation --
+INSERT INTO operations
+    (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
+VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us)
+ON CONFLICT (owner, idempotency_key) DO NOTHING;
+SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
+
+-- get_operation --
+SELECT * FROM operations WHERE operation_id = :operation_id;
+
+-- settle_operation --
+UPDATE operations
+   SET state = :state, outcome = :outcome, failure_code = :failure_code, settled_at_us = :now_us
+ WHERE operation_id = :operation_id AND state = 'accepted';
+
+-- publish --
+-- One statement. The queue row is locked first (upsert), so per-conversation sequences are
+-- allocated in commit order. A full backlog or a duplicate key returns no 'created' row;
+-- 'admitted_only' means a concurrent duplicate won the key after admission (the caller undoes
+-- the admission in the same transaction). Listeners are notified only when the queue was empty.
+WITH q AS (
+    INSERT INTO signal_queues AS q (conversation_id, last_seq, backlog)
+    VALUES (:conversation_id, 1, 1)
+    ON CONFLICT (conversation_id) DO UPDATE
+       SET last_seq = q.last_seq + 1, backlog = q.backlog + 1
+     WHERE q.backlog < :backlog_limit
+       AND NOT EXISTS (SELECT 1 FROM signal_events
+                        WHERE conversation_id = :conversation_id
+                          AND idempotency_key = :idempotency_key)
+    RETURNING q.last_seq, q.backlog
+), ev AS (
+    INSERT INTO signal_events (event_id, type, operation_id, conversation_id, idempotency_key,
+                               payload, payload_bytes, schema_version, published_at_us)
+    SELECT :event_id, :type, :operation_id, :conversation_id, :idempotency_key,
+           :payload, :payload_bytes, :schema_version, :now_us
+      FROM q
+    ON CONFLICT (conversation_id, idempotency_key) DO NOTHING
+    RETURNING seq, event_id
+), dl AS (
+    INSERT INTO signal_deliveries (event_id, conversation_id, queue_seq, state, attempts,
+                                   claimable_at_us, payload_bytes, published_at_us)
+    SELECT ev.event_id, :conversation_id, q.last_seq, 'ready', 0, :now_us, :payload_bytes,
+           :now_us
+      FROM ev, q
+    RETURNING delivery_id, event_id
+), woken AS (
+    SELECT pg_notify('tidings_signals', :conversation_id) FROM q WHERE q.backlog = 1
+)
+SELECT 'created' AS outcome, ev.seq, ev.event_id, dl.delivery_id, q.backlog,
+       (SELECT count(*) FROM woken) AS woken
+  FROM ev JOIN dl ON dl.event_id = ev.event_id, q
+UNION ALL
+SELECT 'admitted_only', NULL, NULL, NULL, q.backlog, 0
+  FROM q WHERE NOT EXISTS (SELECT 1 FROM ev);
+
+-- event_by_key --
+SELECT e.seq, e.event_id, d.delivery_id
+  FROM signal_events e JOIN signal_deliveries d ON d.event_id = e.event_id
+ WHERE e.conversation_id = :conversation_id AND e.idempotency_key = :idempotency_key;
+
+-- undo_admission --
+UPDATE signal_queues SET backlog = backlog - 1 WHERE conversation_id = :conversation_id;
+
+-- claim --
+-- One statement: head-bounded, sequence-ordered, bounded in count and bytes (the first always
+-- fits); rows another claimer holds are skipped, never waited for.
+WITH picked AS (
+    SELECT d.delivery_id, d.payload_bytes, d.queue_seq
+      FROM signal_deliveries d
+     WHERE d.conversation_id = :conversation_id
+       AND d.state IN ('ready', 'leased')
+       AND d.queue_seq >= coalesce((SELECT q.head_seq FROM signal_queues q
+                                     WHERE q.conversation_id = :conversation_id), 0)
+       AND d.claimable_at_us <= :now_us
+       AND d.attempts < :max_attempts
+     ORDER BY d.queue_seq
+     LIMIT :max_count
+       FOR UPDATE SKIP LOCKED
+), sized AS (
+    SELECT delivery_id,
+           sum(payload_bytes) OVER (ORDER BY queue_seq) AS running,
+           row_number() OVER (ORDER BY queue_seq) AS position
+      FROM picked
+), leased AS (
+    UPDATE signal_deliveries d
+       SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
+           claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
+           attempts = d.attempts + 1
+      FROM sized
+     WHERE d.delivery_id = sized.delivery_id
+       AND (sized.running <= :max_bytes OR sized.position = 1)
+    RETURNING d.delivery_id, d.event_id, d.queue_seq, d.conversation_id, d.payload_bytes,
+              d.attempts, d.published_at_us
+)
+SELECT l.delivery_id, l.event_id, e.seq, l.queue_seq, e.type, e.operation_id, l.conversation_id,
+       e.payload, l.payload_bytes, e.schema_version, l.attempts, l.published_at_us
+  FROM leased l JOIN signal_events e ON e.event_id = l.event_id
+ ORDER BY l.queue_seq;
+
+-- extend --
+UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us
+ WHERE delivery_id = ANY(:delivery_ids::bigint[])
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+RETURNING delivery_id;
+
+-- ack --
+UPDATE signal_deliveries
+   SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
+       claimable_at_us = 0
+ WHERE delivery_id = ANY(:delivery_ids::bigint[])
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+RETURNING delivery_id, queue_seq;
+
+-- settle_queue --
+-- The head only moves forward, to the lowest unsettled sequence this statement can see. A
+-- publisher whose row this snapshot misses holds the queue row lock, and its sequence was
+-- allocated after every committed one, so it is above any head computed here.
+UPDATE signal_queues q
+   SET backlog = q.backlog - :settled,
+       head_seq = greatest(q.head_seq, coalesce(
+           (SELECT min(d.queue_seq) FROM signal_deliveries d
+             WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
+               AND d.queue_seq >= q.head_seq),
+           :max_settled_seq::bigint + 1))
+ WHERE q.conversation_id = :conversation_id;
+
+-- release --
+UPDATE signal_deliveries d
+   SET state = r.state, claimable_at_us = r.claimable_at_us, failure_code = r.failure_code,
+       lease_deadline_us = NULL,
+       settled_at_us = CASE WHEN r.state = 'dead_letter' THEN :now_us::bigint END
+  FROM jsonb_to_recordset(:items::jsonb)
+       AS r (delivery_id bigint, state text, claimable_at_us bigint, failure_code text)
+ WHERE d.delivery_id = r.delivery_id
+   AND d.lease_token = :token
+   AND d.state = 'leased'
+   AND d.lease_deadline_us > :now_us
+RETURNING d.delivery_id, d.state;
+
+-- count_dead_letters --
+UPDATE signal_queues
+   SET backlog = backlog - :dead, dead_letters = dead_letters + :dead
+ WHERE conversation_id = :conversation_id;
+
+-- dead_letter_exhausted --
+UPDATE signal_deliveries
+   SET state = 'dead_letter', settled_at_us = :now_us, lease_deadline_us = NULL,
+       failure_code = CASE WHEN state = 'leased' THEN 'lease_expired'
+                           ELSE 'attempts_exhausted' END
+ WHERE state IN ('ready', 'leased') AND claimable_at_us <= :now_us
+   AND attempts >= :max_attempts
+RETURNING conversation_id;
+
+-- purge_acknowledged --
+DELETE FROM signal_events
+ WHERE event_id IN (SELECT event_id FROM signal_deliveries
+                     WHERE state = 'acknowledged' AND settled_at_us < :before_us
+                     LIMIT :limit);
+
+-- delivery_states --
+SELECT delivery_id, state, attempts, lease_token, lease_deadline_us, failure_code
+  FROM signal_deliveries
+ WHERE delivery_id = ANY(:delivery_ids::bigint[])
+ ORDER BY delivery_id;
+
+-- stats_conversation --
+SELECT count(*) AS backlog,
+       count(*) FILTER (WHERE state = 'ready') AS ready,
+       count(*) FILTER (WHERE state = 'leased') AS leased,
+       min(published_at_us) AS oldest_published_at_us,
+       count(*) FILTER (WHERE (state = 'ready' AND attempts > 0)
+                           OR (state = 'leased' AND attempts > 1)) AS retried,
+       coalesce(max(attempts), 0) AS max_attempts,
+       (SELECT count(*) FROM signal_deliveries
+         WHERE conversation_id = :conversation_id AND state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased');
+
+-- stats_all --
+SELECT count(*) AS backlog,
+       count(*) FILTER (WHERE state = 'ready') AS ready,
+       count(*) FILTER (WHERE state = 'leased') AS leased,
+       min(published_at_us) AS oldest_published_at_us,
+       count(*) FILTER (WHERE (state = 'ready' AND attempts > 0)
+                           OR (state = 'leased' AND attempts > 1)) AS retried,
+       coalesce(max(attempts), 0) AS max_attempts,
+       (SELECT count(*) FROM signal_deliveries WHERE state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE state IN ('ready', 'leased');
+
+-- dead_letters --
+SELECT d.delivery_id, d.event_id, d.conversation_id, e.type, d.attempts, d.failure_code,
+       d.published_at_us, d.settled_at_us
+  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+ WHERE d.state = 'dead_letter'
+   AND (:conversation_id::text IS NULL OR d.conversation_id = :conversation_id)
+ ORDER BY d.delivery_id
+ LIMIT :limit;

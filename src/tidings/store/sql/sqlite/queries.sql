@@ -1,0 +1,214 @@
+-- Named queries for SQLite. Parameters are :name; lists arrive as JSON text (json_each).
+-- Every block has a twin of the same name and result shape in ../postgres/queries.sql.
+
+-- register_instance --
+INSERT INTO instances (instance_id, hostname, pid, started_at_us, heartbeat_at_us)
+VALUES (:instance_id, :hostname, :pid, :now_us, :now_us);
+
+-- heartbeat --
+UPDATE instances SET heartbeat_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- stop_instance --
+UPDATE instances SET stopped_at_us = :now_us, reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- unreconciled_instances --
+SELECT instance_id, stopped_at_us, heartbeat_at_us FROM instances
+ WHERE reconciled_at_us IS NULL AND instance_id != :instance_id
+ ORDER BY started_at_us;
+
+-- mark_instance_gone --
+UPDATE instances
+   SET stopped_at_us = coalesce(stopped_at_us, :now_us), reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id;
+
+-- invalidate_leases --
+UPDATE signal_deliveries
+   SET state = 'ready', lease_deadline_us = NULL, claimable_at_us = :now_us,
+       failure_code = 'instance_gone'
+ WHERE state = 'leased' AND lease_instance = :instance_id;
+
+-- orphan_operations --
+UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
+ WHERE state = 'accepted' AND origin_instance = :instance_id
+RETURNING operation_id;
+
+-- accept_operation --
+INSERT INTO operations
+    (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
+VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us)
+ON CONFLICT (owner, idempotency_key) DO NOTHING;
+SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
+
+-- get_operation --
+SELECT * FROM operations WHERE operation_id = :operation_id;
+
+-- settle_operation --
+UPDATE operations
+   SET state = :state, outcome = :outcome, failure_code = :failure_code, settled_at_us = :now_us
+ WHERE operation_id = :operation_id AND state = 'accepted';
+
+-- publish --
+-- Admission and the per-conversation sequence share the queue row; a duplicate key or a full
+-- backlog changes nothing and returns no row.
+INSERT INTO signal_queues (conversation_id) VALUES (:conversation_id)
+ON CONFLICT (conversation_id) DO NOTHING;
+UPDATE signal_queues SET last_seq = last_seq + 1, backlog = backlog + 1
+ WHERE conversation_id = :conversation_id AND backlog < :backlog_limit
+   AND NOT EXISTS (SELECT 1 FROM signal_events
+                    WHERE conversation_id = :conversation_id
+                      AND idempotency_key = :idempotency_key);
+INSERT INTO signal_events (event_id, type, operation_id, conversation_id, idempotency_key,
+                           payload, payload_bytes, schema_version, published_at_us)
+SELECT :event_id, :type, :operation_id, :conversation_id, :idempotency_key,
+       :payload, :payload_bytes, :schema_version, :now_us
+ WHERE changes() = 1;
+INSERT INTO signal_deliveries (event_id, conversation_id, queue_seq, state, attempts,
+                               claimable_at_us, payload_bytes, published_at_us)
+SELECT :event_id, :conversation_id, q.last_seq, 'ready', 0, :now_us, :payload_bytes, :now_us
+  FROM signal_queues q
+ WHERE q.conversation_id = :conversation_id AND changes() = 1;
+SELECT 'created' AS outcome, e.seq, e.event_id, d.delivery_id, q.backlog
+  FROM signal_events e
+  JOIN signal_deliveries d ON d.event_id = e.event_id
+  JOIN signal_queues q ON q.conversation_id = e.conversation_id
+ WHERE e.event_id = :event_id AND changes() = 1;
+
+-- event_by_key --
+SELECT e.seq, e.event_id, d.delivery_id
+  FROM signal_events e JOIN signal_deliveries d ON d.event_id = e.event_id
+ WHERE e.conversation_id = :conversation_id AND e.idempotency_key = :idempotency_key;
+
+-- undo_admission --
+UPDATE signal_queues SET backlog = backlog - 1 WHERE conversation_id = :conversation_id;
+
+-- claim --
+-- Head-bounded, sequence-ordered, bounded in count and bytes (the first always fits).
+UPDATE signal_deliveries
+   SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
+       claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
+       attempts = attempts + 1
+ WHERE delivery_id IN (
+     SELECT delivery_id FROM (
+         SELECT delivery_id,
+                sum(payload_bytes) OVER (ORDER BY queue_seq) AS running,
+                row_number() OVER (ORDER BY queue_seq) AS position
+           FROM (SELECT delivery_id, payload_bytes, queue_seq
+                   FROM signal_deliveries
+                  WHERE conversation_id = :conversation_id
+                    AND state IN ('ready', 'leased')
+                    AND queue_seq >= coalesce((SELECT head_seq FROM signal_queues
+                                                WHERE conversation_id = :conversation_id), 0)
+                    AND claimable_at_us <= :now_us
+                    AND attempts < :max_attempts
+                  ORDER BY queue_seq
+                  LIMIT :max_count))
+      WHERE running <= :max_bytes OR position = 1);
+SELECT d.delivery_id, d.event_id, e.seq, d.queue_seq, e.type, e.operation_id, d.conversation_id,
+       e.payload, d.payload_bytes, e.schema_version, d.attempts, d.published_at_us
+  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+ WHERE d.lease_token = :token AND d.state = 'leased'
+ ORDER BY d.queue_seq;
+
+-- extend --
+UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us
+ WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+RETURNING delivery_id;
+
+-- ack --
+UPDATE signal_deliveries
+   SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
+       claimable_at_us = 0
+ WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+RETURNING delivery_id, queue_seq;
+
+-- settle_queue --
+-- The head only moves forward, to the lowest unsettled sequence this statement can see; see
+-- docs/architecture.md for why that is safe under concurrent publishers on PostgreSQL.
+UPDATE signal_queues
+   SET backlog = backlog - :settled,
+       head_seq = max(head_seq, coalesce(
+           (SELECT min(d.queue_seq) FROM signal_deliveries d
+             WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
+               AND d.queue_seq >= signal_queues.head_seq),
+           :max_settled_seq + 1))
+ WHERE conversation_id = :conversation_id;
+
+-- release --
+UPDATE signal_deliveries
+   SET state = r.state, claimable_at_us = r.claimable_at_us, failure_code = r.failure_code,
+       lease_deadline_us = NULL,
+       settled_at_us = CASE WHEN r.state = 'dead_letter' THEN :now_us END
+  FROM (SELECT json_extract(value, '$.delivery_id') AS delivery_id,
+               json_extract(value, '$.state') AS state,
+               json_extract(value, '$.claimable_at_us') AS claimable_at_us,
+               json_extract(value, '$.failure_code') AS failure_code
+          FROM json_each(:items)) AS r
+ WHERE signal_deliveries.delivery_id = r.delivery_id
+   AND signal_deliveries.lease_token = :token
+   AND signal_deliveries.state = 'leased'
+   AND signal_deliveries.lease_deadline_us > :now_us
+RETURNING signal_deliveries.delivery_id, signal_deliveries.state;
+
+-- count_dead_letters --
+UPDATE signal_queues
+   SET backlog = backlog - :dead, dead_letters = dead_letters + :dead
+ WHERE conversation_id = :conversation_id;
+
+-- dead_letter_exhausted --
+UPDATE signal_deliveries
+   SET state = 'dead_letter', settled_at_us = :now_us, lease_deadline_us = NULL,
+       failure_code = CASE WHEN state = 'leased' THEN 'lease_expired'
+                           ELSE 'attempts_exhausted' END
+ WHERE state IN ('ready', 'leased') AND claimable_at_us <= :now_us
+   AND attempts >= :max_attempts
+RETURNING conversation_id;
+
+-- purge_acknowledged --
+DELETE FROM signal_events
+ WHERE event_id IN (SELECT event_id FROM signal_deliveries
+                     WHERE state = 'acknowledged' AND settled_at_us < :before_us
+                     LIMIT :limit);
+
+-- delivery_states --
+SELECT delivery_id, state, attempts, lease_token, lease_deadline_us, failure_code
+  FROM signal_deliveries
+ WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+ ORDER BY delivery_id;
+
+-- stats_conversation --
+SELECT count(*) AS backlog,
+       coalesce(sum(state = 'ready'), 0) AS ready,
+       coalesce(sum(state = 'leased'), 0) AS leased,
+       min(published_at_us) AS oldest_published_at_us,
+       coalesce(sum((state = 'ready' AND attempts > 0) OR (state = 'leased' AND attempts > 1)),
+                0) AS retried,
+       coalesce(max(attempts), 0) AS max_attempts,
+       (SELECT count(*) FROM signal_deliveries
+         WHERE conversation_id = :conversation_id AND state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased');
+
+-- stats_all --
+SELECT count(*) AS backlog,
+       coalesce(sum(state = 'ready'), 0) AS ready,
+       coalesce(sum(state = 'leased'), 0) AS leased,
+       min(published_at_us) AS oldest_published_at_us,
+       coalesce(sum((state = 'ready' AND attempts > 0) OR (state = 'leased' AND attempts > 1)),
+                0) AS retried,
+       coalesce(max(attempts), 0) AS max_attempts,
+       (SELECT count(*) FROM signal_deliveries WHERE state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE state IN ('ready', 'leased');
+
+-- dead_letters --
+SELECT d.delivery_id, d.event_id, d.conversation_id, e.type, d.attempts, d.failure_code,
+       d.published_at_us, d.settled_at_us
+  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+ WHERE d.state = 'dead_letter'
+   AND (:conversation_id IS NULL OR d.conversation_id = :conversation_id)
+ ORDER BY d.delivery_id
+ LIMIT :limit;

@@ -1,0 +1,433 @@
+"""SQLite: the embedded default. One file in WAL mode, one writer, group commit.
+
+SQLite admits one writer at a time and every commit costs an fsync. A single writer thread
+therefore takes whatever units of work are queued, runs each in its own SAVEPOINT inside one
+``BEGIN IMMEDIATE … COMMIT`` and answers each caller only after that shared commit is durable.
+A unit that raises is rolled back to its savepoint and fails alone; the others commit. While
+one group's fsync runs, the next group gathers, so the batch size follows the load with no
+delay added to gather it.
+
+Reads run on a small pool of read-only connections (WAL readers never block the writer).
+
+Durability: ``synchronous=FULL`` (the default) fsyncs the WAL at every commit, so a committed
+unit survives power loss. ``synchronous=NORMAL`` fsyncs only at checkpoints: a crash of the
+process loses nothing, but a power loss or OS crash can roll back the commits made since the
+last checkpoint (at most ``wal_autocheckpoint`` pages, 1000 by default, about 4 MiB of WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from tidings.errors import (
+    CorruptDatabaseError,
+    DatabaseBusyError,
+    DiskFullError,
+    IntegrityViolationError,
+    ReadOnlyDatabaseError,
+    SchemaError,
+    StoreError,
+)
+from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
+from tidings.types import InstanceId
+
+T = TypeVar("T")
+Synchronous = Literal["FULL", "NORMAL"]
+
+_BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+_FULL = {"SQLITE_FULL"}
+_READONLY = {"SQLITE_READONLY"}
+_CORRUPT = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+
+
+def classify(exc: sqlite3.Error) -> StoreError:
+    """Map an sqlite3 error to a TidingsError by its result code name, never by its text."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    base = "_".join(name.split("_")[:2])  # SQLITE_CONSTRAINT_UNIQUE -> SQLITE_CONSTRAINT
+    if base in _BUSY:
+        return DatabaseBusyError(str(exc), db_code=name)
+    if base in _FULL:
+        return DiskFullError(str(exc), db_code=name)
+    if base in _READONLY:
+        return ReadOnlyDatabaseError(str(exc), db_code=name)
+    if base in _CORRUPT:
+        return CorruptDatabaseError(str(exc), db_code=name)
+    if base == "SQLITE_CONSTRAINT":
+        return IntegrityViolationError(str(exc), db_code=name)
+    return StoreError(str(exc), db_code=name or None)
+
+
+def _json_param(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return json.dumps(list(value))
+    return value
+
+
+class SqliteTx(Tx):
+    def __init__(self, queries: dict[str, Query], conn: sqlite3.Connection) -> None:
+        super().__init__(queries)
+        self._conn = conn
+
+    def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+        # Lists travel as JSON text and are opened in SQL with json_each().
+        bound = {key: _json_param(value) for key, value in params.items()}
+        cursor = self._conn.execute(statement, bound)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return rows, cursor.rowcount
+
+
+def _dict_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
+    return {col[0]: value for col, value in zip(cursor.description, values, strict=True)}
+
+
+@dataclass(slots=True)
+class _Job:
+    unit: Callable[[Tx], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    result: Any = None
+    error: BaseException | None = None
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+_STOP = object()
+
+
+def _settle(job: _Job) -> None:
+    def deliver() -> None:
+        if job.future.done():
+            return  # the caller stopped waiting; the outcome stands either way
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.result)
+
+    if not job.loop.is_closed():
+        job.loop.call_soon_threadsafe(deliver)
+
+
+class SqliteStore(Store):
+    """A SQLite database file in WAL mode with a group-committing writer thread."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5_000,
+        max_group: int = 512,
+        readers: int = 4,
+    ) -> None:
+        super().__init__()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self.path = Path(path)
+        self.synchronous: Synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._max_group = max_group
+        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._writer: sqlite3.Connection | None = None
+        self._writer_thread: threading.Thread | None = None
+        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="tidings-sqlite-read")
+        self._reader_local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_lock = threading.Lock()
+        self._closed = False
+        self._instance_locks: dict[str, int] = {}
+        self.groups_committed = 0
+        self.units_committed = 0
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=0
+        )
+        conn.row_factory = _dict_row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        if readonly:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def _open_sync(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect()
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or next(iter(mode.values())).lower() != "wal":
+                raise StoreError(f"could not put {self.path} in WAL mode")
+            self._migrate(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise classify(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._writer = conn
+        self._writer_thread = threading.Thread(
+            target=self._writer_loop, name="tidings-sqlite-writer", daemon=True
+        )
+        self._writer_thread.start()
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Apply every migration not yet recorded, each in its own immediate transaction."""
+        for statement in split_statements(sql_text(self.dialect, "bootstrap.sql")):
+            conn.execute(statement)
+        migrations = load_migrations(self.dialect)
+        for migration in migrations:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+                ).fetchone()
+                if done is None:
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                        (migration.version, migration.name),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        newest = conn.execute("SELECT max(version) AS v FROM schema_migrations").fetchone()
+        if newest and newest["v"] and newest["v"] > len(migrations):
+            raise SchemaError(
+                f"{self.path} has schema version {newest['v']}; this tidings knows "
+                f"{len(migrations)}"
+            )
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], **options: Any) -> SqliteStore:
+        store = cls(path, **options)
+        await asyncio.to_thread(store._open_sync)
+        return store
+
+    # -- the writer ----------------------------------------------------------------------------
+
+    async def transact(self, unit: Callable[[Tx], T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(unit, loop, future))
+        return await future
+
+    def _writer_loop(self) -> None:
+        while True:
+            first = self._jobs.get()
+            if first is _STOP:
+                return
+            group: list[_Job] = [first]  # type: ignore[list-item]
+            stop = False
+            while len(group) < self._max_group:
+                try:
+                    nxt = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                group.append(nxt)  # type: ignore[arg-type]
+            self._run_group(group)
+            if stop:
+                return
+
+    def _run_group(self, group: list[_Job]) -> None:
+        conn = self._writer
+        assert conn is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            error = classify(exc)
+            for job in group:
+                job.error = error
+                _settle(job)
+            return
+
+        savepoints = len(group) > 1
+        for job in group:
+            if not conn.in_transaction:
+                # A fatal error (disk full, I/O) ended the transaction: the rest cannot run in it.
+                job.error = StoreError("the shared transaction was aborted by an earlier failure")
+                continue
+            tx = SqliteTx(self.queries, conn)
+            if savepoints:
+                conn.execute("SAVEPOINT unit")
+            try:
+                job.result = job.unit(tx)
+            except BaseException as exc:
+                job.error = classify(exc) if isinstance(exc, sqlite3.Error) else exc
+                if conn.in_transaction:
+                    if savepoints:
+                        conn.execute("ROLLBACK TO unit")
+                        conn.execute("RELEASE unit")
+                    else:
+                        conn.execute("ROLLBACK")
+                continue
+            job.after_commit = tx._take_after_commit()
+            if savepoints:
+                conn.execute("RELEASE unit")
+
+        if conn.in_transaction:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                error = classify(exc)
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                for job in group:
+                    if job.error is None:
+                        job.error = error
+        else:
+            # Nothing of this group is committed; whoever did not fail already learns why.
+            for job in group:
+                if job.error is None:
+                    job.error = StoreError("the shared transaction was rolled back")
+
+        committed = [job for job in group if job.error is None]
+        self.groups_committed += 1 if committed else 0
+        self.units_committed += len(committed)
+        for job in committed:
+            for callback in job.after_commit:
+                callback()
+        for job in group:
+            _settle(job)
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._reader_local, "conn", None)
+        if conn is None:
+            conn = self._connect(readonly=True)
+            self._reader_local.conn = conn
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+        return conn
+
+    def _read_sync(self, unit: Callable[[Tx], T]) -> T:
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            return unit(SqliteTx(self.queries, conn))
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
+        finally:
+            conn.execute("COMMIT")
+
+    async def read(self, unit: Callable[[Tx], T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._read_sync, unit)
+
+    # -- instance liveness: an exclusive flock held on a sidecar file for the process's life --
+
+    def _lock_dir(self) -> Path:
+        return self.path.with_name(self.path.name + ".instances")
+
+    async def hold_instance(self, instance_id: InstanceId) -> None:
+        folder = self._lock_dir()
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{instance_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._instance_locks[instance_id] = fd
+
+    def instance_alive(self, tx: Tx, instance_id: InstanceId) -> bool:
+        if instance_id in self._instance_locks:
+            return True
+        lock_path = self._lock_dir() / f"{instance_id}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # another process holds it: that instance is running
+        finally:
+            os.close(fd)  # closing drops our lock, if we took it
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()
+        return False
+
+    # -- closing -------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer_thread is not None:
+            self._jobs.put(_STOP)
+            await asyncio.to_thread(self._writer_thread.join)
+        if self._writer is not None:
+            self._writer.close()
+        self._readers.shutdown(wait=True)
+        with self._reader_lock:
+            for conn in self._reader_conns:
+                conn.close()
+        for instance_id, fd in self._instance_locks.items():
+            with contextlib.suppress(FileNotFoundError):
+                (self._lock_dir() / f"{instance_id}.lock").unlink()
+            os.close(fd)
+        self._instance_locks.clear()
+
+    # -- schema --------------------------------------------------------------------------------
+
+    async def describe_schema(self) -> dict[str, Any]:
+        return await asyncio.to_thread(describe_sqlite_schema, self.path)
+
+
+def describe_sqlite_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Tables, columns, indexes (with predicates) and foreign keys, normalised for comparison."""
+    conn = sqlite3.connect(path)
+    try:
+        described: dict[str, Any] = {}
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' AND name != 'schema_migrations' ORDER BY name"
+            )
+        ]
+        for table in tables:
+            columns = [
+                (r[1], r[2].upper(), bool(r[3]), r[4], r[5])
+                for r in conn.execute(f"PRAGMA table_xinfo('{table}')")
+            ]
+            fks = sorted(
+                (r[2], r[3], r[4], r[6])
+                for r in conn.execute(f"PRAGMA foreign_key_list('{table}')")
+            )
+            described[f"table {table}"] = {"columns": columns, "foreign_keys": fks}
+        for name, table, sql in conn.execute(
+            "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        ):
+            described[f"index {name}"] = {"table": table, "sql": " ".join(sql.split())}
+        for name, table in conn.execute(
+            "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' "
+            "AND name LIKE 'sqlite_autoindex_%' ORDER BY name"
+        ):
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info('{name}')")]
+            described[f"unique {table}({','.join(cols)})"] = True
+        return described
+    finally:
+        conn.close()

@@ -1,0 +1,140 @@
+"""The one backend fixture: every behavioural test runs on SQLite and on PostgreSQL.
+
+PostgreSQL is found through ``TIDINGS_TEST_POSTGRES_DSN`` (for example
+``postgresql://postgres@127.0.0.1:5432/test``). Without it the ``postgres`` cases skip with
+that reason; ``.ci/run`` sets it and fails the run if any PostgreSQL case skipped. Each test
+gets a fresh database cloned from a migrated template, so tests are isolated and fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import pytest_asyncio
+
+from tidings import ManualClock, Outbox
+from tidings.store import open_store
+
+POSTGRES_DSN_ENV = "TIDINGS_TEST_POSTGRES_DSN"
+TEMPLATE = "tidings_test_template"
+
+
+def postgres_admin_dsn() -> str | None:
+    return os.environ.get(POSTGRES_DSN_ENV) or None
+
+
+def _with_dbname(dsn: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(
+        "", **{key: str(value) for key, value in info.items() if value is not None}
+    )
+
+
+def _to_url(dsn: str) -> str:
+    """psycopg accepts key=value DSNs; tidings opens URLs. Build the URL form."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    user = info.get("user", "postgres")
+    host = info.get("host", "127.0.0.1")
+    port = info.get("port", "5432")
+    return f"postgresql://{user}@{host}:{port}/{info['dbname']}"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A fresh, migrated database for one test: ``url`` opens it with tidings."""
+
+    name: str
+    url: str
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    admin = postgres_admin_dsn()
+    if admin is None:
+        pytest.skip(f"PostgreSQL tests need {POSTGRES_DSN_ENV} (e.g. "
+                    "postgresql://postgres@127.0.0.1:5432/test)")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+
+    async def migrate() -> None:
+        store = await open_store(_to_url(_with_dbname(admin, TEMPLATE)))
+        await store.close()
+
+    asyncio.run(migrate())
+    yield admin
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+
+
+def fresh_postgres_database(admin: str, *, template: str | None = TEMPLATE) -> str:
+    """Create an empty (or template-cloned) database; return its URL."""
+    name = f"tidings_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        clause = f" TEMPLATE {template}" if template else ""
+        conn.execute(f"CREATE DATABASE {name}{clause}")
+    return _to_url(_with_dbname(admin, name))
+
+
+def drop_postgres_database(admin: str, url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh database on each backend; ids ``sqlite`` and ``postgres``."""
+    if request.param == "sqlite":
+        yield Backend("sqlite", str(tmp_path / "tidings.db"))
+        return
+    admin: str = request.getfixturevalue("postgres_template")
+    url = fresh_postgres_database(admin)
+    try:
+        yield Backend("postgres", url)
+    finally:
+        drop_postgres_database(admin, url)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that moves only when a test advances it."""
+    return ManualClock()
+
+
+@pytest_asyncio.fixture
+async def outbox(backend: Backend, clock: ManualClock) -> AsyncIterator[Outbox]:
+    """A started outbox on a fresh database of each backend, on the manual clock."""
+    async with Outbox.open(backend.url, clock=clock) as opened:
+        yield opened
+
+
+
+
+_skipped_postgres: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "postgres" in report.nodeid:
+        _skipped_postgres.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_postgres and os.environ.get("TIDINGS_REQUIRE_POSTGRES") == "1":
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"{len(_skipped_postgres)} PostgreSQL test(s) skipped, which "
+                "TIDINGS_REQUIRE_POSTGRES=1 forbids:", red=True
+            )
+            for nodeid in _skipped_postgres:
+                reporter.write_line(f"  {nodeid}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
