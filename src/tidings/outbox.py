@@ -448,6 +448,7 @@ class Outbox:
                 max_bytes=size,
                 max_attempts=self.config.max_attempts,
             )
+            rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
             return Lease(
                 token, ConversationId(conversation_id), now + ttl,
                 tuple(_delivery(r) for r in rows),

@@ -85,6 +85,7 @@ UPDATE signal_queues SET backlog = backlog - 1 WHERE conversation_id = :conversa
 
 -- claim --
 -- Head-bounded, sequence-ordered, bounded in count and bytes (the first always fits).
+-- RETURNING has no order: the caller sorts by queue_seq.
 UPDATE signal_deliveries
    SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
        claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
@@ -104,12 +105,18 @@ UPDATE signal_deliveries
                     AND attempts < :max_attempts
                   ORDER BY queue_seq
                   LIMIT :max_count))
-      WHERE running <= :max_bytes OR position = 1);
-SELECT d.delivery_id, d.event_id, e.seq, d.queue_seq, e.type, e.operation_id, d.conversation_id,
-       e.payload, d.payload_bytes, e.schema_version, d.attempts, d.published_at_us
-  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
- WHERE d.lease_token = :token AND d.state = 'leased'
- ORDER BY d.queue_seq;
+      WHERE running <= :max_bytes OR position = 1)
+RETURNING delivery_id, event_id, queue_seq, conversation_id, payload_bytes, attempts,
+          published_at_us,
+          (SELECT e.seq FROM signal_events e WHERE e.event_id = signal_deliveries.event_id) AS seq,
+          (SELECT e.type FROM signal_events e
+            WHERE e.event_id = signal_deliveries.event_id) AS type,
+          (SELECT e.operation_id FROM signal_events e
+            WHERE e.event_id = signal_deliveries.event_id) AS operation_id,
+          (SELECT e.payload FROM signal_events e
+            WHERE e.event_id = signal_deliveries.event_id) AS payload,
+          (SELECT e.schema_version FROM signal_events e
+            WHERE e.event_id = signal_deliveries.event_id) AS schema_version;
 
 -- extend --
 UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us
