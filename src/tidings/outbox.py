@@ -303,6 +303,8 @@ class Outbox:
             idempotency_key=key or operation_id,
             now_us=self.clock.now_us(),
         )
+        if row is None:  # a concurrent accept of the same key committed first
+            row = tx.one("operation_by_key", owner=owner, idempotency_key=key or operation_id)
         assert row is not None
         return _operation(row)
 
@@ -486,15 +488,15 @@ class Outbox:
         if unknown:
             raise InvalidInputError(f"deliveries {sorted(unknown)} are not in this lease")
         now = self.clock.now_us()
-        rows = tx.all("ack", token=lease.token, delivery_ids=ids, now_us=now)
+        rows = tx.all(
+            "ack",
+            token=lease.token,
+            delivery_ids=ids,
+            conversation_id=lease.conversation_id,
+            now_us=now,
+        )
         if len(rows) != len(ids):
             raise StaleLeaseError(lease.token, ids)
-        tx.execute(
-            "settle_queue",
-            conversation_id=lease.conversation_id,
-            settled=len(rows),
-            max_settled_seq=max(r["queue_seq"] for r in rows),
-        )
 
     async def consume(self, lease: Lease, unit: Callable[[Tx], T], *, failure_code: str) -> T:
         """Run the consumer's ``unit`` and the ack in one transaction.

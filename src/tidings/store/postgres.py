@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import select
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -118,12 +121,12 @@ class PostgresStore(Store):
             max_size=pool_size,
             open=False,
             kwargs={"row_factory": dict_row, "application_name": application_name},
-            check=ConnectionPool.check_connection,
         )
         self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="tidings-pg")
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_thread: threading.Thread | None = None
         self._listener_lock = threading.Lock()
+        self._stop_r, self._stop_w = os.pipe()
         self._liveness: psycopg.Connection[Any] | None = None
         self._held: set[str] = set()
         self._closed = False
@@ -178,13 +181,19 @@ class PostgresStore(Store):
             )
 
     def _listen_loop(self) -> None:
-        listener = self._listener
-        assert listener is not None
+        # select() on the socket, not psycopg's notifies() generator: waiting then releases the
+        # GIL completely, so the listener costs the units of work nothing while idle.
         while not self._closed:
+            listener = self._listener
+            assert listener is not None
             try:
-                for notify in listener.notifies(timeout=0.5):
-                    self.wakeups.notify(notify.payload)
-            except psycopg.Error:
+                ready, _, _ = select.select([listener.fileno(), self._stop_r], [], [], 1.0)
+                if listener.fileno() not in ready:
+                    continue
+                listener.pgconn.consume_input()
+                while (notify := listener.pgconn.notifies()) is not None:
+                    self.wakeups.notify(notify.extra.decode("utf-8", "replace"))
+            except (psycopg.Error, OSError, ValueError):
                 if self._closed:
                     return
                 # The listener's connection died; wake-ups missed meanwhile are re-found by
@@ -205,7 +214,7 @@ class PostgresStore(Store):
                     self._listener = listener
                     return
                 except psycopg.Error:
-                    threading.Event().wait(0.5)
+                    time.sleep(0.5)
 
     # -- units of work -------------------------------------------------------------------------
 
@@ -306,8 +315,11 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
+        os.write(self._stop_w, b"x")
         if self._listener_thread is not None:
             await asyncio.to_thread(self._listener_thread.join)
+        os.close(self._stop_r)
+        os.close(self._stop_w)
         with self._listener_lock:
             if self._listener is not None:
                 self._listener.close()

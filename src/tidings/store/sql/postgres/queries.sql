@@ -37,10 +37,23 @@ UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
 RETURNING operation_id;
 
 -- accept_operation --
-INSERT INTO operations
-    (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
-VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us)
-ON CONFLICT (owner, idempotency_key) DO NOTHING;
+-- No row when a concurrent transaction won the key after this statement's snapshot: the caller
+-- then reads it with operation_by_key.
+WITH inserted AS (
+    INSERT INTO operations
+        (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
+    VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted',
+            :now_us)
+    ON CONFLICT (owner, idempotency_key) DO NOTHING
+    RETURNING *
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT * FROM operations
+ WHERE owner = :owner AND idempotency_key = :idempotency_key
+   AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- operation_by_key --
 SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
 
 -- get_operation --
@@ -142,25 +155,30 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
-UPDATE signal_deliveries
-   SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
-       claimable_at_us = 0
- WHERE delivery_id = ANY(:delivery_ids::bigint[])
-   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
-RETURNING delivery_id, queue_seq;
-
--- settle_queue --
--- The head only moves forward, to the lowest unsettled sequence this statement can see. A
--- publisher whose row this snapshot misses holds the queue row lock, and its sequence was
--- allocated after every committed one, so it is above any head computed here.
-UPDATE signal_queues q
-   SET backlog = q.backlog - :settled,
-       head_seq = greatest(q.head_seq, coalesce(
-           (SELECT min(d.queue_seq) FROM signal_deliveries d
-             WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
-               AND d.queue_seq >= q.head_seq),
-           :max_settled_seq::bigint + 1))
- WHERE q.conversation_id = :conversation_id;
+-- One statement: acknowledge, then move the queue's head and backlog; returns the rows this
+-- call acknowledged (none when the token no longer holds them). The head only moves forward,
+-- to the lowest unsettled sequence this statement can see. A publisher whose row this snapshot
+-- misses holds the queue row lock, and its sequence was allocated after every committed one,
+-- so it is above any head computed here (docs/architecture.md, "Keeping the queue head clean").
+WITH acked AS (
+    UPDATE signal_deliveries
+       SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
+           claimable_at_us = 0
+     WHERE delivery_id = ANY(:delivery_ids::bigint[])
+       AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+    RETURNING delivery_id, queue_seq
+), settled AS (
+    UPDATE signal_queues q
+       SET backlog = q.backlog - (SELECT count(*) FROM acked),
+           head_seq = greatest(q.head_seq, coalesce(
+               (SELECT min(d.queue_seq) FROM signal_deliveries d
+                 WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
+                   AND d.queue_seq >= q.head_seq
+                   AND d.delivery_id <> ALL(:delivery_ids::bigint[])),
+               (SELECT max(queue_seq) + 1 FROM acked)))
+     WHERE q.conversation_id = :conversation_id AND EXISTS (SELECT 1 FROM acked)
+)
+SELECT delivery_id, queue_seq FROM acked;
 
 -- release --
 UPDATE signal_deliveries d

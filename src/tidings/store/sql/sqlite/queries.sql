@@ -41,6 +41,9 @@ VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accep
 ON CONFLICT (owner, idempotency_key) DO NOTHING;
 SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
 
+-- operation_by_key --
+SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
+
 -- get_operation --
 SELECT * FROM operations WHERE operation_id = :operation_id;
 
@@ -125,24 +128,27 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
+-- Acknowledge, then move the queue's head and backlog; returns the rows this call acknowledged
+-- (none when the token no longer holds them). The head only moves forward, to the lowest
+-- unsettled sequence (see docs/architecture.md, "Keeping the queue head clean").
 UPDATE signal_deliveries
    SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
        claimable_at_us = 0
  WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
-   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
-RETURNING delivery_id, queue_seq;
-
--- settle_queue --
--- The head only moves forward, to the lowest unsettled sequence this statement can see; see
--- docs/architecture.md for why that is safe under concurrent publishers on PostgreSQL.
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us;
 UPDATE signal_queues
-   SET backlog = backlog - :settled,
+   SET backlog = backlog - changes(),
        head_seq = max(head_seq, coalesce(
            (SELECT min(d.queue_seq) FROM signal_deliveries d
              WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
                AND d.queue_seq >= signal_queues.head_seq),
-           :max_settled_seq + 1))
- WHERE conversation_id = :conversation_id;
+           (SELECT max(d.queue_seq) + 1 FROM signal_deliveries d
+             WHERE d.delivery_id IN (SELECT value FROM json_each(:delivery_ids)))))
+ WHERE conversation_id = :conversation_id AND changes() > 0;
+SELECT delivery_id, queue_seq FROM signal_deliveries
+ WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+   AND lease_token = :token AND state = 'acknowledged' AND settled_at_us = :now_us
+   AND changes() > 0;
 
 -- release --
 UPDATE signal_deliveries
