@@ -23,7 +23,7 @@ from tidings import ManualClock, Outbox
 from tidings.store import open_store
 
 POSTGRES_DSN_ENV = "TIDINGS_TEST_POSTGRES_DSN"
-TEMPLATE = "tidings_test_template"
+TEMPLATE = f"tidings_test_template_{os.getpid()}"  # one per session: sessions may overlap
 
 
 def postgres_admin_dsn() -> str | None:

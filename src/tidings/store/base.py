@@ -111,8 +111,9 @@ class Tx(ABC):
     def all(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows of its last statement."""
         rows: list[Row] = []
+        bound = self._bind(params)
         for statement in self._statements(query):
-            rows, _ = self._run(statement, params)
+            rows, _ = self._run(statement, bound)
         return rows
 
     def one(self, query: str, **params: Any) -> Row | None:
@@ -122,8 +123,9 @@ class Tx(ABC):
     def execute(self, query: str, **params: Any) -> int:
         """Run a named query; the number of rows its last statement changed."""
         count = 0
+        bound = self._bind(params)
         for statement in self._statements(query):
-            _, count = self._run(statement, params)
+            _, count = self._run(statement, bound)
         return count
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -139,6 +141,10 @@ class Tx(ABC):
     def _take_after_commit(self) -> list[Callable[[], None]]:
         callbacks, self._after_commit = self._after_commit, []
         return callbacks
+
+    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Adapt parameters to the driver once per query (the dict is the caller's own)."""
+        return params
 
     @abstractmethod
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]: ...

@@ -69,21 +69,20 @@ def classify(exc: sqlite3.Error) -> StoreError:
     return StoreError(str(exc), db_code=name or None)
 
 
-def _json_param(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return json.dumps(list(value))
-    return value
-
-
 class SqliteTx(Tx):
     def __init__(self, queries: dict[str, Query], conn: sqlite3.Connection) -> None:
         super().__init__(queries)
         self._conn = conn
 
-    def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
         # Lists travel as JSON text and are opened in SQL with json_each().
-        bound = {key: _json_param(value) for key, value in params.items()}
-        cursor = self._conn.execute(statement, bound)
+        for key, value in params.items():
+            if isinstance(value, list | tuple):
+                params[key] = json.dumps(list(value))
+        return params
+
+    def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+        cursor = self._conn.execute(statement, params)
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
 
@@ -157,17 +156,24 @@ class SqliteStore(Store):
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=0
         )
-        conn.row_factory = _dict_row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        if readonly:
-            conn.execute("PRAGMA query_only = ON")
+        try:
+            conn.row_factory = _dict_row
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            if readonly:
+                conn.execute("PRAGMA query_only = ON")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _open_sync(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or next(iter(mode.values())).lower() != "wal":
@@ -323,14 +329,18 @@ class SqliteStore(Store):
         return conn
 
     def _read_sync(self, unit: Callable[[Tx], T]) -> T:
-        conn = self._reader()
-        conn.execute("BEGIN")
+        try:
+            conn = self._reader()
+            conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
         try:
             return unit(SqliteTx(self.queries, conn))
         except sqlite3.Error as exc:
             raise classify(exc) from exc
         finally:
-            conn.execute("COMMIT")
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
 
     async def read(self, unit: Callable[[Tx], T]) -> T:
         if self._closed:

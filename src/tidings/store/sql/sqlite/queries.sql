@@ -54,11 +54,11 @@ UPDATE operations
 
 -- publish --
 -- Admission and the per-conversation sequence share the queue row; a duplicate key or a full
--- backlog changes nothing and returns no row.
-INSERT INTO signal_queues (conversation_id) VALUES (:conversation_id)
-ON CONFLICT (conversation_id) DO NOTHING;
-UPDATE signal_queues SET last_seq = last_seq + 1, backlog = backlog + 1
- WHERE conversation_id = :conversation_id AND backlog < :backlog_limit
+-- backlog changes nothing and returns no row. (A conversation without a queue row has no
+-- events, so a first publish needs no duplicate check.)
+INSERT INTO signal_queues (conversation_id, last_seq, backlog) VALUES (:conversation_id, 1, 1)
+ON CONFLICT (conversation_id) DO UPDATE SET last_seq = last_seq + 1, backlog = backlog + 1
+ WHERE backlog < :backlog_limit
    AND NOT EXISTS (SELECT 1 FROM signal_events
                     WHERE conversation_id = :conversation_id
                       AND idempotency_key = :idempotency_key);
@@ -72,11 +72,10 @@ INSERT INTO signal_deliveries (event_id, conversation_id, queue_seq, state, atte
 SELECT :event_id, :conversation_id, q.last_seq, 'ready', 0, :now_us, :payload_bytes, :now_us
   FROM signal_queues q
  WHERE q.conversation_id = :conversation_id AND changes() = 1;
-SELECT 'created' AS outcome, e.seq, e.event_id, d.delivery_id, q.backlog
-  FROM signal_events e
-  JOIN signal_deliveries d ON d.event_id = e.event_id
-  JOIN signal_queues q ON q.conversation_id = e.conversation_id
- WHERE e.event_id = :event_id AND changes() = 1;
+SELECT 'created' AS outcome, last_insert_rowid() AS delivery_id, :event_id AS event_id,
+       (SELECT seq FROM signal_events WHERE event_id = :event_id) AS seq,
+       (SELECT backlog FROM signal_queues WHERE conversation_id = :conversation_id) AS backlog
+ WHERE changes() = 1;
 
 -- event_by_key --
 SELECT e.seq, e.event_id, d.delivery_id
@@ -181,10 +180,12 @@ UPDATE signal_deliveries
 RETURNING conversation_id;
 
 -- purge_acknowledged --
+-- The newest event is never purged, so the journal sequence (max(seq) + 1) never goes back.
 DELETE FROM signal_events
  WHERE event_id IN (SELECT event_id FROM signal_deliveries
                      WHERE state = 'acknowledged' AND settled_at_us < :before_us
-                     LIMIT :limit);
+                     LIMIT :limit)
+   AND seq < (SELECT max(seq) FROM signal_events);
 
 -- delivery_states --
 SELECT delivery_id, state, attempts, lease_token, lease_deadline_us, failure_code

@@ -28,7 +28,7 @@ CREATE INDEX IF NOT EXISTS operations_unsettled
     ON operations (origin_instance) WHERE state = 'accepted';
 
 CREATE TABLE IF NOT EXISTS signal_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     event_id TEXT NOT NULL UNIQUE,
     type TEXT NOT NULL,
     operation_id TEXT REFERENCES operations (operation_id),
@@ -70,8 +70,6 @@ CREATE TABLE IF NOT EXISTS signal_deliveries (
 
 CREATE INDEX IF NOT EXISTS signal_deliveries_queue
     ON signal_deliveries (conversation_id, queue_seq) WHERE state IN ('ready', 'leased');
-CREATE INDEX IF NOT EXISTS signal_deliveries_leases
-    ON signal_deliveries (lease_instance) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS signal_deliveries_acknowledged
     ON signal_deliveries (settled_at_us) WHERE state = 'acknowledged';
 CREATE INDEX IF NOT EXISTS signal_deliveries_dead

@@ -71,8 +71,6 @@ CREATE TABLE IF NOT EXISTS signal_deliveries (
 
 CREATE INDEX IF NOT EXISTS signal_deliveries_queue
     ON signal_deliveries (conversation_id, queue_seq) WHERE state IN ('ready', 'leased');
-CREATE INDEX IF NOT EXISTS signal_deliveries_leases
-    ON signal_deliveries (lease_instance) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS signal_deliveries_acknowledged
     ON signal_deliveries (settled_at_us) WHERE state = 'acknowledged';
 CREATE INDEX IF NOT EXISTS signal_deliveries_dead
