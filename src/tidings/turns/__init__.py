@@ -1,0 +1,1 @@
+"""Turns: prompt assembly (context.py); the turn runner arrives with the coordinator."""
