@@ -92,7 +92,7 @@ class StaleLeaseError(TidingsError):
 
 
 class InstanceNotRunningError(TidingsError):
-    """This runtime instance is closed or was declared gone; it may not claim or publish."""
+    """This runtime instance is closed or was declared gone; it may not claim or accept."""
 
     code = "instance_not_running"
 

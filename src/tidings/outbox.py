@@ -303,9 +303,11 @@ class Outbox:
             idempotency_key=key or operation_id,
             now_us=self.clock.now_us(),
         )
-        if row is None:  # a concurrent accept of the same key committed first
+        if row is None:  # a concurrent accept won the key, or this instance was declared gone
             row = tx.one("operation_by_key", owner=owner, idempotency_key=key or operation_id)
-        assert row is not None
+        if row is None:
+            self._running = False
+            raise InstanceNotRunningError()
         return _operation(row)
 
     def complete(self, tx: Tx, operation_id: str, outcome: JSON = None) -> Operation:
@@ -481,7 +483,7 @@ class Outbox:
         raised and -- because the whole unit then rolls back -- the consumer's writes do not
         commit either.
         """
-        ids = list(lease.delivery_ids if delivery_ids is None else delivery_ids)
+        ids = list(dict.fromkeys(lease.delivery_ids if delivery_ids is None else delivery_ids))
         if not ids:
             return
         unknown = set(ids) - set(lease.delivery_ids)
@@ -492,6 +494,7 @@ class Outbox:
             "ack",
             token=lease.token,
             delivery_ids=ids,
+            expected=len(ids),
             conversation_id=lease.conversation_id,
             now_us=now,
         )
@@ -505,6 +508,8 @@ class Outbox:
         ``failure_code`` (backing off, or dead-lettering when the budget is spent) and the
         error is raised. A commit whose outcome is unknown leaves the lease to expire.
         """
+
+        check_slug(failure_code, "failure code")
 
         def both(tx: Tx) -> T:
             result = unit(tx)

@@ -263,16 +263,22 @@ class PostgresStore(Store):
         return await loop.run_in_executor(self._executor, self._transact_sync, unit)
 
     def _read_sync(self, unit: Callable[[Tx], T]) -> T:
-        try:
-            with self._pool.connection() as conn:
-                conn.read_only = True
-                try:
-                    with conn.transaction():
-                        return unit(PostgresTx(self.queries, conn))
-                finally:
-                    conn.read_only = False
-        except psycopg.Error as exc:
-            raise classify(exc) from exc
+        for attempt in range(1, _RETRIES + 1):
+            try:
+                with self._pool.connection() as conn:
+                    conn.read_only = True
+                    try:
+                        with conn.transaction():
+                            return unit(PostgresTx(self.queries, conn))
+                    finally:
+                        if not conn.closed:
+                            conn.read_only = False
+            except psycopg.Error as exc:
+                # A read changes nothing, so running it again after a lost connection is safe.
+                if _transient(exc) and attempt < _RETRIES:
+                    continue
+                raise classify(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def read(self, unit: Callable[[Tx], T]) -> T:
         if self._closed:

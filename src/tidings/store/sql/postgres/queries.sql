@@ -37,13 +37,20 @@ UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
 RETURNING operation_id;
 
 -- accept_operation --
--- No row when a concurrent transaction won the key after this statement's snapshot: the caller
--- then reads it with operation_by_key.
-WITH inserted AS (
+-- Only a running instance accepts: the instance row is share-locked, so a reconcile that
+-- declares it gone either waits for this transaction (and then finds the operation) or has
+-- already committed (and then nothing is inserted). No row when the instance is gone or a
+-- concurrent transaction won the key after this statement's snapshot: the caller then reads
+-- it with operation_by_key.
+WITH running AS (
+    SELECT instance_id FROM instances
+     WHERE instance_id = :origin_instance AND stopped_at_us IS NULL
+       FOR SHARE
+), inserted AS (
     INSERT INTO operations
         (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
-    VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted',
-            :now_us)
+    SELECT :operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us
+      FROM running
     ON CONFLICT (owner, idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -124,6 +131,8 @@ WITH picked AS (
                                      WHERE q.conversation_id = :conversation_id), 0)
        AND d.claimable_at_us <= :now_us
        AND d.attempts < :max_attempts
+       AND EXISTS (SELECT 1 FROM instances i
+                    WHERE i.instance_id = :instance_id AND i.stopped_at_us IS NULL)
      ORDER BY d.queue_seq
      LIMIT :max_count
        FOR UPDATE SKIP LOCKED
@@ -155,17 +164,23 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
--- One statement: acknowledge, then move the queue's head and backlog; returns the rows this
--- call acknowledged (none when the token no longer holds them). The head only moves forward,
--- to the lowest unsettled sequence this statement can see. A publisher whose row this snapshot
--- misses holds the queue row lock, and its sequence was allocated after every committed one,
--- so it is above any head computed here (docs/architecture.md, "Keeping the queue head clean").
-WITH acked AS (
+-- One statement, all or nothing: unless every listed delivery is still leased under this
+-- unexpired token, nothing changes and no row is returned. Then the queue's head and backlog
+-- move. The head only moves forward, to the lowest unsettled sequence this statement can see.
+-- A publisher whose row this snapshot misses holds the queue row lock, and its sequence was
+-- allocated after every committed one, so it is above any head computed here
+-- (docs/architecture.md, "Keeping the queue head clean").
+WITH held AS (
+    SELECT delivery_id FROM signal_deliveries
+     WHERE delivery_id = ANY(:delivery_ids::bigint[])
+       AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+       FOR UPDATE
+), acked AS (
     UPDATE signal_deliveries
        SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
            claimable_at_us = 0
-     WHERE delivery_id = ANY(:delivery_ids::bigint[])
-       AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+     WHERE delivery_id IN (SELECT delivery_id FROM held)
+       AND (SELECT count(*) FROM held) = :expected
     RETURNING delivery_id, queue_seq
 ), settled AS (
     UPDATE signal_queues q
@@ -174,7 +189,7 @@ WITH acked AS (
                (SELECT min(d.queue_seq) FROM signal_deliveries d
                  WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
                    AND d.queue_seq >= q.head_seq
-                   AND d.delivery_id <> ALL(:delivery_ids::bigint[])),
+                   AND d.delivery_id NOT IN (SELECT delivery_id FROM acked)),
                (SELECT max(queue_seq) + 1 FROM acked)))
      WHERE q.conversation_id = :conversation_id AND EXISTS (SELECT 1 FROM acked)
 )

@@ -35,9 +35,12 @@ UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
 RETURNING operation_id;
 
 -- accept_operation --
+-- Only a running instance accepts (one declared gone inserts nothing).
 INSERT INTO operations
     (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
-VALUES (:operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us)
+SELECT :operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accepted', :now_us
+ WHERE EXISTS (SELECT 1 FROM instances
+                WHERE instance_id = :origin_instance AND stopped_at_us IS NULL)
 ON CONFLICT (owner, idempotency_key) DO NOTHING;
 SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
 
@@ -105,6 +108,8 @@ UPDATE signal_deliveries
                                                 WHERE conversation_id = :conversation_id), 0)
                     AND claimable_at_us <= :now_us
                     AND attempts < :max_attempts
+                    AND EXISTS (SELECT 1 FROM instances
+                                 WHERE instance_id = :instance_id AND stopped_at_us IS NULL)
                   ORDER BY queue_seq
                   LIMIT :max_count))
       WHERE running <= :max_bytes OR position = 1)
@@ -127,14 +132,19 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
--- Acknowledge, then move the queue's head and backlog; returns the rows this call acknowledged
--- (none when the token no longer holds them). The head only moves forward, to the lowest
--- unsettled sequence (see docs/architecture.md, "Keeping the queue head clean").
+-- All or nothing: unless every listed delivery is still leased under this unexpired token,
+-- nothing changes and no row is returned. Then the queue's head and backlog move; the head only
+-- moves forward, to the lowest unsettled sequence (docs/architecture.md, "Keeping the queue
+-- head clean").
 UPDATE signal_deliveries
    SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
        claimable_at_us = 0
  WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
-   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us;
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+   AND (SELECT count(*) FROM signal_deliveries
+         WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+           AND lease_token = :token AND state = 'leased'
+           AND lease_deadline_us > :now_us) = :expected;
 UPDATE signal_queues
    SET backlog = backlog - changes(),
        head_seq = max(head_seq, coalesce(
@@ -180,7 +190,8 @@ UPDATE signal_deliveries
 RETURNING conversation_id;
 
 -- purge_acknowledged --
--- The newest event is never purged, so the journal sequence (max(seq) + 1) never goes back.
+-- The newest event is never purged, so the journal sequence (max(seq) + 1) never goes back;
+-- it goes at the next purge after a newer event exists.
 DELETE FROM signal_events
  WHERE event_id IN (SELECT event_id FROM signal_deliveries
                      WHERE state = 'acknowledged' AND settled_at_us < :before_us
