@@ -397,7 +397,8 @@ class Outbox:
             now_us=self.clock.now_us(),
         )
         if row is not None and row["outcome"] == "created":
-            self.store.wake(tx, ConversationId(conversation_id))
+            if row["backlog"] == 1:  # the queue was empty: consumers drain until a claim is empty
+                self.store.wake(tx, ConversationId(conversation_id))
             return Published(
                 EventId(row["event_id"]), row["seq"], DeliveryId(row["delivery_id"]),
                 ConversationId(conversation_id), created=True,
@@ -438,27 +439,23 @@ class Outbox:
         token = secrets.token_hex(16)
         ttl = to_us(lease_ttl or self.config.lease_ttl)
 
-        def unit(tx: Tx) -> Lease:
-            now = self.clock.now_us()
-            rows = tx.all(
-                "claim",
-                conversation_id=conversation_id,
-                token=token,
-                deadline_us=now + ttl,
-                now_us=now,
-                instance_id=self.instance_id,
-                owner=owner,
-                max_count=count,
-                max_bytes=size,
-                max_attempts=self.config.max_attempts,
-            )
-            rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
-            return Lease(
-                token, ConversationId(conversation_id), now + ttl,
-                tuple(_delivery(r) for r in rows),
-            )
-
-        return await self.store.transact(unit)
+        now = self.clock.now_us()
+        rows = await self.store.transact_query(
+            "claim",
+            conversation_id=conversation_id,
+            token=token,
+            deadline_us=now + ttl,
+            now_us=now,
+            instance_id=self.instance_id,
+            owner=owner,
+            max_count=count,
+            max_bytes=size,
+            max_attempts=self.config.max_attempts,
+        )
+        rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
+        return Lease(
+            token, ConversationId(conversation_id), now + ttl, tuple(_delivery(r) for r in rows)
+        )
 
     async def extend(self, lease: Lease, *, lease_ttl: timedelta | None = None) -> Lease:
         """Push the lease's deadline out; only the current unexpired token may."""

@@ -17,7 +17,7 @@ import asyncio
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -39,7 +39,10 @@ class Query:
 
 
 def split_statements(script: str) -> list[str]:
-    """Split SQL text on statement-ending semicolons (those that end a line)."""
+    """Split SQL text on statement-ending semicolons (those that end a line).
+
+    A ``CREATE TRIGGER`` runs to its ``END;`` line, whatever semicolons its body holds.
+    """
     statements: list[str] = []
     current: list[str] = []
     for line in script.splitlines():
@@ -47,7 +50,8 @@ def split_statements(script: str) -> list[str]:
         if not current and (not stripped or stripped.startswith("--")):
             continue
         current.append(line)
-        if stripped.endswith(";"):
+        in_trigger = current[0].lstrip().upper().startswith("CREATE TRIGGER")
+        if (stripped.upper() == "END;") if in_trigger else stripped.endswith(";"):
             statements.append("\n".join(current).rstrip().rstrip(";"))
             current = []
     tail = "\n".join(current).strip()
@@ -107,6 +111,7 @@ class Tx(ABC):
     def __init__(self, queries: dict[str, Query]) -> None:
         self._queries = queries
         self._after_commit: list[Callable[[], None]] = []
+        self._woken: set[str] = set()
 
     def all(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows of its last statement."""
@@ -172,11 +177,21 @@ class Wakeups:
             self._subscribers = [(lp, q) for lp, q in self._subscribers if q is not queue]
 
     def notify(self, conversation_id: str) -> None:
+        self.notify_many((conversation_id,))
+
+    def notify_many(self, conversation_ids: Iterable[str]) -> None:
+        """Hand every id to every subscriber: one call into each subscriber's loop."""
+        ids = tuple(conversation_ids)
         with self._lock:
             subscribers = list(self._subscribers)
         for loop, queue in subscribers:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, conversation_id)
+                loop.call_soon_threadsafe(_put_all, queue, ids)
+
+
+def _put_all(queue: asyncio.Queue[str], ids: tuple[str, ...]) -> None:
+    for conversation_id in ids:
+        queue.put_nowait(conversation_id)
 
 
 class Store(ABC):
@@ -191,6 +206,10 @@ class Store(ABC):
     @abstractmethod
     async def transact(self, unit: Callable[[Tx], T]) -> T:
         """Run ``unit`` in a write transaction; return its result once it is durable."""
+
+    async def transact_query(self, query: str, **params: Any) -> list[Row]:
+        """Run one named query as a transaction of its own; the rows of its last statement."""
+        return await self.transact(lambda tx: tx.all(query, **params))
 
     @abstractmethod
     async def read(self, unit: Callable[[Tx], T]) -> T:
@@ -215,10 +234,10 @@ class Store(ABC):
     def wake(self, tx: Tx, conversation_id: ConversationId) -> None:
         """Wake this process's listeners for ``conversation_id`` once ``tx`` commits.
 
-        Other processes are woken by the dialect (PostgreSQL NOTIFY in the publish statement)
-        or by polling (SQLite).
+        Other processes are woken by the dialect (PostgreSQL: the publish statement's NOTIFY,
+        which reaches this process too) or by polling (SQLite).
         """
-        tx.after_commit(lambda: self.wakeups.notify(conversation_id))
+        tx._woken.add(conversation_id)
 
     # -- schema --------------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
-from tidings.types import InstanceId
+from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
 
@@ -117,7 +117,7 @@ class PostgresStore(Store):
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             dsn,
             connection_class=psycopg.Connection[Row],
-            min_size=2,
+            min_size=min(2, pool_size),
             max_size=pool_size,
             open=False,
             kwargs={"row_factory": dict_row, "application_name": application_name},
@@ -256,6 +256,40 @@ class PostgresStore(Store):
                 conn_cm.__exit__(None, None, None)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _autocommit_sync(self, statement: str, params: dict[str, Any]) -> list[Row]:
+        for attempt in range(1, _RETRIES + 1):
+            try:
+                with self._pool.connection() as conn:
+                    conn.autocommit = True
+                    try:
+                        cursor = conn.execute(statement, params)
+                        return cursor.fetchall() if cursor.description is not None else []
+                    finally:
+                        if not conn.closed:
+                            conn.autocommit = False
+            except psycopg.Error as exc:
+                sqlstate = getattr(exc, "sqlstate", None) or ""
+                if sqlstate in _TRANSIENT and attempt < _RETRIES:
+                    continue  # rolled back by the server: safe to run again
+                if _transient(exc):
+                    # The statement is its own transaction: lost with the connection, it may
+                    # or may not have committed.
+                    raise CommitOutcomeUnknownError(str(exc)) from exc
+                raise classify(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def transact_query(self, query: str, **params: Any) -> list[Row]:
+        """One named query in autocommit when it is one statement: one round trip, no BEGIN."""
+        statements = self.queries[query].statements
+        if len(statements) != 1:
+            return await super().transact_query(query, **params)
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._autocommit_sync, statements[0], params
+        )
+
     async def transact(self, unit: Callable[[Tx], T]) -> T:
         if self._closed:
             raise StoreError("the store is closed")
@@ -285,6 +319,9 @@ class PostgresStore(Store):
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._read_sync, unit)
+
+    def wake(self, tx: Tx, conversation_id: ConversationId) -> None:
+        """Nothing to do here: the publish statement's NOTIFY reaches this process too."""
 
     # -- instance liveness: a session advisory lock on a connection of its own ----------------
 

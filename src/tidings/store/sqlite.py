@@ -99,22 +99,30 @@ class _Job:
     result: Any = None
     error: BaseException | None = None
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    woken: set[str] = field(default_factory=set)
 
 
 _STOP = object()
 
 
-def _settle(job: _Job) -> None:
-    def deliver() -> None:
+def _deliver(jobs: list[_Job]) -> None:
+    for job in jobs:
         if job.future.done():
-            return  # the caller stopped waiting; the outcome stands either way
+            continue  # the caller stopped waiting; the outcome stands either way
         if job.error is not None:
             job.future.set_exception(job.error)
         else:
             job.future.set_result(job.result)
 
-    if not job.loop.is_closed():
-        job.loop.call_soon_threadsafe(deliver)
+
+def _settle(jobs: list[_Job]) -> None:
+    """Answer every caller of a group: one wake-up of each event loop, not one per unit."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, batch in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_deliver, batch)
 
 
 class SqliteStore(Store):
@@ -265,7 +273,7 @@ class SqliteStore(Store):
             error = classify(exc)
             for job in group:
                 job.error = error
-                _settle(job)
+            _settle(group)
             return
 
         savepoints = len(group) > 1
@@ -289,6 +297,7 @@ class SqliteStore(Store):
                         conn.execute("ROLLBACK")
                 continue
             job.after_commit = tx._take_after_commit()
+            job.woken = tx._woken
             if savepoints:
                 conn.execute("RELEASE unit")
 
@@ -311,11 +320,14 @@ class SqliteStore(Store):
         committed = [job for job in group if job.error is None]
         self.groups_committed += 1 if committed else 0
         self.units_committed += len(committed)
+        woken: set[str] = set()
         for job in committed:
+            woken |= job.woken
             for callback in job.after_commit:
                 callback()
-        for job in group:
-            _settle(job)
+        if woken:
+            self.wakeups.notify_many(woken)
+        _settle(group)
 
     # -- readers -------------------------------------------------------------------------------
 

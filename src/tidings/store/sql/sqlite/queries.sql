@@ -58,7 +58,8 @@ UPDATE operations
 -- publish --
 -- Admission and the per-conversation sequence share the queue row; a duplicate key or a full
 -- backlog changes nothing and returns no row. (A conversation without a queue row has no
--- events, so a first publish needs no duplicate check.)
+-- events, so a first publish needs no duplicate check.) The delivery is written by the trigger
+-- signal_events_deliver.
 INSERT INTO signal_queues (conversation_id, last_seq, backlog) VALUES (:conversation_id, 1, 1)
 ON CONFLICT (conversation_id) DO UPDATE SET last_seq = last_seq + 1, backlog = backlog + 1
  WHERE backlog < :backlog_limit
@@ -69,16 +70,10 @@ INSERT INTO signal_events (event_id, type, operation_id, conversation_id, idempo
                            payload, payload_bytes, schema_version, published_at_us)
 SELECT :event_id, :type, :operation_id, :conversation_id, :idempotency_key,
        :payload, :payload_bytes, :schema_version, :now_us
- WHERE changes() = 1;
-INSERT INTO signal_deliveries (event_id, conversation_id, queue_seq, state, attempts,
-                               claimable_at_us, payload_bytes, published_at_us)
-SELECT :event_id, :conversation_id, q.last_seq, 'ready', 0, :now_us, :payload_bytes, :now_us
-  FROM signal_queues q
- WHERE q.conversation_id = :conversation_id AND changes() = 1;
-SELECT 'created' AS outcome, last_insert_rowid() AS delivery_id, :event_id AS event_id,
-       (SELECT seq FROM signal_events WHERE event_id = :event_id) AS seq,
-       (SELECT backlog FROM signal_queues WHERE conversation_id = :conversation_id) AS backlog
- WHERE changes() = 1;
+ WHERE changes() = 1
+RETURNING 'created' AS outcome, seq, event_id, seq AS delivery_id,
+          (SELECT q.backlog FROM signal_queues q
+            WHERE q.conversation_id IN (signal_events.conversation_id)) AS backlog;
 
 -- event_by_key --
 SELECT e.seq, e.event_id, d.delivery_id
@@ -115,15 +110,17 @@ UPDATE signal_deliveries
       WHERE running <= :max_bytes OR position = 1)
 RETURNING delivery_id, event_id, queue_seq, conversation_id, payload_bytes, attempts,
           published_at_us,
-          (SELECT e.seq FROM signal_events e WHERE e.event_id = signal_deliveries.event_id) AS seq,
+          -- "IN (x)", not "= x": SQLite 3.40 plans a correlated "=" in RETURNING as a scan.
+          (SELECT e.seq FROM signal_events e
+            WHERE e.event_id IN (signal_deliveries.event_id)) AS seq,
           (SELECT e.type FROM signal_events e
-            WHERE e.event_id = signal_deliveries.event_id) AS type,
+            WHERE e.event_id IN (signal_deliveries.event_id)) AS type,
           (SELECT e.operation_id FROM signal_events e
-            WHERE e.event_id = signal_deliveries.event_id) AS operation_id,
+            WHERE e.event_id IN (signal_deliveries.event_id)) AS operation_id,
           (SELECT e.payload FROM signal_events e
-            WHERE e.event_id = signal_deliveries.event_id) AS payload,
+            WHERE e.event_id IN (signal_deliveries.event_id)) AS payload,
           (SELECT e.schema_version FROM signal_events e
-            WHERE e.event_id = signal_deliveries.event_id) AS schema_version;
+            WHERE e.event_id IN (signal_deliveries.event_id)) AS schema_version;
 
 -- extend --
 UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us

@@ -75,3 +75,16 @@ CREATE INDEX IF NOT EXISTS signal_deliveries_acknowledged
     ON signal_deliveries (settled_at_us) WHERE state = 'acknowledged';
 CREATE INDEX IF NOT EXISTS signal_deliveries_dead
     ON signal_deliveries (conversation_id, delivery_id) WHERE state = 'dead_letter';
+
+-- Every event has exactly one recipient (S11: no broadcast), so its delivery is written by the
+-- engine in the same statement, numbered like the event, at the queue's freshly allocated
+-- sequence (publish allocates it just before).
+CREATE TRIGGER IF NOT EXISTS signal_events_deliver
+AFTER INSERT ON signal_events
+BEGIN
+    INSERT INTO signal_deliveries (delivery_id, event_id, conversation_id, queue_seq, state,
+                                   attempts, claimable_at_us, payload_bytes, published_at_us)
+    VALUES (NEW.seq, NEW.event_id, NEW.conversation_id,
+            (SELECT last_seq FROM signal_queues WHERE conversation_id = NEW.conversation_id),
+            'ready', 0, NEW.published_at_us, NEW.payload_bytes, NEW.published_at_us);
+END;
