@@ -535,20 +535,29 @@ def bulk_fill(backend: Backend, url: str, conv: str, count: int) -> None:
         "SET last_seq = q.last_seq + {n}, backlog = q.backlog + {n}"
     )
     if backend.name == "sqlite":
+        # On SQLite the engine writes each delivery (trigger signal_events_deliver) at the queue
+        # row's freshly allocated sequence, so the rows go in one event at a time -- still in
+        # one transaction and without publish's Python around them.
         conn = sqlite3.connect(url, isolation_level=None, timeout=30)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
-                "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < :n) "
-                "INSERT INTO signal_events (event_id, type, operation_id, conversation_id, "
-                "idempotency_key, payload, payload_bytes, schema_version, published_at_us) "
-                "SELECT 'evt_' || lower(hex(randomblob(16))), 'task.exited', NULL, :conv, "
-                ":prefix || i, :text, :size, 1, :now FROM g",
+                "INSERT INTO signal_queues (conversation_id) VALUES (:conv) "
+                "ON CONFLICT (conversation_id) DO NOTHING",
                 params,
             )
-            names = {"conv": ":conv", "now": ":now", "pattern": ":pattern", "n": ":n"}
-            conn.execute(deliveries.format(**names), params)
-            conn.execute(queue.format(**names), params)
+            for i in range(count):
+                conn.execute(
+                    "UPDATE signal_queues SET last_seq = last_seq + 1, backlog = backlog + 1 "
+                    "WHERE conversation_id = :conv",
+                    params,
+                )
+                conn.execute(
+                    "INSERT INTO signal_events (event_id, type, operation_id, conversation_id, "
+                    "idempotency_key, payload, payload_bytes, schema_version, published_at_us) "
+                    "VALUES (:event_id, 'task.exited', NULL, :conv, :key, :text, :size, 1, :now)",
+                    {**params, "event_id": f"evt_{uuid.uuid4().hex}", "key": f"{prefix}{i}"},
+                )
             conn.execute("COMMIT")
         finally:
             conn.close()
