@@ -31,7 +31,6 @@ import os
 import random
 import secrets
 import socket
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from tidings.types import (
     Published,
     QueueStats,
     ReconcileReport,
+    new_id,
 )
 
 T = TypeVar("T")
@@ -159,7 +159,7 @@ class Outbox:
         self.config = config or OutboxConfig()
         self._rng = rng or random.Random()
         self._owns_store = owns_store
-        self.instance_id = InstanceId(f"inst_{uuid.uuid4().hex}")
+        self.instance_id = InstanceId(new_id("inst"))
         self._running = False
         self._closed = False
         self._stop = asyncio.Event()
@@ -293,7 +293,7 @@ class Outbox:
         check_slug(kind, "operation kind")
         check_id(owner, "owner")
         key = check_id(idempotency_key, "idempotency key") if idempotency_key else None
-        operation_id = f"op_{uuid.uuid4().hex}"
+        operation_id = new_id("op")
         row = tx.one(
             "accept_operation",
             operation_id=operation_id,
@@ -379,7 +379,7 @@ class Outbox:
         check_slug(type, "signal type")
         check_signal_payload(payload)
         text, size = encode_json(payload, "payload", limit_bytes=self.config.payload_limit_bytes)
-        event_id = f"evt_{uuid.uuid4().hex}"
+        event_id = new_id("evt")
         key = check_id(idempotency_key, "idempotency key") if idempotency_key else event_id
         if not isinstance(schema_version, int) or schema_version < 1:
             raise InvalidInputError("schema_version must be a positive integer")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, NewType
 
@@ -14,6 +16,15 @@ DeliveryId = NewType("DeliveryId", int)
 
 JSON = Any
 """A value that round-trips through :func:`json.dumps` (objects, arrays, strings, numbers)."""
+
+
+def new_id(prefix: str) -> str:
+    """A unique id that sorts by creation time (like UUIDv7): nanoseconds, then 64 random bits.
+
+    Time order keeps the unique indexes on ids appending at their right edge instead of writing
+    all over them, which is most of the cost of an insert on PostgreSQL.
+    """
+    return f"{prefix}_{time.time_ns():016x}{secrets.token_hex(8)}"
 
 
 class OperationState(enum.StrEnum):

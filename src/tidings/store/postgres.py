@@ -1,19 +1,24 @@
 """PostgreSQL: the scale-out backend. Several runtime processes on several hosts, one database.
 
-Units of work run on pooled connections in worker threads (psycopg's blocking API releases
-the GIL during I/O), so the event loop never waits on the database and concurrent units commit
-concurrently -- PostgreSQL shares WAL flushes between them.
+Units of work are group-committed, as on SQLite, but optimistically: a few writer threads,
+each with its own connection, take whatever units are queued and run them in one transaction
+(``BEGIN``, each unit's statements, ``COMMIT``), answering every caller after the commit. A
+round trip costs more than a statement here, so a savepoint per unit would double the cost of
+the common case; instead, when a unit fails, the transaction is rolled back, that unit alone
+gets its error, and the others run again in a fresh transaction. That is safe because a unit
+only touches the database. A group's first attempt ran nothing twice; each retry removes the
+failed unit, so a group is retried at most as often as it has units.
 
-A unit that fails before its commit with a transient error (serialization failure, deadlock,
-a connection lost) is run again on a fresh connection, a bounded number of times: units only
-touch the database, so running one again is safe. A connection lost *during* COMMIT is
-different: the transaction may or may not have landed, and the caller is told exactly that
-(:class:`CommitOutcomeUnknownError`), never success.
+A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
+the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
+the transaction may or may not have landed, and every caller of the group is told exactly that
+(:class:`CommitOutcomeUnknownError`), never success. A lone single-statement unit (a claim) runs
+in autocommit: one round trip, no ``BEGIN``.
 
-Wake-ups: the publish statement NOTIFYs ``tidings_signals``; one listener connection per
-process LISTENs and fans the conversation ids out in-process. The same connection holds a
-session advisory lock keyed by the instance id: the lock is the instance's liveness mark, and
-it vanishes with the process (or its connection).
+Reads run on a small pool of read-only transactions. Wake-ups: the publish statement NOTIFYs
+``tidings_signals``; one listener connection per process LISTENs and fans the conversation ids
+out in-process. Another connection holds a session advisory lock keyed by the instance id: the
+lock is the instance's liveness mark, and it vanishes with the process (or its connection).
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import re
 import select
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
@@ -98,6 +105,56 @@ class PostgresTx(Tx):
         return rows, cursor.rowcount
 
 
+@dataclass(slots=True)
+class _Job:
+    unit: Callable[[Tx], Any]
+    statement: str | None  # set for a one-statement query, which may run in autocommit
+    params: dict[str, Any]
+    loop: asyncio.AbstractEventLoop = field(init=False)
+    future: asyncio.Future[Any] = field(init=False)
+    result: Any = None
+    error: BaseException | None = None
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    woken: set[str] = field(default_factory=set)
+
+
+_STOP = object()
+
+
+class _CommitUnknown(Exception):
+    """COMMIT was sent and the connection died before its answer."""
+
+
+def _fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _rollback(conn: psycopg.Connection[Row]) -> None:
+    with contextlib.suppress(psycopg.Error):
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+
+
+def _deliver(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if job.future.done():
+            continue  # the caller stopped waiting; the outcome stands either way
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.result)
+
+
+def _settle(jobs: list[_Job]) -> None:
+    """Answer every caller of a group: one wake-up of each event loop, not one per unit."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, batch in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_deliver, batch)
+
+
 def _pg_queries(queries: dict[str, Query]) -> dict[str, Query]:
     return {
         name: Query(name, tuple(to_psycopg(s) for s in q.statements))
@@ -110,19 +167,38 @@ class PostgresStore(Store):
 
     dialect = "postgres"
 
-    def __init__(self, dsn: str, *, pool_size: int = 16, application_name: str = "tidings") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        writers: int = 4,
+        readers: int = 4,
+        max_group: int = 64,
+        application_name: str = "tidings",
+    ) -> None:
         super().__init__()
+        if writers < 1 or readers < 1 or max_group < 1:
+            raise ValueError("writers, readers and max_group must be positive")
         self.queries = _pg_queries(self.queries)
         self.dsn = dsn
+        self._application_name = application_name
+        self._max_group = max_group
+        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._writer_threads = [
+            threading.Thread(target=self._writer_loop, name=f"tidings-pg-writer-{n}", daemon=True)
+            for n in range(writers)
+        ]
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             dsn,
             connection_class=psycopg.Connection[Row],
-            min_size=min(2, pool_size),
-            max_size=pool_size,
+            min_size=1,
+            max_size=readers,
             open=False,
             kwargs={"row_factory": dict_row, "application_name": application_name},
         )
-        self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="tidings-pg")
+        self._executor = ThreadPoolExecutor(readers, thread_name_prefix="tidings-pg-read")
+        self.groups_committed = 0
+        self.units_committed = 0
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_thread: threading.Thread | None = None
         self._listener_lock = threading.Lock()
@@ -146,10 +222,20 @@ class PostgresStore(Store):
             raise
         return store
 
+    def _connect(self) -> psycopg.Connection[Row]:
+        return psycopg.connect(
+            self.dsn,
+            autocommit=True,  # transactions are opened explicitly, one per group
+            row_factory=dict_row,
+            application_name=self._application_name,
+        )
+
     def _open_sync(self) -> None:
-        self._pool.open(wait=True, timeout=30)
-        with self._pool.connection() as conn:
+        with psycopg.connect(self.dsn, row_factory=dict_row) as conn:
             self._migrate(conn)
+        self._pool.open(wait=True, timeout=30)
+        for thread in self._writer_threads:
+            thread.start()
         listener = psycopg.connect(self.dsn, autocommit=True, application_name="tidings-listen")
         listener.execute("LISTEN tidings_signals")
         self._listener = listener
@@ -216,85 +302,134 @@ class PostgresStore(Store):
                 except psycopg.Error:
                     time.sleep(0.5)
 
-    # -- units of work -------------------------------------------------------------------------
+    # -- units of work: optimistic group commit ------------------------------------------------
 
-    def _transact_sync(self, unit: Callable[[Tx], T]) -> T:
-        for attempt in range(1, _RETRIES + 1):
-            try:
-                conn_cm = self._pool.connection()
-                conn = conn_cm.__enter__()
-            except psycopg.Error as exc:
-                raise classify(exc) from exc
-            try:
-                tx = PostgresTx(self.queries, conn)
-                try:
-                    result = unit(tx)
-                except psycopg.Error as exc:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.rollback()
-                    if _transient(exc) and attempt < _RETRIES:
-                        continue
-                    raise classify(exc) from exc
-                except BaseException:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.rollback()
-                    raise
-                try:
-                    conn.commit()
-                except psycopg.Error as exc:
-                    if isinstance(exc, psycopg.OperationalError) and conn.closed:
-                        raise CommitOutcomeUnknownError(str(exc)) from exc
-                    with contextlib.suppress(psycopg.Error):
-                        conn.rollback()
-                    if _transient(exc) and attempt < _RETRIES:
-                        continue
-                    raise classify(exc) from exc
-                for callback in tx._take_after_commit():
-                    callback()
-                return result
-            finally:
-                conn_cm.__exit__(None, None, None)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _autocommit_sync(self, statement: str, params: dict[str, Any]) -> list[Row]:
-        for attempt in range(1, _RETRIES + 1):
-            try:
-                with self._pool.connection() as conn:
-                    conn.autocommit = True
-                    try:
-                        cursor = conn.execute(statement, params)
-                        return cursor.fetchall() if cursor.description is not None else []
-                    finally:
-                        if not conn.closed:
-                            conn.autocommit = False
-            except psycopg.Error as exc:
-                sqlstate = getattr(exc, "sqlstate", None) or ""
-                if sqlstate in _TRANSIENT and attempt < _RETRIES:
-                    continue  # rolled back by the server: safe to run again
-                if _transient(exc):
-                    # The statement is its own transaction: lost with the connection, it may
-                    # or may not have committed.
-                    raise CommitOutcomeUnknownError(str(exc)) from exc
-                raise classify(exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def transact(self, unit: Callable[[Tx], T]) -> T:
+        return await self._submit(_Job(unit, None, {}))  # type: ignore[no-any-return]
 
     async def transact_query(self, query: str, **params: Any) -> list[Row]:
-        """One named query in autocommit when it is one statement: one round trip, no BEGIN."""
         statements = self.queries[query].statements
         if len(statements) != 1:
             return await super().transact_query(query, **params)
-        if self._closed:
-            raise StoreError("the store is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, self._autocommit_sync, statements[0], params
+        result: list[Row] = await self._submit(
+            _Job(lambda tx: tx.all(query, **params), statements[0], params)
         )
+        return result
 
-    async def transact(self, unit: Callable[[Tx], T]) -> T:
+    async def _submit(self, job: _Job) -> Any:
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._transact_sync, unit)
+        job.loop = loop
+        job.future = loop.create_future()
+        self._jobs.put(job)
+        return await job.future
+
+    def _writer_loop(self) -> None:
+        conn: psycopg.Connection[Row] | None = None
+        try:
+            while True:
+                first = self._jobs.get()
+                if first is _STOP:
+                    return
+                group: list[_Job] = [first]  # type: ignore[list-item]
+                stop = False
+                while len(group) < self._max_group:
+                    try:
+                        nxt = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is _STOP:
+                        stop = True
+                        break
+                    group.append(nxt)  # type: ignore[arg-type]
+                conn = self._run_group(conn, group)
+                _settle(group)
+                if stop:
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _run_group(
+        self, conn: psycopg.Connection[Row] | None, group: list[_Job]
+    ) -> psycopg.Connection[Row] | None:
+        """Commit every unit of ``group`` it can; give each of the others its error."""
+        pending = list(group)
+        retries = 0
+        while pending:
+            if conn is None or conn.closed:
+                try:
+                    conn = self._connect()
+                except psycopg.Error as exc:
+                    for job in pending:
+                        job.error = classify(exc)
+                    return None
+            try:
+                lone = pending[0]
+                if len(pending) == 1 and lone.statement is not None:
+                    lone.result = _fetch(conn.execute(lone.statement, lone.params))
+                    return conn
+                failed = self._attempt(conn, pending)
+            except _CommitUnknown as unknown:
+                for job in pending:
+                    job.error = CommitOutcomeUnknownError(str(unknown.__cause__))
+                return conn
+            except psycopg.Error as exc:  # BEGIN, COMMIT or an autocommit statement failed
+                _rollback(conn)
+                sqlstate = getattr(exc, "sqlstate", None) or ""
+                autocommitted = len(pending) == 1 and pending[0].statement is not None
+                if autocommitted and sqlstate not in _TRANSIENT and _transient(exc):
+                    # The statement was its own transaction and the connection went with it.
+                    pending[0].error = CommitOutcomeUnknownError(str(exc))
+                    return conn
+                if _transient(exc) and retries < _RETRIES:
+                    retries += 1
+                    continue
+                for job in pending:
+                    job.error = classify(exc)
+                return conn
+            if failed is None:
+                self.groups_committed += 1
+                self.units_committed += len(pending)
+                woken: set[str] = set()
+                for job in pending:
+                    woken |= job.woken
+                    for callback in job.after_commit:
+                        callback()
+                if woken:
+                    self.wakeups.notify_many(woken)
+                return conn
+            job, error = failed
+            _rollback(conn)
+            if isinstance(error, psycopg.Error) and _transient(error) and retries < _RETRIES:
+                retries += 1
+                continue
+            job.error = classify(error) if isinstance(error, psycopg.Error) else error
+            pending.remove(job)
+        return conn
+
+    def _attempt(
+        self, conn: psycopg.Connection[Row], pending: list[_Job]
+    ) -> tuple[_Job, BaseException] | None:
+        """Run every unit in one transaction and commit; the first unit that failed, if any."""
+        conn.execute("BEGIN")
+        for job in pending:
+            tx = PostgresTx(self.queries, conn)
+            try:
+                job.result = job.unit(tx)
+            except BaseException as exc:  # the unit's caller gets it
+                return job, exc
+            job.after_commit = tx._take_after_commit()
+            job.woken = tx._woken
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            sqlstate = getattr(exc, "sqlstate", None) or ""
+            if conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P":
+                raise _CommitUnknown() from exc
+            raise  # the server answered: the transaction did not commit
+        return None
 
     def _read_sync(self, unit: Callable[[Tx], T]) -> T:
         for attempt in range(1, _RETRIES + 1):
@@ -358,6 +493,11 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
+        for _ in self._writer_threads:
+            self._jobs.put(_STOP)
+        for thread in self._writer_threads:
+            if thread.is_alive():
+                await asyncio.to_thread(thread.join)
         os.write(self._stop_w, b"x")
         if self._listener_thread is not None:
             await asyncio.to_thread(self._listener_thread.join)
