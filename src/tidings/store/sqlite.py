@@ -168,6 +168,7 @@ class SqliteStore(Store):
             conn.row_factory = _dict_row
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             if readonly:
                 conn.execute("PRAGMA query_only = ON")
