@@ -10,6 +10,9 @@ CREATE TABLE IF NOT EXISTS instances (
     reconciled_at_us bigint
 );
 
+CREATE INDEX IF NOT EXISTS instances_unreconciled
+    ON instances (started_at_us) WHERE reconciled_at_us IS NULL;
+
 CREATE TABLE IF NOT EXISTS operations (
     operation_id text PRIMARY KEY,
     kind text NOT NULL,

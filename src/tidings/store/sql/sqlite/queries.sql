@@ -24,10 +24,11 @@ UPDATE instances
  WHERE instance_id = :instance_id;
 
 -- invalidate_leases --
+-- "state IN (...)" lets SQLite walk the unsettled rows' partial index, not the whole history.
 UPDATE signal_deliveries
    SET state = 'ready', lease_deadline_us = NULL, claimable_at_us = :now_us,
        failure_code = 'instance_gone'
- WHERE state = 'leased' AND lease_instance = :instance_id;
+ WHERE state IN ('ready', 'leased') AND state = 'leased' AND lease_instance = :instance_id;
 
 -- orphan_operations --
 UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
@@ -115,13 +116,14 @@ UPDATE signal_deliveries
        claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
        attempts = attempts + 1
  WHERE delivery_id IN (SELECT delivery_id FROM temp.claim_batch);
--- A delivery is numbered like its event (trigger signal_events_deliver).
+-- A delivery is numbered like its event (trigger signal_events_deliver). CROSS JOIN fixes the
+-- join order: the batch drives, the big tables are only looked up by key.
 SELECT d.delivery_id, d.event_id, e.seq, d.queue_seq, e.type, e.operation_id, d.conversation_id,
        e.payload, d.payload_bytes, e.schema_version, d.attempts, d.published_at_us
   FROM temp.claim_batch b
-  JOIN signal_deliveries d ON d.delivery_id = b.delivery_id
-  JOIN signal_events e ON e.seq = d.delivery_id
- ORDER BY d.queue_seq;
+ CROSS JOIN signal_deliveries d ON d.delivery_id = b.delivery_id
+ CROSS JOIN signal_events e ON e.seq = d.delivery_id
+ ORDER BY b.queue_seq;
 
 -- extend --
 UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us
@@ -230,7 +232,8 @@ SELECT count(*) AS backlog,
 -- dead_letters --
 SELECT d.delivery_id, d.event_id, d.conversation_id, e.type, d.attempts, d.failure_code,
        d.published_at_us, d.settled_at_us
-  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+  FROM signal_deliveries d INDEXED BY signal_deliveries_dead
+  JOIN signal_events e ON e.seq = d.delivery_id
  WHERE d.state = 'dead_letter'
    AND (:conversation_id IS NULL OR d.conversation_id = :conversation_id)
  ORDER BY d.delivery_id
