@@ -224,7 +224,9 @@ async def open_outbox(
 
 
 async def publish_one(ob: Outbox, conv: str, n: int) -> Published:
-    return await ob.store.transact(lambda tx: ob.publish(tx, conv, "task.exited", payload(n)))
+    return await ob.store.transact(
+        lambda tx: ob.publish(tx, conv, "task.exited", payload(n)), route=conv
+    )
 
 
 async def publish_many(ob: Outbox, conv: str, start: int, count: int) -> None:
@@ -342,8 +344,8 @@ async def e2e_one(backend: Backend, url: str, plan: Plan) -> dict[str, float]:
 
 class Dispatcher:
     """What a runtime does: wake-ups mark conversations due; one consumer per conversation at a
-    time claims up to 16 and acks them with its turn's row; a conversation that may hold more is
-    queued again. A watchdog re-queues everything if progress stalls (a missed wake-up)."""
+    time claims up to 16 and acks them with its turn's row, and claims again until a claim comes
+    back empty. A watchdog re-queues everything if progress stalls (a missed wake-up)."""
 
     def __init__(self, ob: Outbox, conversations: list[str]) -> None:
         self.ob = ob
@@ -385,7 +387,9 @@ class Dispatcher:
                     self.done.set()
             else:
                 self.empty_claims += 1
-            if taken == CLAIM_COUNT or conv in self.dirty:
+            # A wake-up comes only when a queue goes from empty to non-empty: drain until a
+            # claim comes back empty.
+            if taken or conv in self.dirty:
                 self.dirty.discard(conv)
                 self.due.put_nowait(conv)
             else:

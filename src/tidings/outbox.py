@@ -442,6 +442,7 @@ class Outbox:
         now = self.clock.now_us()
         rows = await self.store.transact_query(
             "claim",
+            route=conversation_id,
             conversation_id=conversation_id,
             token=token,
             deadline_us=now + ttl,
@@ -471,7 +472,7 @@ class Outbox:
                 raise StaleLeaseError(lease.token, ids)
             return Lease(lease.token, lease.conversation_id, now + ttl, lease.deliveries)
 
-        return await self.store.transact(unit)
+        return await self.store.transact(unit, route=lease.conversation_id)
 
     def ack(self, tx: Tx, lease: Lease, delivery_ids: Sequence[int] | None = None) -> None:
         """Acknowledge leased signals inside the consumer's transaction (S7).
@@ -514,7 +515,7 @@ class Outbox:
             return result
 
         try:
-            return await self.store.transact(both)
+            return await self.store.transact(both, route=lease.conversation_id)
         except StaleLeaseError:
             raise
         except TidingsError as exc:
@@ -574,7 +575,7 @@ class Outbox:
                 )
             return {DeliveryId(r["delivery_id"]): r["state"] for r in rows}
 
-        return await self.store.transact(unit)
+        return await self.store.transact(unit, route=lease.conversation_id)
 
     # -- sweep, stats, dead letters ------------------------------------------------------------
 
@@ -652,7 +653,11 @@ class Outbox:
 
     @contextlib.asynccontextmanager
     async def wakeups(self) -> AsyncIterator[asyncio.Queue[str]]:
-        """A queue of conversation ids with new signals: hints, possibly repeated or missed."""
+        """A queue of conversation ids whose signal queue went from empty to non-empty.
+
+        Hints only: possibly repeated, possibly missed (the sweep re-finds what they miss). A
+        consumer woken for a conversation claims until a claim comes back empty.
+        """
         queue = self.store.wakeups.subscribe()
         try:
             yield queue

@@ -204,12 +204,19 @@ class Store(ABC):
         self.wakeups = Wakeups()
 
     @abstractmethod
-    async def transact(self, unit: Callable[[Tx], T]) -> T:
-        """Run ``unit`` in a write transaction; return its result once it is durable."""
+    async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+        """Run ``unit`` in a write transaction; return its result once it is durable.
 
-    async def transact_query(self, query: str, **params: Any) -> list[Row]:
+        ``route`` names what the unit is about (a conversation id): units with the same route
+        are committed in the order they were submitted, by one writer, so they never wait on
+        each other's locks across writers. Units that touch one conversation should pass it.
+        """
+
+    async def transact_query(
+        self, query: str, *, route: str | None = None, **params: Any
+    ) -> list[Row]:
         """Run one named query as a transaction of its own; the rows of its last statement."""
-        return await self.transact(lambda tx: tx.all(query, **params))
+        return await self.transact(lambda tx: tx.all(query, **params), route=route)
 
     @abstractmethod
     async def read(self, unit: Callable[[Tx], T]) -> T:

@@ -31,6 +31,7 @@ import re
 import select
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -183,10 +184,15 @@ class PostgresStore(Store):
         self.dsn = dsn
         self._application_name = application_name
         self._max_group = max_group
-        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._queues: list[queue.SimpleQueue[_Job | object]] = [
+            queue.SimpleQueue() for _ in range(writers)
+        ]
+        self._next = 0
         self._writer_threads = [
-            threading.Thread(target=self._writer_loop, name=f"tidings-pg-writer-{n}", daemon=True)
-            for n in range(writers)
+            threading.Thread(
+                target=self._writer_loop, args=(jobs,), name=f"tidings-pg-writer-{n}", daemon=True
+            )
+            for n, jobs in enumerate(self._queues)
         ]
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             dsn,
@@ -304,39 +310,48 @@ class PostgresStore(Store):
 
     # -- units of work: optimistic group commit ------------------------------------------------
 
-    async def transact(self, unit: Callable[[Tx], T]) -> T:
-        return await self._submit(_Job(unit, None, {}))  # type: ignore[no-any-return]
+    async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+        return await self._submit(_Job(unit, None, {}), route)  # type: ignore[no-any-return]
 
-    async def transact_query(self, query: str, **params: Any) -> list[Row]:
+    async def transact_query(
+        self, query: str, *, route: str | None = None, **params: Any
+    ) -> list[Row]:
         statements = self.queries[query].statements
         if len(statements) != 1:
-            return await super().transact_query(query, **params)
+            return await super().transact_query(query, route=route, **params)
         result: list[Row] = await self._submit(
-            _Job(lambda tx: tx.all(query, **params), statements[0], params)
+            _Job(lambda tx: tx.all(query, **params), statements[0], params), route
         )
         return result
 
-    async def _submit(self, job: _Job) -> Any:
+    async def _submit(self, job: _Job, route: str | None) -> Any:
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
         job.loop = loop
         job.future = loop.create_future()
-        self._jobs.put(job)
+        # Units about one conversation go to one writer: two writers never hold locks on the
+        # same conversation's rows, so concurrent groups cannot deadlock over them.
+        if route is None:
+            self._next = (self._next + 1) % len(self._queues)
+            index = self._next
+        else:
+            index = zlib.crc32(route.encode("utf-8")) % len(self._queues)
+        self._queues[index].put(job)
         return await job.future
 
-    def _writer_loop(self) -> None:
+    def _writer_loop(self, jobs: queue.SimpleQueue[_Job | object]) -> None:
         conn: psycopg.Connection[Row] | None = None
         try:
             while True:
-                first = self._jobs.get()
+                first = jobs.get()
                 if first is _STOP:
                     return
                 group: list[_Job] = [first]  # type: ignore[list-item]
                 stop = False
                 while len(group) < self._max_group:
                     try:
-                        nxt = self._jobs.get_nowait()
+                        nxt = jobs.get_nowait()
                     except queue.Empty:
                         break
                     if nxt is _STOP:
@@ -493,8 +508,8 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
-        for _ in self._writer_threads:
-            self._jobs.put(_STOP)
+        for jobs in self._queues:
+            jobs.put(_STOP)
         for thread in self._writer_threads:
             if thread.is_alive():
                 await asyncio.to_thread(thread.join)

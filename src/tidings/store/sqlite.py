@@ -237,7 +237,8 @@ class SqliteStore(Store):
 
     # -- the writer ----------------------------------------------------------------------------
 
-    async def transact(self, unit: Callable[[Tx], T]) -> T:
+    async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+        # One writer: every route is already in submission order.
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
