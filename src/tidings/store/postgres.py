@@ -156,6 +156,14 @@ def _settle(jobs: list[_Job]) -> None:
             loop.call_soon_threadsafe(_deliver, batch)
 
 
+def _release_liveness(conn: psycopg.Connection[Any]) -> None:
+    # Release the liveness mark before returning: a server notices a closed session a moment
+    # later, and whoever reconciles next must already see this instance gone.
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    conn.close()
+
+
 def _pg_queries(queries: dict[str, Query]) -> dict[str, Query]:
     return {
         name: Query(name, tuple(to_psycopg(s) for s in q.statements))
@@ -522,7 +530,7 @@ class PostgresStore(Store):
             if self._listener is not None:
                 self._listener.close()
         if self._liveness is not None:
-            self._liveness.close()  # releases the instance's advisory lock
+            await asyncio.to_thread(_release_liveness, self._liveness)
         self._executor.shutdown(wait=True)
         await asyncio.to_thread(self._pool.close)
 
