@@ -180,7 +180,7 @@ class PostgresStore(Store):
         self,
         dsn: str,
         *,
-        writers: int = 4,
+        writers: int = 2,
         readers: int = 4,
         max_group: int = 64,
         application_name: str = "tidings",
