@@ -156,6 +156,16 @@ def _settle(jobs: list[_Job]) -> None:
             loop.call_soon_threadsafe(_deliver, batch)
 
 
+def _spoke_while_idle(conn: psycopg.Connection[Row]) -> bool:
+    """Whether an idle connection has something to read: the server only speaks unasked to
+    say goodbye (a terminated backend, a shutdown), so such a connection is not used."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
 def _release_liveness(conn: psycopg.Connection[Any]) -> None:
     # Release the liveness mark before returning: a server notices a closed session a moment
     # later, and whoever reconciles next must already see this instance gone.
@@ -381,6 +391,8 @@ class PostgresStore(Store):
         pending = list(group)
         retries = 0
         while pending:
+            if conn is not None and not conn.closed and _spoke_while_idle(conn):
+                conn.close()  # terminated or broken while idle: reconnect before sending
             if conn is None or conn.closed:
                 try:
                     conn = self._connect()
