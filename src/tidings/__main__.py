@@ -1,0 +1,5 @@
+"""``python -m tidings``: the command line."""
+
+from tidings.cli import main
+
+main()
