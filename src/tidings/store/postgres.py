@@ -34,7 +34,6 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
@@ -53,6 +52,7 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
+from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
@@ -106,22 +106,6 @@ class PostgresTx(Tx):
         return rows, cursor.rowcount
 
 
-@dataclass(slots=True)
-class _Job:
-    unit: Callable[[Tx], Any]
-    statement: str | None  # set for a one-statement query, which may run in autocommit
-    params: dict[str, Any]
-    loop: asyncio.AbstractEventLoop = field(init=False)
-    future: asyncio.Future[Any] = field(init=False)
-    result: Any = None
-    error: BaseException | None = None
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
-    woken: set[str] = field(default_factory=set)
-
-
-_STOP = object()
-
-
 class _CommitUnknown(Exception):
     """COMMIT was sent and the connection died before its answer."""
 
@@ -134,26 +118,6 @@ def _rollback(conn: psycopg.Connection[Row]) -> None:
     with contextlib.suppress(psycopg.Error):
         if not conn.closed:
             conn.execute("ROLLBACK")
-
-
-def _deliver(jobs: list[_Job]) -> None:
-    for job in jobs:
-        if job.future.done():
-            continue  # the caller stopped waiting; the outcome stands either way
-        if job.error is not None:
-            job.future.set_exception(job.error)
-        else:
-            job.future.set_result(job.result)
-
-
-def _settle(jobs: list[_Job]) -> None:
-    """Answer every caller of a group: one wake-up of each event loop, not one per unit."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
-    for job in jobs:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, batch in by_loop.items():
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_deliver, batch)
 
 
 def _spoke_while_idle(conn: psycopg.Connection[Row]) -> bool:
@@ -202,7 +166,7 @@ class PostgresStore(Store):
         self.dsn = dsn
         self._application_name = application_name
         self._max_group = max_group
-        self._queues: list[queue.SimpleQueue[_Job | object]] = [
+        self._queues: list[queue.SimpleQueue[Job | object]] = [
             queue.SimpleQueue() for _ in range(writers)
         ]
         self._next = 0
@@ -329,7 +293,7 @@ class PostgresStore(Store):
     # -- units of work: optimistic group commit ------------------------------------------------
 
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
-        return await self._submit(_Job(unit, None, {}), route)  # type: ignore[no-any-return]
+        return await self._submit(unit, None, {}, route)  # type: ignore[no-any-return]
 
     async def transact_query(
         self, query: str, *, route: str | None = None, **params: Any
@@ -338,16 +302,21 @@ class PostgresStore(Store):
         if len(statements) != 1:
             return await super().transact_query(query, route=route, **params)
         result: list[Row] = await self._submit(
-            _Job(lambda tx: tx.all(query, **params), statements[0], params), route
+            lambda tx: tx.all(query, **params), statements[0], params, route
         )
         return result
 
-    async def _submit(self, job: _Job, route: str | None) -> Any:
+    async def _submit(
+        self,
+        unit: Callable[[Tx], Any],
+        statement: str | None,
+        params: dict[str, Any],
+        route: str | None,
+    ) -> Any:
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
-        job.loop = loop
-        job.future = loop.create_future()
+        job = Job(unit, loop, loop.create_future(), statement, params)
         # Units about one conversation go to one writer: two writers never hold locks on the
         # same conversation's rows, so concurrent groups cannot deadlock over them.
         if route is None:
@@ -358,26 +327,14 @@ class PostgresStore(Store):
         self._queues[index].put(job)
         return await job.future
 
-    def _writer_loop(self, jobs: queue.SimpleQueue[_Job | object]) -> None:
+    def _writer_loop(self, jobs: queue.SimpleQueue[Job | object]) -> None:
         conn: psycopg.Connection[Row] | None = None
         try:
             while True:
-                first = jobs.get()
-                if first is _STOP:
-                    return
-                group: list[_Job] = [first]  # type: ignore[list-item]
-                stop = False
-                while len(group) < self._max_group:
-                    try:
-                        nxt = jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is _STOP:
-                        stop = True
-                        break
-                    group.append(nxt)  # type: ignore[arg-type]
-                conn = self._run_group(conn, group)
-                _settle(group)
+                group, stop = next_group(jobs, self._max_group)
+                if group:
+                    conn = self._run_group(conn, group)
+                    settle(group)
                 if stop:
                     return
         finally:
@@ -385,7 +342,7 @@ class PostgresStore(Store):
                 conn.close()
 
     def _run_group(
-        self, conn: psycopg.Connection[Row] | None, group: list[_Job]
+        self, conn: psycopg.Connection[Row] | None, group: list[Job]
     ) -> psycopg.Connection[Row] | None:
         """Commit every unit of ``group`` it can; give each of the others its error."""
         pending = list(group)
@@ -427,13 +384,7 @@ class PostgresStore(Store):
             if failed is None:
                 self.groups_committed += 1
                 self.units_committed += len(pending)
-                woken: set[str] = set()
-                for job in pending:
-                    woken |= job.woken
-                    for callback in job.after_commit:
-                        callback()
-                if woken:
-                    self.wakeups.notify_many(woken)
+                committed(pending, self.wakeups)
                 return conn
             job, error = failed
             _rollback(conn)
@@ -445,8 +396,8 @@ class PostgresStore(Store):
         return conn
 
     def _attempt(
-        self, conn: psycopg.Connection[Row], pending: list[_Job]
-    ) -> tuple[_Job, BaseException] | None:
+        self, conn: psycopg.Connection[Row], pending: list[Job]
+    ) -> tuple[Job, BaseException] | None:
         """Run every unit in one transaction and commit; the first unit that failed, if any."""
         conn.execute("BEGIN")
         for job in pending:
@@ -455,8 +406,7 @@ class PostgresStore(Store):
                 job.result = job.unit(tx)
             except BaseException as exc:  # the unit's caller gets it
                 return job, exc
-            job.after_commit = tx._take_after_commit()
-            job.woken = tx._woken
+            job.took(tx)
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
@@ -529,7 +479,7 @@ class PostgresStore(Store):
             return
         self._closed = True
         for jobs in self._queues:
-            jobs.put(_STOP)
+            jobs.put(STOP)
         for thread in self._writer_threads:
             if thread.is_alive():
                 await asyncio.to_thread(thread.join)

@@ -27,7 +27,6 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -41,6 +40,7 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
+from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.types import InstanceId
 
 T = TypeVar("T")
@@ -91,40 +91,6 @@ def _dict_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
     return {col[0]: value for col, value in zip(cursor.description, values, strict=True)}
 
 
-@dataclass(slots=True)
-class _Job:
-    unit: Callable[[Tx], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    result: Any = None
-    error: BaseException | None = None
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
-    woken: set[str] = field(default_factory=set)
-
-
-_STOP = object()
-
-
-def _deliver(jobs: list[_Job]) -> None:
-    for job in jobs:
-        if job.future.done():
-            continue  # the caller stopped waiting; the outcome stands either way
-        if job.error is not None:
-            job.future.set_exception(job.error)
-        else:
-            job.future.set_result(job.result)
-
-
-def _settle(jobs: list[_Job]) -> None:
-    """Answer every caller of a group: one wake-up of each event loop, not one per unit."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
-    for job in jobs:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, batch in by_loop.items():
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_deliver, batch)
-
-
 class SqliteStore(Store):
     """A SQLite database file in WAL mode with a group-committing writer thread."""
 
@@ -146,7 +112,7 @@ class SqliteStore(Store):
         self.synchronous: Synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._max_group = max_group
-        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | object] = queue.SimpleQueue()
         self._writer: sqlite3.Connection | None = None
         self._writer_thread: threading.Thread | None = None
         self._readers = ThreadPoolExecutor(readers, thread_name_prefix="tidings-sqlite-read")
@@ -243,30 +209,18 @@ class SqliteStore(Store):
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(unit, loop, future))
+        self._jobs.put(Job(unit, loop, future))
         return await future
 
     def _writer_loop(self) -> None:
         while True:
-            first = self._jobs.get()
-            if first is _STOP:
-                return
-            group: list[_Job] = [first]  # type: ignore[list-item]
-            stop = False
-            while len(group) < self._max_group:
-                try:
-                    nxt = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                group.append(nxt)  # type: ignore[arg-type]
-            self._run_group(group)
+            group, stop = next_group(self._jobs, self._max_group)
+            if group:
+                self._run_group(group)
             if stop:
                 return
 
-    def _run_group(self, group: list[_Job]) -> None:
+    def _run_group(self, group: list[Job]) -> None:
         conn = self._writer
         assert conn is not None
         try:
@@ -275,7 +229,7 @@ class SqliteStore(Store):
             error = classify(exc)
             for job in group:
                 job.error = error
-            _settle(group)
+            settle(group)
             return
 
         savepoints = len(group) > 1
@@ -298,8 +252,7 @@ class SqliteStore(Store):
                     else:
                         conn.execute("ROLLBACK")
                 continue
-            job.after_commit = tx._take_after_commit()
-            job.woken = tx._woken
+            job.took(tx)
             if savepoints:
                 conn.execute("RELEASE unit")
 
@@ -319,17 +272,11 @@ class SqliteStore(Store):
                 if job.error is None:
                     job.error = StoreError("the shared transaction was rolled back")
 
-        committed = [job for job in group if job.error is None]
-        self.groups_committed += 1 if committed else 0
-        self.units_committed += len(committed)
-        woken: set[str] = set()
-        for job in committed:
-            woken |= job.woken
-            for callback in job.after_commit:
-                callback()
-        if woken:
-            self.wakeups.notify_many(woken)
-        _settle(group)
+        done = [job for job in group if job.error is None]
+        self.groups_committed += 1 if done else 0
+        self.units_committed += len(done)
+        committed(done, self.wakeups)
+        settle(group)
 
     # -- readers -------------------------------------------------------------------------------
 
@@ -399,7 +346,7 @@ class SqliteStore(Store):
             return
         self._closed = True
         if self._writer_thread is not None:
-            self._jobs.put(_STOP)
+            self._jobs.put(STOP)
             await asyncio.to_thread(self._writer_thread.join)
         if self._writer is not None:
             self._writer.close()
