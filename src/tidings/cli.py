@@ -96,9 +96,11 @@ def demo(database: str | None) -> None:
             console.rule("[bold]3. the turn stalls past its lease; another claims and acks")
             await asyncio.sleep((config.lease_ttl + timedelta(milliseconds=100)).total_seconds())
             second = await outbox.claim("conv-alpha", max_count=16, owner="run-2")
-            transcript: list[str] = []
-            await outbox.consume(second, lambda tx: transcript.append("assistant turn committed"),
-                                 failure_code="turn_failed")
+            # The turn's own write (here an operation row) commits with the ack, or neither does.
+            await outbox.consume(
+                second, lambda tx: outbox.accept(tx, "turn", "conv-alpha"),
+                failure_code="turn_failed",
+            )
             console.print(f"  run-2 consumed {[d.payload['step'] for d in second.deliveries]} "
                           "with its transcript in one transaction")
             try:

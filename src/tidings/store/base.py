@@ -207,6 +207,10 @@ class Store(ABC):
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
         """Run ``unit`` in a write transaction; return its result once it is durable.
 
+        A unit may run more than once before it commits (a transient error, or another unit of
+        the same group failing, runs it again in a fresh transaction), so it must only touch the
+        database through ``tx`` and keep no other effects.
+
         ``route`` names what the unit is about (a conversation id): units with the same route
         are committed in the order they were submitted, by one writer, so they never wait on
         each other's locks across writers. Units that touch one conversation should pass it.
