@@ -17,7 +17,7 @@ from rich.table import Table
 from tidings import __version__
 from tidings.errors import StaleLeaseError, TidingsError
 from tidings.outbox import Outbox, OutboxConfig
-from tidings.store import Tx
+from tidings.store import Tx, open_store
 from tidings.types import QueueStats
 
 T = TypeVar("T")
@@ -152,7 +152,10 @@ def status(database: str, conversation: str | None) -> None:
     """Show backlog, oldest age, retries and dead letters."""
 
     async def run() -> None:
-        async with Outbox.open(database) as outbox:
+        # Read only: no instance is registered and nothing is reconciled.
+        store = await open_store(database)
+        try:
+            outbox = Outbox(store)
             console.print(_stats_table("signals", [await outbox.stats(conversation)]))
             letters = await outbox.dead_letters(conversation)
             table = Table(title="dead letters")
@@ -162,6 +165,8 @@ def status(database: str, conversation: str | None) -> None:
                 table.add_row(str(d.delivery_id), d.conversation_id, d.type, str(d.attempts),
                               d.failure_code)
             console.print(table)
+        finally:
+            await store.close()
 
     _run(run)
 

@@ -39,4 +39,5 @@ def test_a3_status_shows_backlog_and_dead_letters(backend: Backend) -> None:
 def test_a3_status_refuses_an_unknown_database_url() -> None:
     result = _tidings("status", "--database", "mysql://nowhere/db")
     assert result.returncode != 0
-    assert "unsupported database URL" in result.stderr
+    assert "invalid_input: unsupported database URL" in result.stderr
+    assert "Traceback" not in result.stderr

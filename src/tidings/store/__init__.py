@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidings.errors import InvalidInputError
 from tidings.store.base import Row, Store, Tx
 from tidings.store.postgres import PostgresStore
 from tidings.store.sqlite import SqliteStore
@@ -22,8 +23,10 @@ async def open_store(url: str, **options: Any) -> Store:
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite:///")
         if not path or path == url:
-            raise ValueError(f"unsupported SQLite URL {url!r}: use sqlite:///path")
+            raise InvalidInputError(f"unsupported SQLite URL {url!r}: use sqlite:///path")
         return await SqliteStore.open(path, **options)
     if "://" in url:
-        raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://")
+        raise InvalidInputError(
+            f"unsupported database URL {url!r}: use sqlite:///path or postgresql://"
+        )
     return await SqliteStore.open(url, **options)
