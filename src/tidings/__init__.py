@@ -34,6 +34,7 @@ from tidings.types import (
     Published,
     QueueStats,
     ReconcileReport,
+    Signal,
 )
 
 __version__ = "0.1.0"
@@ -62,6 +63,7 @@ __all__ = (
     "Published",
     "QueueStats",
     "ReconcileReport",
+    "Signal",
     "SqliteStore",
     "StaleLeaseError",
     "Store",

@@ -72,6 +72,7 @@ from tidings.types import (
     Published,
     QueueStats,
     ReconcileReport,
+    Signal,
     new_id,
 )
 
@@ -357,6 +358,37 @@ class Outbox:
 
     # -- publish (S3, S4, S10, S11) ------------------------------------------------------------
 
+    def signal(
+        self,
+        conversation_id: str,
+        type: str,
+        payload: JSON,
+        *,
+        idempotency_key: str | None = None,
+        operation_id: str | None = None,
+        schema_version: int = 1,
+    ) -> Signal:
+        """Validate and encode a signal, outside any transaction.
+
+        Raises :class:`PayloadTooLargeError` / :class:`InvalidInputError` for a payload that is
+        too big or is not bounded metadata (S10, S11). Preparing a signal before opening the
+        unit that publishes it keeps that work off the store's writer.
+        """
+        check_id(conversation_id, "conversation id")
+        check_slug(type, "signal type")
+        check_signal_payload(payload)
+        text, size = encode_json(payload, "payload", limit_bytes=self.config.payload_limit_bytes)
+        event_id = EventId(new_id("evt"))
+        key = check_id(idempotency_key, "idempotency key") if idempotency_key else event_id
+        if operation_id is not None:
+            check_id(operation_id, "operation id")
+        if not isinstance(schema_version, int) or schema_version < 1:
+            raise InvalidInputError("schema_version must be a positive integer")
+        return Signal(
+            ConversationId(conversation_id), type, text, size, event_id, key,
+            None if operation_id is None else OperationId(operation_id), schema_version,
+        )
+
     def publish(
         self,
         tx: Tx,
@@ -370,47 +402,53 @@ class Outbox:
     ) -> Published:
         """Publish a signal to one conversation inside the caller's transaction.
 
-        Raises :class:`BacklogFullError` when the conversation already holds ``backlog_limit``
-        unacknowledged signals (nothing is dropped to make room), and
-        :class:`PayloadTooLargeError` / :class:`InvalidInputError` for a payload that is too
-        big or is not bounded metadata.
+        The same as ``publish_signal(tx, self.signal(...))``; see both.
         """
-        check_id(conversation_id, "conversation id")
-        check_slug(type, "signal type")
-        check_signal_payload(payload)
-        text, size = encode_json(payload, "payload", limit_bytes=self.config.payload_limit_bytes)
-        event_id = new_id("evt")
-        key = check_id(idempotency_key, "idempotency key") if idempotency_key else event_id
-        if not isinstance(schema_version, int) or schema_version < 1:
-            raise InvalidInputError("schema_version must be a positive integer")
+        prepared = self.signal(
+            conversation_id, type, payload, idempotency_key=idempotency_key,
+            operation_id=operation_id, schema_version=schema_version,
+        )
+        return self.publish_signal(tx, prepared)
+
+    def publish_signal(self, tx: Tx, signal: Signal) -> Published:
+        """Publish a prepared signal inside the caller's transaction (S3, S4, S10).
+
+        Raises :class:`BacklogFullError` when the conversation already holds ``backlog_limit``
+        unacknowledged signals (nothing is dropped to make room). A repeated idempotency key
+        returns the first event and writes nothing.
+        """
+        conversation_id = signal.conversation_id
         row = tx.one(
             "publish",
-            event_id=event_id,
-            type=type,
-            operation_id=operation_id,
+            event_id=signal.event_id,
+            type=signal.type,
+            operation_id=signal.operation_id,
             conversation_id=conversation_id,
-            idempotency_key=key,
-            payload=text,
-            payload_bytes=size,
-            schema_version=schema_version,
+            idempotency_key=signal.idempotency_key,
+            payload=signal.payload_text,
+            payload_bytes=signal.payload_bytes,
+            schema_version=signal.schema_version,
             backlog_limit=self.config.backlog_limit,
             now_us=self.clock.now_us(),
         )
         if row is not None and row["outcome"] == "created":
             if row["backlog"] == 1:  # the queue was empty: consumers drain until a claim is empty
-                self.store.wake(tx, ConversationId(conversation_id))
+                self.store.wake(tx, conversation_id)
             return Published(
                 EventId(row["event_id"]), row["seq"], DeliveryId(row["delivery_id"]),
-                ConversationId(conversation_id), created=True,
+                conversation_id, created=True,
             )
         if row is not None:  # admitted, but a concurrent publisher won the key: undo admission
             tx.execute("undo_admission", conversation_id=conversation_id)
-        first = tx.one("event_by_key", conversation_id=conversation_id, idempotency_key=key)
+        first = tx.one(
+            "event_by_key", conversation_id=conversation_id,
+            idempotency_key=signal.idempotency_key,
+        )
         if first is None:
             raise BacklogFullError(conversation_id, self.config.backlog_limit)
         return Published(
             EventId(first["event_id"]), first["seq"], DeliveryId(first["delivery_id"]),
-            ConversationId(conversation_id), created=False,
+            conversation_id, created=False,
         )
 
     # -- claim, extend, ack, release (S5-S8) ---------------------------------------------------

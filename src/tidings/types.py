@@ -61,6 +61,20 @@ class Operation:
 
 
 @dataclass(frozen=True, slots=True)
+class Signal:
+    """A validated, encoded signal, ready to publish (``Outbox.signal``)."""
+
+    conversation_id: ConversationId
+    type: str
+    payload_text: str
+    payload_bytes: int
+    event_id: EventId
+    idempotency_key: str
+    operation_id: OperationId | None
+    schema_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Published:
     """The answer to a publish: the event and its delivery, first-published on a duplicate key."""
 
