@@ -6,6 +6,7 @@ Nothing here touches the store or the clock; every function is deterministic giv
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -23,6 +24,14 @@ SECRET_KEYS = frozenset(
         "refresh_token", "authorization", "private_key", "credential", "credentials", "cookie",
     }
 )
+"""Examples of keys a signal payload never carries; ``is_secret_key`` decides by its words."""
+
+_SECRET_WORDS = frozenset(
+    {"password", "passwd", "passphrase", "secret", "credential", "credentials", "cookie",
+     "authorization", "apikey"}
+)
+_SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")})
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 MAX_PAYLOAD_DEPTH = 4
 MAX_ID_LENGTH = 200
 
@@ -82,12 +91,27 @@ def encode_json(value: Any, what: str, *, limit_bytes: int) -> tuple[str, int]:
     return text, size
 
 
+def is_secret_key(key: str) -> bool:
+    """Whether a payload key names a secret, judged by its words (snake, kebab or camel case).
+
+    ``db_password``, ``clientSecret``, ``github_token``, ``x-api-key`` and ``aws_access_key``
+    name secrets; ``task_key``, ``token_count`` and ``result_ref`` do not. A key ending in the
+    word ``token`` is a credential; ``token`` elsewhere (a count of tokens) is not.
+    """
+    words = [w.lower() for w in _WORD.findall(key)]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS for w in words) or words[-1] == "token":
+        return True
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
+
+
 def check_signal_payload(payload: Any) -> None:
     """Signals are observations: bounded metadata and references, never secrets (S11).
 
     A payload is a JSON object at most ``MAX_PAYLOAD_DEPTH`` deep whose keys never name a secret
-    (``password``, ``api_key``, ``token``, …). Raw tool arguments and raw results belong in a
-    result envelope, referenced from the signal.
+    (``password``, ``db_password``, ``api_key``, ``github_token``, …; see ``is_secret_key``).
+    Raw tool arguments and raw results belong in a result envelope, referenced from the signal.
     """
     if not isinstance(payload, dict):
         raise InvalidInputError("a signal payload must be a JSON object")
@@ -102,7 +126,7 @@ def check_signal_payload(payload: Any) -> None:
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidInputError("signal payload keys must be strings")
-                if key.lower() in SECRET_KEYS:
+                if is_secret_key(key):
                     raise InvalidInputError(
                         f"signal payloads carry references, never secrets: key {key!r} refused"
                     )
