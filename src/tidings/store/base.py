@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
+from tidings.errors import SchemaError
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
@@ -147,6 +148,10 @@ class Tx(ABC):
         callbacks, self._after_commit = self._after_commit, []
         return callbacks
 
+    def run_ddl(self, statement: str) -> None:
+        """Run one statement of a migration file (no parameters)."""
+        self._run(statement, {})
+
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
         """Adapt parameters to the driver once per query (the dict is the caller's own)."""
         return params
@@ -251,6 +256,28 @@ class Store(ABC):
         tx._woken.add(conversation_id)
 
     # -- schema --------------------------------------------------------------------------------
+
+    def apply_migrations(self, tx: Tx, where: str) -> None:
+        """Apply every migration not yet recorded, in ``tx``, under the migration lock.
+
+        Migrations are additive and idempotent; a database whose ledger is newer than this
+        code is refused rather than touched.
+        """
+        tx.execute("lock_migrations")
+        tx.execute("create_migration_ledger")
+        applied = {row["version"] for row in tx.all("applied_migrations")}
+        migrations = load_migrations(self.dialect)
+        newest = max(applied, default=0)
+        if newest > len(migrations):
+            raise SchemaError(
+                f"{where} has schema version {newest}; this tidings knows {len(migrations)}"
+            )
+        for migration in migrations:
+            if migration.version in applied:
+                continue
+            for statement in migration.statements:
+                tx.run_ddl(statement)
+            tx.execute("record_migration", version=migration.version, name=migration.name)
 
     @abstractmethod
     async def describe_schema(self) -> dict[str, Any]:

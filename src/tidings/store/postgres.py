@@ -48,17 +48,15 @@ from tidings.errors import (
     DiskFullError,
     IntegrityViolationError,
     ReadOnlyDatabaseError,
-    SchemaError,
     StoreError,
 )
-from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
+from tidings.store.base import Query, Row, Store, Tx
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
 
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
-_MIGRATION_LOCK = 7_311_001  # pg_advisory_xact_lock key serialising concurrent migrators
 _RETRIES = 3
 _TRANSIENT = ("40001", "40P01")  # serialization_failure, deadlock_detected
 
@@ -99,6 +97,9 @@ class PostgresTx(Tx):
     def __init__(self, queries: dict[str, Query], conn: psycopg.Connection[Row]) -> None:
         super().__init__(queries)
         self._conn = conn
+
+    def run_ddl(self, statement: str) -> None:
+        self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         cursor = self._conn.execute(statement, params)
@@ -233,26 +234,8 @@ class PostgresStore(Store):
         self._listener_thread.start()
 
     def _migrate(self, conn: psycopg.Connection[Row]) -> None:
-        migrations = load_migrations(self.dialect)
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            for statement in split_statements(sql_text(self.dialect, "bootstrap.sql")):
-                conn.execute(statement)
-            applied = {r["version"] for r in conn.execute("SELECT version FROM schema_migrations")}
-            for migration in migrations:
-                if migration.version in applied:
-                    continue
-                for statement in migration.statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-        newest = max(applied, default=0)
-        if newest > len(migrations):
-            raise SchemaError(
-                f"the database has schema version {newest}; this tidings knows {len(migrations)}"
-            )
+            self.apply_migrations(PostgresTx(self.queries, conn), "the database")
 
     def _listen_loop(self) -> None:
         # select() on the socket, not psycopg's notifies() generator: waiting then releases the

@@ -36,10 +36,9 @@ from tidings.errors import (
     DiskFullError,
     IntegrityViolationError,
     ReadOnlyDatabaseError,
-    SchemaError,
     StoreError,
 )
-from tidings.store.base import Query, Row, Store, Tx, load_migrations, split_statements, sql_text
+from tidings.store.base import Query, Row, Store, Tx
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.types import InstanceId
 
@@ -167,33 +166,13 @@ class SqliteStore(Store):
         self._writer_thread.start()
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Apply every migration not yet recorded, each in its own immediate transaction."""
-        for statement in split_statements(sql_text(self.dialect, "bootstrap.sql")):
-            conn.execute(statement)
-        migrations = load_migrations(self.dialect)
-        for migration in migrations:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                done = conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
-                ).fetchone()
-                if done is None:
-                    for statement in migration.statements:
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
-                        (migration.version, migration.name),
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        newest = conn.execute("SELECT max(version) AS v FROM schema_migrations").fetchone()
-        if newest and newest["v"] and newest["v"] > len(migrations):
-            raise SchemaError(
-                f"{self.path} has schema version {newest['v']}; this tidings knows "
-                f"{len(migrations)}"
-            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.apply_migrations(SqliteTx(self.queries, conn), str(self.path))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> SqliteStore:

@@ -2,6 +2,23 @@
 -- Every block has a twin of the same name and result shape in ../sqlite/queries.sql. The hot
 -- path (publish, claim) is one statement each, ack is two: every statement is a round trip.
 
+-- lock_migrations --
+-- Concurrent openers of one database migrate one at a time (released at commit).
+SELECT pg_advisory_xact_lock(7311001);
+
+-- create_migration_ledger --
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- applied_migrations --
+SELECT version FROM schema_migrations ORDER BY version;
+
+-- record_migration --
+INSERT INTO schema_migrations (version, name) VALUES (:version, :name);
+
 -- register_instance --
 INSERT INTO instances (instance_id, hostname, pid, started_at_us, heartbeat_at_us)
 VALUES (:instance_id, :hostname, :pid, :now_us, :now_us);

@@ -1,6 +1,23 @@
 -- Named queries for SQLite. Parameters are :name; lists arrive as JSON text (json_each).
 -- Every block has a twin of the same name and result shape in ../postgres/queries.sql.
 
+-- lock_migrations --
+-- The migrating transaction began with BEGIN IMMEDIATE: it already holds the write lock.
+SELECT 1;
+
+-- create_migration_ledger --
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+
+-- applied_migrations --
+SELECT version FROM schema_migrations ORDER BY version;
+
+-- record_migration --
+INSERT INTO schema_migrations (version, name) VALUES (:version, :name);
+
 -- register_instance --
 INSERT INTO instances (instance_id, hostname, pid, started_at_us, heartbeat_at_us)
 VALUES (:instance_id, :hostname, :pid, :now_us, :now_us);
