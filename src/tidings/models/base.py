@@ -1,0 +1,135 @@
+"""The model protocol: what a turn sends to a model, what comes back, and how failures are told.
+
+A request has three parts, in this order (S12): a stable, cacheable prefix (``system`` and
+``tools``), the history window (``messages``), and a dynamic ``suffix`` of runtime facts. An
+adapter must keep that order on the wire and must never turn a suffix block into a user
+message: runtime facts are observations, not a person's words.
+
+Every failure an adapter can see is raised as :class:`ModelError` with one of three kinds
+(A4): ``retryable`` (try the same model again after a pause: rate limits, timeouts, 5xx),
+``unavailable`` (this model cannot answer now: go to the next one in the fallback list) and
+``permanent`` (the request itself is wrong: no other attempt will help).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from tidings.errors import TidingsError
+
+
+class ModelErrorKind(enum.StrEnum):
+    """How a model failure is handled by the turn runner."""
+
+    RETRYABLE = "retryable"
+    UNAVAILABLE = "unavailable"
+    PERMANENT = "permanent"
+
+
+class ModelError(TidingsError):
+    """The model could not answer."""
+
+    code = "model_error"
+
+    def __init__(
+        self,
+        kind: ModelErrorKind,
+        message: str,
+        *,
+        model: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = ModelErrorKind(kind)
+        self.model = model
+        self.status = status
+
+    @property
+    def failure_code(self) -> str:
+        """A non-sensitive code for runs and dead letters (``model_retryable`` and so on)."""
+        return f"model_{self.kind.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for; ``call_id`` pairs it with its result."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model: its name, what it does, a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PromptMessage:
+    """One history message as the model sees it.
+
+    ``role`` is ``user`` (a person's or agent's words, or an internal notice the kernel wrote),
+    ``assistant`` (text and/or ``tool_calls``) or ``tool`` (the result of ``tool_call_id``).
+    ``origin`` and ``meta`` are the runtime's own annotations; adapters do not send them, the
+    scripted model matches on them.
+    """
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    origin: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """Everything one model call needs; ``model`` is the name the provider knows."""
+
+    model: str
+    system: str
+    tools: tuple[ToolSpec, ...]
+    messages: tuple[PromptMessage, ...]
+    suffix: tuple[str, ...] = ()
+    max_output_tokens: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """The model's answer: text and/or tool calls. No tool calls means the turn is answered."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    model: str = ""
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+DeltaCallback = Callable[[str], None]
+"""Called with each piece of streamed text as it arrives (a hint for live views only)."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model client. One instance answers for one model name.
+
+    ``complete`` may stream; it returns only once the whole reply is in. A provider's "done"
+    chunk is not an acknowledgment of anything: the turn commits after ``complete`` returns.
+    """
+
+    name: str
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply: ...
