@@ -156,3 +156,90 @@ class SchemaError(StoreError):
     """The database schema is newer than this version of tidings, or a migration failed."""
 
     code = "schema_error"
+
+
+# -- conversations, the door, the coordinator ------------------------------------------------
+
+
+class UnknownConversationError(TidingsError):
+    """No such conversation is visible to this principal."""
+
+    code = "unknown_conversation"
+
+    def __init__(self, conversation_id: str) -> None:
+        # A foreign conversation gets the very same answer as an unknown one.
+        super().__init__(f"no conversation {conversation_id!r}")
+        self.conversation_id = conversation_id
+
+
+class UnknownRunError(TidingsError):
+    """No such run in this conversation."""
+
+    code = "unknown_run"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r}")
+        self.run_id = run_id
+
+
+class ConversationClosedError(TidingsError):
+    """The conversation does not take this input in its current status; nothing was written."""
+
+    code = "conversation_closed"
+
+    def __init__(self, conversation_id: str, status: str) -> None:
+        super().__init__(f"conversation {conversation_id!r} is {status}")
+        self.conversation_id = conversation_id
+        self.status = status
+
+
+class OriginNotAllowedError(InvalidInputError):
+    """Only the kernel may write task_result and child inputs; nothing was written."""
+
+    code = "origin_not_allowed"
+
+    def __init__(self, origin: str) -> None:
+        super().__init__(f"origin {origin!r} is the kernel's own; callers may not supply it")
+        self.origin = origin
+
+
+class PairingViolationError(TidingsError):
+    """The write would put a message between a tool call and its result; nothing was written."""
+
+    code = "pairing_violation"
+
+    def __init__(self, conversation_id: str, detail: str) -> None:
+        super().__init__(f"conversation {conversation_id!r}: {detail}")
+        self.conversation_id = conversation_id
+
+
+class SlotLostError(TidingsError):
+    """This turn no longer holds its conversation's slot; its writes were refused."""
+
+    code = "slot_lost"
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"the slot of conversation {conversation_id!r} was lost or expired")
+        self.conversation_id = conversation_id
+
+
+class CompactionRefusedError(TidingsError):
+    """Compaction needs the conversation's slot: a turn is active or a start is queued."""
+
+    code = "compaction_refused"
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        super().__init__(f"cannot compact {conversation_id!r} now: {reason}")
+        self.conversation_id = conversation_id
+        self.reason = reason
+
+
+class InputQueueFullError(TidingsError):
+    """The conversation already holds as many queued inputs as it admits; nothing was written."""
+
+    code = "input_queue_full"
+
+    def __init__(self, conversation_id: str, limit: int) -> None:
+        super().__init__(f"conversation {conversation_id!r} already holds {limit} queued inputs")
+        self.conversation_id = conversation_id
+        self.limit = limit

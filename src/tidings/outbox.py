@@ -469,21 +469,40 @@ class Outbox:
         was nothing to claim. ``owner`` names the run holding the lease.
         """
         self._require_running()
+        ttl = to_us(lease_ttl or self.config.lease_ttl)
+        return await self.store.transact(
+            lambda tx: self.claim_in(
+                tx, conversation_id, max_count=max_count, max_bytes=max_bytes, owner=owner,
+                deadline_us=self.clock.now_us() + ttl,
+            ),
+            route=conversation_id,
+        )
+
+    def claim_in(
+        self,
+        tx: Tx,
+        conversation_id: str,
+        *,
+        deadline_us: int,
+        max_count: int | None = None,
+        max_bytes: int | None = None,
+        owner: str | None = None,
+    ) -> Lease:
+        """:meth:`claim` inside the caller's unit: a turn claims in the unit that takes its
+        conversation's slot, so signals are claimed only inside that slot (S5)."""
+        self._require_running()
         check_id(conversation_id, "conversation id")
         count = self.config.claim_max_count if max_count is None else max_count
         size = self.config.claim_max_bytes if max_bytes is None else max_bytes
         if count < 1 or size < 1:
             raise InvalidInputError("max_count and max_bytes must be positive")
         token = secrets.token_hex(16)
-        ttl = to_us(lease_ttl or self.config.lease_ttl)
-
         now = self.clock.now_us()
-        rows = await self.store.transact_query(
+        rows = tx.all(
             "claim",
-            route=conversation_id,
             conversation_id=conversation_id,
             token=token,
-            deadline_us=now + ttl,
+            deadline_us=deadline_us,
             now_us=now,
             instance_id=self.instance_id,
             owner=owner,
@@ -493,7 +512,7 @@ class Outbox:
         )
         rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
         return Lease(
-            token, ConversationId(conversation_id), now + ttl, tuple(_delivery(r) for r in rows)
+            token, ConversationId(conversation_id), deadline_us, tuple(_delivery(r) for r in rows)
         )
 
     async def extend(self, lease: Lease, *, lease_ttl: timedelta | None = None) -> Lease:
@@ -587,33 +606,47 @@ class Outbox:
             raise InvalidInputError("some deliveries are not in this lease")
         if not chosen:
             return {}
+        return await self.store.transact(
+            lambda tx: self._release_in(tx, lease, chosen, failure_code, permanent),
+            route=lease.conversation_id,
+        )
+
+    def release_in(
+        self, tx: Tx, lease: Lease, failure_code: str, *, permanent: bool = False
+    ) -> dict[DeliveryId, str]:
+        """:meth:`release` of the whole lease inside the caller's unit (a failed turn's commit)."""
+        check_slug(failure_code, "failure code")
+        if not lease.deliveries:
+            return {}
+        return self._release_in(tx, lease, list(lease.deliveries), failure_code, permanent)
+
+    def _release_in(
+        self,
+        tx: Tx,
+        lease: Lease,
+        chosen: Sequence[Delivery],
+        failure_code: str,
+        permanent: bool,
+    ) -> dict[DeliveryId, str]:
         cfg = self.config
-
-        def unit(tx: Tx) -> dict[DeliveryId, str]:
-            now = self.clock.now_us()
-            items = []
-            for d in chosen:
-                dead = dead_letter_due(d.attempts, max_attempts=cfg.max_attempts,
-                                       permanent=permanent)
-                delay = backoff_us(d.attempts, self._rng, base=cfg.backoff_base,
-                                   cap=cfg.backoff_cap)
-                items.append({
-                    "delivery_id": d.delivery_id,
-                    "state": "dead_letter" if dead else "ready",
-                    "claimable_at_us": now + delay,
-                    "failure_code": failure_code,
-                })
-            rows = tx.all("release", token=lease.token, items=json.dumps(items), now_us=now)
-            if len(rows) != len(items):
-                raise StaleLeaseError(lease.token, [d.delivery_id for d in chosen])
-            dead_count = sum(1 for r in rows if r["state"] == "dead_letter")
-            if dead_count:
-                tx.execute(
-                    "count_dead_letters", conversation_id=lease.conversation_id, dead=dead_count
-                )
-            return {DeliveryId(r["delivery_id"]): r["state"] for r in rows}
-
-        return await self.store.transact(unit, route=lease.conversation_id)
+        now = self.clock.now_us()
+        items = []
+        for d in chosen:
+            dead = dead_letter_due(d.attempts, max_attempts=cfg.max_attempts, permanent=permanent)
+            delay = backoff_us(d.attempts, self._rng, base=cfg.backoff_base, cap=cfg.backoff_cap)
+            items.append({
+                "delivery_id": d.delivery_id,
+                "state": "dead_letter" if dead else "ready",
+                "claimable_at_us": now + delay,
+                "failure_code": failure_code,
+            })
+        rows = tx.all("release", token=lease.token, items=json.dumps(items), now_us=now)
+        if len(rows) != len(items):
+            raise StaleLeaseError(lease.token, [d.delivery_id for d in chosen])
+        dead_count = sum(1 for r in rows if r["state"] == "dead_letter")
+        if dead_count:
+            tx.execute("count_dead_letters", conversation_id=lease.conversation_id, dead=dead_count)
+        return {DeliveryId(r["delivery_id"]): r["state"] for r in rows}
 
     # -- sweep, stats, dead letters ------------------------------------------------------------
 

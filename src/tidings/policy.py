@@ -10,11 +10,14 @@ import itertools
 import json
 import random
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tidings.clock import to_us
 from tidings.errors import InvalidInputError, PayloadTooLargeError
+from tidings.types import ConversationStatus, GoalStatus, Origin, StartKind
 
 _SLUG = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -136,3 +139,118 @@ def check_signal_payload(payload: Any) -> None:
                 walk(item, depth + 1)
 
     walk(payload, 1)
+
+
+# -- the door ----------------------------------------------------------------------------------
+
+
+def check_text(value: object, what: str, *, limit_bytes: int) -> str:
+    """Words for the transcript: a string, valid UTF-8, no NUL, at most ``limit_bytes``."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} is not valid UTF-8") from None
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} must not contain NUL characters")
+    if size > limit_bytes:
+        raise PayloadTooLargeError(size, limit_bytes)
+    return value
+
+
+class _Ordered(Protocol):
+    @property
+    def origin(self) -> Origin: ...
+
+    @property
+    def queue_position(self) -> int: ...
+
+
+OrderedT = TypeVar("OrderedT", bound=_Ordered)
+
+
+def read_order(inputs: Iterable[OrderedT]) -> list[OrderedT]:
+    """The order a turn reads queued inputs in (M2): the kernel's rows first, then arrival.
+
+    The model finishes absorbing what it asked for before it takes new instructions.
+    ``queue_position`` stays the arrival number; only the reading order changes.
+    """
+    return sorted(inputs, key=lambda i: (not i.origin.is_kernel, i.queue_position))
+
+
+# -- the coordinator ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartState:
+    """What a start decision reads, under the conversation's lock."""
+
+    status: ConversationStatus
+    goal_status: GoalStatus
+    suppressed: bool
+    awaiting_person: bool
+    slot_free: bool
+    person_inputs: bool
+    agent_inputs: bool
+    kernel_inputs: bool
+    ready_signals: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StartDecision:
+    """Run a turn for ``trigger``, or yield; ``yielded`` says why each other start gave way."""
+
+    trigger: StartKind | None
+    reason: str | None
+    yielded: tuple[tuple[StartKind, str], ...] = ()
+
+
+def decide_start(state: StartState, kinds: frozenset[StartKind]) -> StartDecision:
+    """Whether a turn starts now and on whose behalf (C2, C3, C6, C8).
+
+    Queued inputs are served first, a person's before anything else; a kernel receipt before an
+    automatic continuation. Automatic advancement (mail, wake-ups, goal checkpoints) waits while
+    continuation is suppressed after a stop, and while a person's word is awaited after model
+    retries ran out. A wake-up with nothing behind it is stale and starts nothing (C4).
+    """
+    if state.status is ConversationStatus.TOMBSTONED:
+        return StartDecision(None, "deleted", tuple((k, "deleted") for k in sorted(kinds)))
+    if not state.slot_free:
+        return StartDecision(None, "slot_busy")
+    trigger: StartKind | None = None
+    reason: str | None = None
+    if state.person_inputs:
+        trigger = StartKind.PERSON
+    elif state.agent_inputs:
+        trigger = StartKind.AGENT
+    else:
+        held = (
+            "suppressed" if state.suppressed
+            else "awaiting_person" if state.awaiting_person
+            else None
+        )
+        if state.kernel_inputs:
+            trigger, reason = (None, held) if held else (StartKind.MAIL, None)
+        elif state.ready_signals:
+            trigger, reason = (None, held) if held else (StartKind.WAKE, None)
+        elif StartKind.GOAL in kinds:
+            if held:
+                reason = held
+            elif state.goal_status is not GoalStatus.ACTIVE:
+                reason = f"goal_{state.goal_status.value}"
+            else:
+                trigger = StartKind.GOAL
+        else:
+            reason = "nothing_to_do"
+    yielded: list[tuple[StartKind, str]] = []
+    for kind in sorted(kinds):
+        if kind is trigger or not kind.automatic:
+            continue
+        if trigger is StartKind.PERSON:
+            yielded.append((kind, "person_priority"))
+        elif trigger is not None:
+            yielded.append((kind, "another_start_queued"))
+        else:
+            yielded.append((kind, reason or "nothing_to_do"))
+    return StartDecision(trigger, reason, tuple(yielded))

@@ -13,6 +13,9 @@ EventId = NewType("EventId", str)
 OperationId = NewType("OperationId", str)
 InstanceId = NewType("InstanceId", str)
 DeliveryId = NewType("DeliveryId", int)
+RunId = NewType("RunId", str)
+InputId = NewType("InputId", str)
+MessageId = NewType("MessageId", str)
 
 JSON = Any
 """A value that round-trips through :func:`json.dumps` (objects, arrays, strings, numbers)."""
@@ -152,3 +155,187 @@ class ReconcileReport:
     gone_instances: tuple[InstanceId, ...]
     leases_invalidated: int
     operations_unknown: tuple[OperationId, ...]
+
+
+# -- conversations, inputs, runs, transcript ---------------------------------------------------
+
+
+class ConversationStatus(enum.StrEnum):
+    """Active conversations take everyone's input; archived ones only the kernel's mail."""
+
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+    TOMBSTONED = "tombstoned"
+
+
+class GoalStatus(enum.StrEnum):
+    """A conversation's long-running objective; only an active goal's checkpoints start turns."""
+
+    NONE = "none"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    BLOCKED = "blocked"
+    DONE = "done"
+
+
+class Origin(enum.StrEnum):
+    """Where an input came from. ``task_result`` and ``child`` are the kernel's own (M1)."""
+
+    PERSON = "person"
+    AGENT = "agent"
+    TASK_RESULT = "task_result"
+    CHILD = "child"
+
+    @property
+    def is_kernel(self) -> bool:
+        return self in (Origin.TASK_RESULT, Origin.CHILD)
+
+
+class AuthorKind(enum.StrEnum):
+    HUMAN = "human"
+    AGENT = "agent"
+
+
+class DeliveryMode(enum.StrEnum):
+    """``queue`` waits for the next turn; ``steer`` joins the running turn at a safe point."""
+
+    QUEUE = "queue"
+    STEER = "steer"
+
+
+class InputState(enum.StrEnum):
+    QUEUED = "queued"
+    MATERIALIZED = "materialized"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(enum.StrEnum):
+    """A run's status; every status but queued and running is final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    NEEDS_ATTENTION = "needs_attention"
+    STOPPED = "stopped"
+
+
+class StartKind(enum.StrEnum):
+    """Why the coordinator was asked to start a turn (C2). Only ``person`` is not automatic."""
+
+    PERSON = "person"
+    AGENT = "agent"
+    MAIL = "mail"
+    WAKE = "wake"
+    GOAL = "goal"
+
+    @property
+    def automatic(self) -> bool:
+        return self in (StartKind.WAKE, StartKind.GOAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    """Who wrote an input: ``authored_by {kind, handle, display_name}``."""
+
+    kind: AuthorKind
+    handle: str
+    display_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The answering agent: model intent and ordered fallbacks, tools, approval mode."""
+
+    model: str
+    fallbacks: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    approval_mode: str = "never"
+    system: str = "You are a helpful agent."
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (self.model, *self.fallbacks)
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A conversation's durable state (its transcript and inputs are read separately)."""
+
+    conversation_id: ConversationId
+    owner: str
+    title: str
+    profile: Profile
+    status: ConversationStatus
+    goal_status: GoalStatus
+    goal_text: str | None
+    suppressed: bool
+    awaiting_person: bool
+    created_at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One entry through the conversation's single door (M1)."""
+
+    input_id: InputId
+    conversation_id: ConversationId
+    queue_position: int
+    origin: Origin
+    authored_by: Author
+    sender_conversation_id: ConversationId | None
+    run_public_id: RunId | None
+    task_key: str | None
+    delivery_mode: DeliveryMode
+    content: str
+    meta: dict[str, Any]
+    state: InputState
+    run_id: RunId | None
+    accepted_at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The durable record of one turn."""
+
+    run_id: RunId
+    conversation_id: ConversationId
+    trigger: StartKind
+    status: RunStatus
+    model: str | None
+    failure_code: str | None
+    steps: int
+    created_at_us: int
+    started_at_us: int | None
+    ended_at_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One committed transcript message."""
+
+    conversation_id: ConversationId
+    seq: int
+    message_id: MessageId
+    run_id: RunId | None
+    role: str
+    content: str
+    tool_calls: tuple[dict[str, Any], ...]
+    tool_call_id: str | None
+    tool_name: str | None
+    origin: Origin | None
+    input_id: InputId | None
+    meta: dict[str, Any]
+    created_at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One journal row of a conversation; ``seq`` is gap-free and commit ordered."""
+
+    conversation_id: ConversationId
+    seq: int
+    type: str
+    run_id: RunId | None
+    data: dict[str, Any]
+    at_us: int

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tidings.types import Delivery
+from tidings.models.base import PromptMessage, ToolCall
+from tidings.types import Delivery, Message
 
 FACTS_TAG = "runtime_facts"
 FACTS_NOTE = (
@@ -58,3 +59,40 @@ def runtime_facts(deliveries: Sequence[Delivery]) -> PromptBlock | None:
     ]
     lines = [f'<{FACTS_TAG} note="{FACTS_NOTE}">', *facts, f"</{FACTS_TAG}>"]
     return PromptBlock("system", "\n".join(lines))
+
+
+def history_window(messages: Sequence[Message]) -> list[Message]:
+    """The history a request may carry: it never opens inside a tool exchange.
+
+    A window cut by a message limit may begin with tool results whose call fell outside it, or
+    with an assistant reply to a message it no longer shows; it starts at its first user-role
+    message instead.
+    """
+    for index, message in enumerate(messages):
+        if message.role == "user":
+            return list(messages[index:])
+    return []
+
+
+def prompt_message(message: Message) -> PromptMessage:
+    """A committed message as the model sees it."""
+    if message.role == "assistant":
+        return PromptMessage(
+            "assistant",
+            message.content,
+            tool_calls=tuple(
+                ToolCall(c["call_id"], c["name"], c.get("arguments", {}))
+                for c in message.tool_calls
+            ),
+        )
+    if message.role == "tool":
+        return PromptMessage(
+            "tool", message.content, tool_call_id=message.tool_call_id,
+            tool_name=message.tool_name,
+        )
+    return PromptMessage(
+        "user",
+        message.content,
+        origin=None if message.origin is None else message.origin.value,
+        meta=message.meta,
+    )

@@ -284,3 +284,180 @@ SELECT d.delivery_id, d.event_id, d.conversation_id, e.type, d.attempts, d.failu
    AND (:conversation_id::text IS NULL OR d.conversation_id = :conversation_id)
  ORDER BY d.delivery_id
  LIMIT :limit;
+
+-- ============================================================================================
+-- Conversations, the door, runs, the transcript and the journal (C, M1-M3, S7)
+-- ============================================================================================
+
+-- insert_conversation --
+INSERT INTO conversations (conversation_id, owner, title, profile, status, goal_status,
+                           created_at_us, updated_at_us)
+VALUES (:conversation_id, :owner, :title, :profile, 'active', 'none', :now_us, :now_us)
+RETURNING *;
+
+-- get_conversation --
+SELECT * FROM conversations WHERE conversation_id = :conversation_id;
+
+-- lock_conversation --
+-- The row lock serialises every writer of this conversation until the transaction ends.
+SELECT * FROM conversations WHERE conversation_id = :conversation_id FOR UPDATE;
+
+-- save_conversation --
+UPDATE conversations
+   SET title = :title, profile = :profile, status = :status, goal_status = :goal_status,
+       goal_text = :goal_text, suppressed = :suppressed, awaiting_person = :awaiting_person,
+       last_queue_position = :last_queue_position, last_message_seq = :last_message_seq,
+       last_event_seq = :last_event_seq, history_start_seq = :history_start_seq,
+       slot_token = :slot_token, slot_deadline_us = :slot_deadline_us,
+       slot_instance = :slot_instance, slot_run = :slot_run, updated_at_us = :now_us
+ WHERE conversation_id = :conversation_id;
+
+-- list_conversations --
+SELECT * FROM conversations
+ WHERE owner = :owner AND status <> 'tombstoned' AND conversation_id > :after
+ ORDER BY conversation_id LIMIT :limit;
+
+-- extend_slot --
+-- The holder's deadline moves only while its token is current and unexpired; the answer says
+-- whether someone asked the holder's run to stop (a stop from another process).
+UPDATE conversations SET slot_deadline_us = :deadline_us
+ WHERE conversation_id = :conversation_id AND slot_token = :token
+   AND slot_deadline_us > :now_us;
+SELECT r.stop_requested
+  FROM conversations c JOIN runs r ON r.run_id = c.slot_run
+ WHERE c.conversation_id = :conversation_id AND c.slot_token = :token
+   AND c.slot_deadline_us = :deadline_us;
+
+-- stranded_conversations --
+-- What the sweep re-finds when a wake-up was missed: queued inputs with no live slot holder,
+-- slots whose holder's lease expired, and signals that came due after a backoff.
+SELECT i.conversation_id
+  FROM inputs i JOIN conversations c ON c.conversation_id = i.conversation_id
+ WHERE i.state = 'queued' AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+UNION
+SELECT conversation_id FROM conversations
+ WHERE slot_token IS NOT NULL AND slot_deadline_us <= :now_us
+UNION
+SELECT d.conversation_id
+  FROM signal_deliveries d JOIN conversations c ON c.conversation_id = d.conversation_id
+ WHERE d.state = 'ready' AND d.claimable_at_us <= :now_us
+   AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+LIMIT :limit;
+
+-- has_ready_signals --
+SELECT EXISTS (SELECT 1 FROM signal_deliveries
+                WHERE conversation_id = :conversation_id AND state = 'ready'
+                  AND claimable_at_us <= :now_us) AS ready;
+
+-- insert_input --
+INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, author_kind,
+                    author_handle, author_display_name, sender_conversation_id, run_public_id,
+                    task_key, delivery_mode, content, meta, idempotency_key, state,
+                    accepted_at_us)
+VALUES (:input_id, :conversation_id, :queue_position, :origin, :kernel, :author_kind,
+        :author_handle, :author_display_name, :sender_conversation_id, :run_public_id,
+        :task_key, :delivery_mode, :content, :meta, :idempotency_key, 'queued', :now_us)
+RETURNING *;
+
+-- input_by_key --
+SELECT * FROM inputs WHERE conversation_id = :conversation_id AND idempotency_key = :key;
+
+-- queued_inputs --
+-- The read order (M2): the kernel's rows first, then arrival.
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued'
+ ORDER BY kernel DESC, queue_position
+ LIMIT :limit;
+
+-- queued_steers --
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued' AND delivery_mode = 'steer'
+ ORDER BY kernel DESC, queue_position
+ LIMIT :limit;
+
+-- list_inputs --
+-- Queued inputs in read order, then the materialised ones in the order they were read.
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id
+ ORDER BY CASE WHEN state = 'queued' THEN 0 ELSE 1 END,
+          CASE WHEN state = 'queued' THEN -kernel ELSE 0 END,
+          CASE WHEN state = 'queued' THEN 0 ELSE materialized_at_us END,
+          queue_position
+ LIMIT :limit;
+
+-- materialize_input --
+UPDATE inputs SET state = 'materialized', run_id = :run_id, materialized_at_us = :now_us
+ WHERE input_id = :input_id AND state = 'queued';
+
+-- insert_run --
+INSERT INTO runs (run_id, conversation_id, trigger, status, instance_id, created_at_us,
+                  started_at_us)
+VALUES (:run_id, :conversation_id, :trigger, :status, :instance_id, :now_us, :now_us)
+RETURNING *;
+
+-- finish_run --
+UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
+                steps = :steps, ended_at_us = :now_us
+ WHERE run_id = :run_id AND status IN ('queued', 'running')
+RETURNING *;
+
+-- get_run --
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- list_runs --
+SELECT * FROM runs WHERE conversation_id = :conversation_id
+ ORDER BY created_at_us, run_id LIMIT :limit;
+
+-- request_stop --
+UPDATE runs SET stop_requested = 1
+ WHERE conversation_id = :conversation_id AND status IN ('queued', 'running')
+RETURNING run_id;
+
+-- insert_message --
+-- Strict pairing, enforced here: while a tool call of the conversation is open, nothing but a
+-- tool result may be appended (a result is let in by answer_tool_call, which runs first).
+INSERT INTO messages (conversation_id, seq, message_id, run_id, role, content, tool_calls,
+                      tool_call_id, tool_name, origin, input_id, meta, created_at_us)
+SELECT :conversation_id, :seq, :message_id, :run_id, :role, :content, :tool_calls,
+       :tool_call_id, :tool_name, :origin, :input_id, :meta, :now_us
+ WHERE :role::text = 'tool'
+    OR NOT EXISTS (SELECT 1 FROM tool_calls
+                    WHERE conversation_id = :conversation_id AND result_seq IS NULL);
+
+-- insert_tool_call --
+INSERT INTO tool_calls (conversation_id, call_seq, call_id, name, run_id)
+VALUES (:conversation_id, :call_seq, :call_id, :name, :run_id);
+
+-- answer_tool_call --
+UPDATE tool_calls SET result_seq = :seq
+ WHERE conversation_id = :conversation_id AND call_id = :call_id AND result_seq IS NULL;
+
+-- open_tool_calls --
+SELECT call_id, name, run_id, call_seq FROM tool_calls
+ WHERE conversation_id = :conversation_id AND result_seq IS NULL
+ ORDER BY call_seq, call_id;
+
+-- history --
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq DESC LIMIT :limit;
+
+-- transcript --
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq LIMIT :limit;
+
+-- insert_event --
+INSERT INTO events (conversation_id, seq, type, run_id, data, at_us)
+VALUES (:conversation_id, :seq, :type, :run_id, :data, :now_us);
+
+-- events_after --
+SELECT * FROM events
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq LIMIT :limit;
+
+-- count_queued_inputs --
+SELECT count(*) AS queued FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued';

@@ -77,3 +77,118 @@ CREATE INDEX IF NOT EXISTS signal_deliveries_acknowledged
     ON signal_deliveries (settled_at_us) WHERE state = 'acknowledged';
 CREATE INDEX IF NOT EXISTS signal_deliveries_dead
     ON signal_deliveries (conversation_id, delivery_id) WHERE state = 'dead_letter';
+
+CREATE TABLE IF NOT EXISTS conversations (
+    conversation_id text PRIMARY KEY,
+    owner text NOT NULL,
+    title text NOT NULL,
+    profile text NOT NULL,
+    status text NOT NULL CHECK (status IN ('active', 'archived', 'tombstoned')),
+    goal_status text NOT NULL
+        CHECK (goal_status IN ('none', 'active', 'paused', 'blocked', 'done')),
+    goal_text text,
+    suppressed integer NOT NULL DEFAULT 0,
+    awaiting_person integer NOT NULL DEFAULT 0,
+    last_queue_position bigint NOT NULL DEFAULT 0,
+    last_message_seq bigint NOT NULL DEFAULT 0,
+    last_event_seq bigint NOT NULL DEFAULT 0,
+    history_start_seq bigint NOT NULL DEFAULT 0,
+    slot_token text,
+    slot_deadline_us bigint,
+    slot_instance text,
+    slot_run text,
+    created_at_us bigint NOT NULL,
+    updated_at_us bigint NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS conversations_owner ON conversations (owner, conversation_id);
+CREATE INDEX IF NOT EXISTS conversations_slot
+    ON conversations (slot_deadline_us) WHERE slot_token IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS inputs (
+    input_id text PRIMARY KEY,
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    queue_position bigint NOT NULL,
+    origin text NOT NULL CHECK (origin IN ('person', 'agent', 'task_result', 'child')),
+    kernel integer NOT NULL,
+    author_kind text NOT NULL CHECK (author_kind IN ('human', 'agent')),
+    author_handle text NOT NULL,
+    author_display_name text NOT NULL,
+    sender_conversation_id text,
+    run_public_id text,
+    task_key text,
+    delivery_mode text NOT NULL CHECK (delivery_mode IN ('queue', 'steer')),
+    content text NOT NULL,
+    meta text NOT NULL,
+    idempotency_key text,
+    state text NOT NULL CHECK (state IN ('queued', 'materialized', 'cancelled')),
+    run_id text,
+    accepted_at_us bigint NOT NULL,
+    materialized_at_us bigint,
+    UNIQUE (conversation_id, queue_position),
+    UNIQUE (conversation_id, idempotency_key)
+);
+
+-- The read order (M2): kernel rows first, then arrival.
+CREATE INDEX IF NOT EXISTS inputs_queued
+    ON inputs (conversation_id, kernel DESC, queue_position) WHERE state = 'queued';
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id text PRIMARY KEY,
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    trigger text NOT NULL,
+    status text NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed',
+                                           'needs_attention', 'stopped')),
+    model text,
+    failure_code text,
+    instance_id text,
+    steps bigint NOT NULL DEFAULT 0,
+    stop_requested integer NOT NULL DEFAULT 0,
+    created_at_us bigint NOT NULL,
+    started_at_us bigint,
+    ended_at_us bigint
+);
+
+CREATE INDEX IF NOT EXISTS runs_conversation ON runs (conversation_id, created_at_us);
+
+CREATE TABLE IF NOT EXISTS messages (
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    seq bigint NOT NULL,
+    message_id text NOT NULL UNIQUE,
+    run_id text,
+    role text NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+    content text NOT NULL,
+    tool_calls text,
+    tool_call_id text,
+    tool_name text,
+    origin text,
+    input_id text,
+    meta text NOT NULL,
+    created_at_us bigint NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+);
+
+-- One row per tool call an assistant message made; result_seq stays NULL while it is open.
+-- While any call of a conversation is open, only results may be appended (strict pairing).
+CREATE TABLE IF NOT EXISTS tool_calls (
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    call_seq bigint NOT NULL,
+    call_id text NOT NULL,
+    name text NOT NULL,
+    run_id text,
+    result_seq bigint,
+    PRIMARY KEY (conversation_id, call_seq, call_id)
+);
+
+CREATE INDEX IF NOT EXISTS tool_calls_open
+    ON tool_calls (conversation_id, call_id) WHERE result_seq IS NULL;
+
+CREATE TABLE IF NOT EXISTS events (
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    run_id text,
+    data text NOT NULL,
+    at_us bigint NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+);

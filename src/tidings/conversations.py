@@ -1,0 +1,254 @@
+"""Conversations: create, read, archive, tombstone; profiles and goals; transcript and journal.
+
+A conversation belongs to one owner principal. Every read that names an owner answers a
+foreign conversation exactly as it answers an unknown one (:class:`UnknownConversationError`),
+so a principal cannot learn that someone else's conversation exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from tidings.clock import Clock
+from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
+from tidings.policy import check_id, check_text
+from tidings.store import Store, Tx
+from tidings.transcript import (
+    ConversationTx,
+    conversation_from_row,
+    encode_profile,
+    event_from_row,
+    message_from_row,
+    run_from_row,
+)
+from tidings.types import (
+    Conversation,
+    ConversationStatus,
+    Event,
+    GoalStatus,
+    Message,
+    Profile,
+    Run,
+    new_id,
+)
+
+T = TypeVar("T")
+
+MAX_PAGE = 1_000
+
+
+def check_profile(profile: Profile) -> Profile:
+    """A profile names at least one model; names are bounded identifiers."""
+    for name in profile.models:
+        check_id(name, "model name")
+    for tool in profile.tools:
+        check_id(tool, "tool name")
+    check_text(profile.system, "system prompt", limit_bytes=64 * 1024)
+    if profile.approval_mode not in ("never", "always", "writes"):
+        raise InvalidInputError("approval_mode must be one of never, always, writes")
+    return profile
+
+
+def _page(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}")
+    return limit
+
+
+class Conversations:
+    """Conversation records and their readable history."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def create(self, owner: str, profile: Profile, *, title: str = "") -> Conversation:
+        check_id(owner, "owner")
+        check_profile(profile)
+        check_text(title, "title", limit_bytes=1024)
+        conversation_id = new_id("conv")
+
+        def unit(tx: Tx) -> Conversation:
+            row = tx.one(
+                "insert_conversation",
+                conversation_id=conversation_id,
+                owner=owner,
+                title=title,
+                profile=encode_profile(profile),
+                now_us=self.clock.now_us(),
+            )
+            assert row is not None
+            cx = ConversationTx(tx, row, self.clock)
+            cx.record_event("conversation_created", {"owner": owner})
+            cx.save()
+            return cx.conversation
+
+        return await self.store.transact(unit, route=conversation_id)
+
+    async def get(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        """The conversation, if it exists, is not tombstoned and (when given) is ``owner``'s."""
+        check_id(conversation_id, "conversation id")
+        row = await self.store.read(
+            lambda tx: tx.one("get_conversation", conversation_id=conversation_id)
+        )
+        if row is None:
+            raise UnknownConversationError(conversation_id)
+        conversation = conversation_from_row(row)
+        if conversation.status is ConversationStatus.TOMBSTONED or (
+            owner is not None and conversation.owner != owner
+        ):
+            raise UnknownConversationError(conversation_id)
+        return conversation
+
+    async def list_owned(
+        self, owner: str, *, after: str = "", limit: int = 100
+    ) -> list[Conversation]:
+        check_id(owner, "owner")
+        rows = await self.store.read(
+            lambda tx: tx.all("list_conversations", owner=owner, after=after, limit=_page(limit))
+        )
+        return [conversation_from_row(r) for r in rows]
+
+    async def change(
+        self,
+        conversation_id: str,
+        change: Callable[[ConversationTx], T],
+        *,
+        owner: str | None = None,
+    ) -> T:
+        """Run ``change`` on the locked conversation in a unit of its own."""
+        check_id(conversation_id, "conversation id")
+
+        def unit(tx: Tx) -> T:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            c = cx.conversation
+            if c.status is ConversationStatus.TOMBSTONED or (
+                owner is not None and c.owner != owner
+            ):
+                raise UnknownConversationError(conversation_id)
+            result = change(cx)
+            cx.save()
+            return result
+
+        return await self.store.transact(unit, route=conversation_id)
+
+    async def archive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        """Archived conversations take no more callers' input; the kernel's mail still runs."""
+
+        def change(cx: ConversationTx) -> Conversation:
+            if cx.conversation.status is not ConversationStatus.ARCHIVED:
+                cx.update(status=ConversationStatus.ARCHIVED)
+                cx.record_event("conversation_status", {"status": "archived"})
+            return cx.conversation
+
+        return await self.change(conversation_id, change, owner=owner)
+
+    async def tombstone(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        """Delete: the conversation stops answering and is unknown to every reader from now."""
+
+        def change(cx: ConversationTx) -> Conversation:
+            cx.update(status=ConversationStatus.TOMBSTONED)
+            cx.record_event("conversation_status", {"status": "tombstoned"})
+            return cx.conversation
+
+        return await self.change(conversation_id, change, owner=owner)
+
+    async def set_profile(
+        self, conversation_id: str, profile: Profile, *, owner: str | None = None
+    ) -> Conversation:
+        check_profile(profile)
+
+        def change(cx: ConversationTx) -> Conversation:
+            cx.update(profile=profile)
+            cx.record_event("profile_changed", {"model": profile.model})
+            return cx.conversation
+
+        return await self.change(conversation_id, change, owner=owner)
+
+    async def set_goal(
+        self,
+        conversation_id: str,
+        status: GoalStatus | str,
+        text: str | None = None,
+        *,
+        owner: str | None = None,
+    ) -> Conversation:
+        """Set, pause, block, resume or finish the conversation's goal."""
+        try:
+            goal_status = GoalStatus(status)
+        except ValueError:
+            raise InvalidInputError(f"unknown goal status {status!r}") from None
+        if text is not None:
+            check_text(text, "goal", limit_bytes=16 * 1024)
+
+        def change(cx: ConversationTx) -> Conversation:
+            goal_text = cx.conversation.goal_text if text is None else text
+            cx.update(goal_status=goal_status, goal_text=goal_text)
+            cx.record_event("goal_status", {"status": goal_status.value})
+            return cx.conversation
+
+        return await self.change(conversation_id, change, owner=owner)
+
+    async def transcript(
+        self,
+        conversation_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = MAX_PAGE,
+        owner: str | None = None,
+    ) -> list[Message]:
+        await self.get(conversation_id, owner=owner)
+        rows = await self.store.read(
+            lambda tx: tx.all(
+                "transcript",
+                conversation_id=conversation_id,
+                after_seq=after_seq,
+                limit=_page(limit),
+            )
+        )
+        return [message_from_row(r) for r in rows]
+
+    async def events(
+        self,
+        conversation_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int = MAX_PAGE,
+        owner: str | None = None,
+    ) -> list[Event]:
+        """Journal rows after ``after_seq``, in order: a client resumes from its last seq."""
+        await self.get(conversation_id, owner=owner)
+        rows = await self.store.read(
+            lambda tx: tx.all(
+                "events_after",
+                conversation_id=conversation_id,
+                after_seq=after_seq,
+                limit=_page(limit),
+            )
+        )
+        return [event_from_row(r) for r in rows]
+
+    async def runs(
+        self, conversation_id: str, *, limit: int = MAX_PAGE, owner: str | None = None
+    ) -> list[Run]:
+        await self.get(conversation_id, owner=owner)
+        rows = await self.store.read(
+            lambda tx: tx.all("list_runs", conversation_id=conversation_id, limit=_page(limit))
+        )
+        return [run_from_row(r) for r in rows]
+
+    async def run(self, run_id: str, *, owner: str | None = None) -> Run:
+        check_id(run_id, "run id")
+        row = await self.store.read(lambda tx: tx.one("get_run", run_id=run_id))
+        if row is None:
+            raise UnknownRunError(run_id)
+        run = run_from_row(row)
+        try:
+            await self.get(run.conversation_id, owner=owner)
+        except UnknownConversationError:
+            raise UnknownRunError(run_id) from None
+        return run
+
+
+__all__ = ("Conversations", "check_profile")

@@ -1,0 +1,544 @@
+"""The execution coordinator (C1-C9): one entry, one slot, one turn at a time per conversation.
+
+Person input, agent sends, kernel mail, signal wake-ups and goal checkpoints all enter through
+:meth:`Coordinator.request` (C2). Requests for a conversation coalesce into one pending set
+(C4); one driver task per busy conversation takes them in order. No task, timer or poll exists
+for an idle conversation: it costs nothing until something arrives.
+
+Taking the slot is one unit of work under the conversation's lock: it reads the queued inputs,
+the goal, the suppression and attention flags and the ready signals, decides with the pure
+:func:`~tidings.policy.decide_start` (C3), and -- only if a turn starts -- writes the run, the
+slot lease and the claim of the signals in the same transaction. A start that yields records
+why. The slot is a fenced lease on the conversation row, so it is cluster-wide on PostgreSQL
+(C9): a holder that dies loses it when the lease expires, and the next holder answers the dead
+turn's open tool calls ``outcome_unknown`` before anything else -- nothing is replayed.
+
+The coordinator's own bookkeeping (the pending sets and driver handles) is touched only in
+synchronous sections of the event loop, so it can never be held across a model call or a disk
+read (C5): a conversation whose model hangs delays no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from tidings.clock import Clock, to_us
+from tidings.errors import (
+    CompactionRefusedError,
+    TidingsError,
+    UnknownConversationError,
+)
+from tidings.outbox import Outbox
+from tidings.policy import StartDecision, StartState, check_id, decide_start
+from tidings.store import Store, Tx
+from tidings.transcript import ConversationTx, run_from_row
+from tidings.turns.runner import TurnConfig, TurnPlan, TurnRunner
+from tidings.types import (
+    Conversation,
+    ConversationId,
+    ConversationStatus,
+    Origin,
+    Run,
+    RunId,
+    RunStatus,
+    StartKind,
+    new_id,
+)
+
+log = logging.getLogger("tidings.coordinator")
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Concurrency and timing of the coordinator."""
+
+    max_concurrent_turns: int = 64
+    sweep_interval: timedelta = timedelta(seconds=5)
+    sweep_batch: int = 500
+    busy_retry_margin: timedelta = timedelta(milliseconds=50)
+
+
+@dataclass
+class _Entry:
+    """A conversation with work pending or running; dropped as soon as it is idle."""
+
+    kinds: set[StartKind] = field(default_factory=set)
+    recheck: bool = False
+    record: bool = False
+    driver: asyncio.Task[None] | None = None
+    turn: asyncio.Task[Run] | None = None
+    stop_reason: str | None = None
+    compacting: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """The answer of the slot-taking unit: a plan to run, or the decision to yield."""
+
+    plan: TurnPlan | None
+    decision: StartDecision
+    slot_deadline_us: int | None = None
+
+
+class Coordinator:
+    """Per-conversation slots and the one entry every start goes through."""
+
+    def __init__(
+        self,
+        store: Store,
+        outbox: Outbox,
+        runner: TurnRunner,
+        clock: Clock,
+        config: CoordinatorConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.runner = runner
+        self.clock = clock
+        self.config = config or CoordinatorConfig()
+        self._entries: dict[str, _Entry] = {}
+        self._capacity = asyncio.Semaphore(self.config.max_concurrent_turns)
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._closing = False
+        self.turns_started = 0
+        self.yields: dict[str, int] = {}
+
+    @property
+    def turn_config(self) -> TurnConfig:
+        return self.runner.config
+
+    # -- the one entry (C2) -------------------------------------------------------------------
+
+    def request(
+        self, conversation_id: str, kind: StartKind | None = None, *, record: bool = True
+    ) -> None:
+        """Ask for a turn of ``conversation_id`` on behalf of ``kind``; never blocks.
+
+        ``kind`` None is a re-check: start whatever is eligible, record nothing if nothing is.
+        Requests coalesce (C4): however many arrive while one is pending, one decision reads
+        them all.
+        """
+        if self._closing:
+            return
+        entry = self._entries.get(conversation_id)
+        if entry is None:
+            entry = self._entries[conversation_id] = _Entry()
+        if kind is None:
+            entry.recheck = True
+        else:
+            entry.kinds.add(kind)
+            entry.record = entry.record or record
+        entry.idle.clear()
+        if entry.driver is None and not entry.compacting:
+            entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
+
+    def active(self, conversation_id: str) -> bool:
+        """Whether a turn of the conversation is running in this process."""
+        entry = self._entries.get(conversation_id)
+        return entry is not None and entry.turn is not None
+
+    async def idle(self, conversation_id: str) -> None:
+        """Wait until this process has nothing pending or running for the conversation."""
+        entry = self._entries.get(conversation_id)
+        if entry is not None:
+            await entry.idle.wait()
+
+    async def _drive(self, conversation_id: str, entry: _Entry) -> None:
+        try:
+            while (entry.kinds or entry.recheck) and not self._closing:
+                kinds = frozenset(entry.kinds)
+                record = entry.record
+                entry.kinds.clear()
+                entry.recheck = False
+                entry.record = False
+                async with self._capacity:
+                    await self._start(conversation_id, entry, kinds, record)
+        except Exception:
+            log.exception("coordinator driver for %s failed", conversation_id)
+        finally:
+            entry.driver = None
+            if (entry.kinds or entry.recheck) and not self._closing and not entry.compacting:
+                entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
+            elif not entry.compacting:
+                self._entries.pop(conversation_id, None)
+                entry.idle.set()
+
+    async def _start(
+        self, conversation_id: str, entry: _Entry, kinds: frozenset[StartKind], record: bool
+    ) -> None:
+        try:
+            begin = await self.store.transact(
+                lambda tx: self._begin(tx, conversation_id, kinds, record),
+                route=conversation_id,
+            )
+        except UnknownConversationError:
+            return
+        except TidingsError as exc:
+            # A store fault: the sweep finds the conversation again; nothing is lost.
+            log.warning("could not start a turn of %s: %s", conversation_id, exc)
+            return
+        decision = begin.decision
+        for _, reason in decision.yielded:
+            self.yields[reason] = self.yields.get(reason, 0) + 1
+        if begin.plan is None:
+            if decision.reason == "slot_busy" and begin.slot_deadline_us is not None:
+                self._retry_at(conversation_id, begin.slot_deadline_us)
+            return
+        self.turns_started += 1
+        entry.stop_reason = None
+        entry.turn = asyncio.create_task(
+            self.runner.run_turn(begin.plan, stop_reason=lambda: entry.stop_reason)
+        )
+        keeper = asyncio.create_task(self._keep(begin.plan, entry))
+        try:
+            await entry.turn
+        except asyncio.CancelledError:
+            if entry.stop_reason != "slot_lost" or self._closing:
+                raise
+        except TidingsError as exc:
+            log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id, exc)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            entry.turn = None
+        # Level-triggered: whatever arrived during the turn is looked at now, after the slot
+        # was released, so a start refused as slot_busy elsewhere is never stranded.
+        entry.recheck = True
+
+    def _retry_at(self, conversation_id: str, deadline_us: int) -> None:
+        delay = max(0.0, (deadline_us - self.clock.now_us()) / 1e6)
+        delay += to_us(self.config.busy_retry_margin) / 1e6
+        old = self._timers.pop(conversation_id, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.pop(conversation_id, None)
+            self.request(conversation_id, None)
+
+        self._timers[conversation_id] = loop.call_later(delay, fire)
+
+    # -- the slot-taking unit (C3, C9, S5) ----------------------------------------------------
+
+    def _begin(
+        self, tx: Tx, conversation_id: str, kinds: frozenset[StartKind], record: bool
+    ) -> Begin:
+        cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        c = cx.conversation
+        slot_free = cx.slot_free()
+        token_held, _, _ = cx.slot_holder()
+        recovered = False
+        if slot_free and token_held is not None:
+            # The holder's lease expired (its process died or stalled): close what it left
+            # open before anyone else writes, whether or not a turn starts now.
+            recover_interrupted(cx)
+            cx.release_slot(token_held)
+            recovered = True
+        cfg = self.turn_config
+        inputs = cx.queued_inputs(cfg.inputs_per_turn) if slot_free else []
+        ready_row = (
+            tx.one("has_ready_signals", conversation_id=conversation_id, now_us=cx.now_us)
+            if slot_free else None
+        )
+        ready = bool(ready_row and ready_row["ready"])
+        state = StartState(
+            status=c.status,
+            goal_status=c.goal_status,
+            suppressed=c.suppressed,
+            awaiting_person=c.awaiting_person,
+            slot_free=slot_free,
+            person_inputs=any(i.origin is Origin.PERSON for i in inputs),
+            agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
+            kernel_inputs=any(i.origin.is_kernel for i in inputs),
+            ready_signals=ready,
+        )
+        decision = decide_start(state, kinds)
+        if record and decision.yielded:
+            for kind, reason in decision.yielded:
+                cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
+        if decision.trigger is None:
+            if recovered or (record and decision.yielded):
+                cx.save()
+            _, deadline, _ = cx.slot_holder()
+            return Begin(None, decision, deadline)
+        run_id = RunId(new_id("run"))
+        token = secrets.token_hex(16)
+        deadline_us = cx.now_us + to_us(cfg.slot_ttl)
+        tx.one(
+            "insert_run", run_id=run_id, conversation_id=conversation_id,
+            trigger=decision.trigger.value, status=RunStatus.RUNNING.value,
+            instance_id=self.outbox.instance_id, now_us=cx.now_us,
+        )
+        cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
+        lease = self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
+        taken = inputs if decision.trigger in (
+            StartKind.PERSON, StartKind.AGENT, StartKind.MAIL
+        ) else []
+        notice: str | None = None
+        notice_meta: dict[str, Any] = {}
+        if decision.trigger is StartKind.GOAL:
+            notice = f"Goal checkpoint. Continue working toward the goal: {c.goal_text or ''}"
+            notice_meta = {"kind": "goal_checkpoint"}
+        cx.record_event(
+            "turn_status",
+            {"run_public_id": run_id, "status": "running", "trigger": decision.trigger.value,
+             "inputs": [i.input_id for i in taken], "signals": len(lease.deliveries)},
+            run_id,
+        )
+        history = cx.history(cfg.history_messages)
+        cx.save()
+        plan = TurnPlan(
+            conversation_id=ConversationId(conversation_id),
+            run_id=run_id,
+            trigger=decision.trigger,
+            slot_token=token,
+            profile=c.profile,
+            inputs=tuple(taken),
+            history=tuple(history),
+            lease=lease if lease.deliveries else None,
+            notice=notice,
+            notice_meta=notice_meta,
+        )
+        return Begin(plan, decision, deadline_us)
+
+    # -- keeping the slot ---------------------------------------------------------------------
+
+    async def _keep(self, plan: TurnPlan, entry: _Entry) -> None:
+        """Extend the slot (and the signal lease) while the turn runs; stop it when asked to
+        from another process, or when the slot was lost."""
+        ttl_us = to_us(self.turn_config.slot_ttl)
+        interval = ttl_us / 3 / 1e6
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock.now_us()
+            try:
+                rows = await self.store.transact_query(
+                    "extend_slot", route=plan.conversation_id,
+                    conversation_id=plan.conversation_id, token=plan.slot_token,
+                    deadline_us=now + ttl_us, now_us=now,
+                )
+            except TidingsError as exc:
+                log.warning("could not extend the slot of %s: %s", plan.conversation_id, exc)
+                continue
+            reason = "slot_lost" if not rows else "stopped" if rows[0]["stop_requested"] else None
+            if reason is None and plan.lease is not None:
+                with contextlib.suppress(TidingsError):
+                    await self.outbox.extend(plan.lease, lease_ttl=self.turn_config.slot_ttl)
+            if reason is not None and entry.turn is not None:
+                entry.stop_reason = reason
+                entry.turn.cancel()
+                return
+
+    # -- stop (C6) ----------------------------------------------------------------------------
+
+    async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
+        """Stop the running turn (wherever it runs) and suppress automatic continuation.
+
+        The suppression lasts until a person's business input; a maintenance compact keeps it.
+        Returns the runs asked to stop.
+        """
+        check_id(conversation_id, "conversation id")
+
+        def unit(tx: Tx) -> list[RunId]:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            if cx.conversation.status is ConversationStatus.TOMBSTONED or (
+                owner is not None and cx.conversation.owner != owner
+            ):
+                raise UnknownConversationError(conversation_id)
+            runs = [RunId(r["run_id"]) for r in tx.all(
+                "request_stop", conversation_id=conversation_id
+            )]
+            cx.update(suppressed=True)
+            cx.record_event("stop_requested", {"runs": list(runs)})
+            cx.save()
+            return runs
+
+        runs = await self.store.transact(unit, route=conversation_id)
+        entry = self._entries.get(conversation_id)
+        if entry is not None:
+            entry.kinds = {k for k in entry.kinds if not k.automatic}
+            if entry.turn is not None:
+                entry.stop_reason = "stopped"
+                entry.turn.cancel()
+        return runs
+
+    # -- compaction (C7) ----------------------------------------------------------------------
+
+    async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
+        """Summarise the history through the model and start the window at the summary.
+
+        Needs the slot: refused with :class:`CompactionRefusedError` while a turn is active or
+        a start is queued. Keeps a stop's suppression (it is maintenance, not business).
+        Returns the summary's message position.
+        """
+        check_id(conversation_id, "conversation id")
+        entry = self._entries.get(conversation_id)
+        if entry is not None:
+            reason = (
+                "a compaction is running" if entry.compacting
+                else "a turn is active" if entry.turn is not None
+                else "a start is queued"
+            )
+            raise CompactionRefusedError(conversation_id, reason)
+        entry = self._entries[conversation_id] = _Entry(compacting=True)
+        token = secrets.token_hex(16)
+        try:
+            conversation, history = await self.store.transact(
+                lambda tx: self._begin_compaction(tx, conversation_id, token, owner),
+                route=conversation_id,
+            )
+            summary = await self.runner.summarize(conversation.profile, history)
+
+            def finish(tx: Tx) -> int:
+                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+                cx.require_slot(token)
+                seq = cx.append_user(
+                    summary, meta={"kind": "compaction_summary",
+                                   "summarized_through": history[-1].seq if history else 0},
+                )
+                cx.start_history_at(seq - 1)
+                cx.record_event(
+                    "context_compacted",
+                    {"message_seq": seq, "summarized_messages": len(history)},
+                )
+                cx.release_slot(token)
+                cx.save()
+                return seq
+
+            return await self.store.transact(finish, route=conversation_id)
+        except BaseException:
+            with contextlib.suppress(TidingsError):
+                await self.store.transact(
+                    lambda tx: _release_slot(tx, conversation_id, token, self.clock),
+                    route=conversation_id,
+                )
+            raise
+        finally:
+            entry.compacting = False
+            if entry.kinds or entry.recheck:
+                entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
+            else:
+                self._entries.pop(conversation_id, None)
+                entry.idle.set()
+
+    def _begin_compaction(
+        self, tx: Tx, conversation_id: str, token: str, owner: str | None
+    ) -> tuple[Conversation, list[Any]]:
+        cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        c = cx.conversation
+        if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
+            raise UnknownConversationError(conversation_id)
+        if not cx.slot_free():
+            raise CompactionRefusedError(conversation_id, "a turn is active")
+        if cx.queued_inputs(1):
+            raise CompactionRefusedError(conversation_id, "a start is queued")
+        recover_interrupted(cx)
+        deadline = cx.now_us + to_us(self.turn_config.slot_ttl) * 4
+        cx.take_slot(token, deadline, self.outbox.instance_id, f"compaction:{token[:8]}")
+        history = cx.history(self.turn_config.history_messages * 5)
+        cx.save()
+        return c, history
+
+    # -- the sweep and wake-ups ---------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Re-find conversations a lost wake-up left behind; returns how many were asked."""
+        now = self.clock.now_us()
+        rows = await self.store.read(
+            lambda tx: tx.all("stranded_conversations", now_us=now, limit=self.config.sweep_batch)
+        )
+        asked = 0
+        for row in rows:
+            if row["conversation_id"] not in self._entries:
+                self.request(row["conversation_id"], None)
+                asked += 1
+        return asked
+
+    async def run(self) -> None:
+        """Follow signal wake-ups and sweep periodically, until cancelled."""
+        async with self.outbox.wakeups() as wakeups:
+            sweeper = asyncio.create_task(self._sweep_forever())
+            try:
+                while True:
+                    conversation_id = await wakeups.get()
+                    self.request(conversation_id, StartKind.WAKE, record=False)
+            finally:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(to_us(self.config.sweep_interval) / 1e6)
+            try:
+                await self.sweep()
+            except TidingsError as exc:
+                log.warning("coordinator sweep failed: %s", exc)
+
+    async def close(self) -> None:
+        """Stop taking starts; running turns end as ``stopped`` (shutdown). Idempotent."""
+        self._closing = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        drivers = []
+        for entry in list(self._entries.values()):
+            if entry.turn is not None:
+                entry.stop_reason = "shutdown"
+                entry.turn.cancel()
+            if entry.driver is not None:
+                drivers.append(entry.driver)
+        for driver in drivers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await driver
+
+
+def recover_interrupted(cx: ConversationTx) -> int:
+    """Close what a dead holder of the slot left open; runs in the unit that takes the slot.
+
+    Its open tool calls are answered ``outcome_unknown`` (the tool may or may not have acted;
+    it is never run again, S9) and its run is failed with ``interrupted``.
+    """
+    answered = 0
+    for call in cx.open_tool_calls():
+        cx.append_tool_result(
+            call["call_id"],
+            "outcome_unknown: the runtime stopped while this tool was running; it was not "
+            "run again and whether it took effect is unknown",
+            tool_name=call["name"],
+            run_id=call["run_id"],
+            meta={"status": "outcome_unknown", "is_error": True},
+        )
+        answered += 1
+    _, _, prior = cx.slot_holder()
+    if prior is not None and not prior.startswith("compaction:"):
+        row = cx.tx.one(
+            "finish_run", run_id=prior, status=RunStatus.FAILED.value, failure_code="interrupted",
+            model=None, steps=0, now_us=cx.now_us,
+        )
+        if row is not None:
+            run = run_from_row(row)
+            cx.record_event(
+                "turn_status",
+                {"run_public_id": run.run_id, "status": "failed", "failure_code": "interrupted"},
+                run.run_id,
+            )
+    return answered
+
+
+def _release_slot(tx: Tx, conversation_id: str, token: str, clock: Clock) -> None:
+    cx = ConversationTx.lock(tx, conversation_id, clock)
+    cx.release_slot(token)
+    cx.save()
+
+
+__all__ = ("Coordinator", "CoordinatorConfig", "recover_interrupted")

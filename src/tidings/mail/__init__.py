@@ -1,0 +1,1 @@
+"""Kernel mail and the single door every input enters by."""

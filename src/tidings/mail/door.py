@@ -1,0 +1,209 @@
+"""The single door (M1-M3): every input -- a person's words, a peer agent's send, the kernel's
+own mail -- enters one inputs table through here.
+
+Callers (the Python API, HTTP, the command line) use :meth:`Door.post`, which applies the
+admission checks and refuses the kernel's two origins (``task_result``, ``child``) before
+anything is written. The kernel writes its mail with :meth:`Door.deliver` inside its own unit
+of work, and the door never judges the kernel's mail for admission (M1).
+
+Read order (M2) is the kernel's rows first, then arrival; ``queue_position`` stays the arrival
+number. Delivery modes (M3): ``queue`` waits for the next turn; ``steer`` joins the running turn
+at its next safe point (after the current step's tool results commit). Kernel mail is always
+``queue``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.clock import Clock
+from tidings.errors import (
+    ConversationClosedError,
+    InputQueueFullError,
+    InvalidInputError,
+    OriginNotAllowedError,
+    UnknownConversationError,
+)
+from tidings.policy import check_id, check_text, encode_json
+from tidings.store import Store, Tx
+from tidings.transcript import ConversationTx, input_from_row
+from tidings.types import (
+    Author,
+    AuthorKind,
+    ConversationStatus,
+    DeliveryMode,
+    Input,
+    Origin,
+)
+
+RESERVED_META_KEYS = frozenset(
+    {"kind", "authored_by", "sender_conversation_id", "sender_conversation_public_id",
+     "task_key", "run_public_id", "origin", "callback_sources"}
+)
+"""Meta keys only the kernel writes: a caller cannot dress an input up as a notification."""
+
+
+@dataclass(frozen=True, slots=True)
+class DoorConfig:
+    """Admission bounds for callers' inputs."""
+
+    content_limit_bytes: int = 64 * 1024
+    meta_limit_bytes: int = 4 * 1024
+    queue_limit: int = 1_000
+
+
+class Door:
+    """Posting and listing a conversation's inputs."""
+
+    def __init__(self, store: Store, clock: Clock, config: DoorConfig | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or DoorConfig()
+
+    async def post(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        origin: Origin | str = Origin.PERSON,
+        authored_by: Author | None = None,
+        delivery_mode: DeliveryMode | str = DeliveryMode.QUEUE,
+        sender_conversation_id: str | None = None,
+        run_public_id: str | None = None,
+        task_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+    ) -> Input:
+        """Admit a caller's input, or refuse it with a typed error and write nothing.
+
+        A repeated ``idempotency_key`` returns the first input. A person's input lifts the
+        suppression a stop left and the wait for a person after model retries ran out (C6, C8).
+        """
+        check_id(conversation_id, "conversation id")
+        try:
+            origin = Origin(origin)
+        except ValueError:
+            raise InvalidInputError(f"unknown origin {origin!r}") from None
+        if origin.is_kernel:
+            raise OriginNotAllowedError(origin.value)
+        try:
+            mode = DeliveryMode(delivery_mode)
+        except ValueError:
+            raise InvalidInputError(f"unknown delivery mode {delivery_mode!r}") from None
+        check_text(content, "content", limit_bytes=self.config.content_limit_bytes)
+        if not content.strip():
+            raise InvalidInputError("content must not be empty")
+        expected_kind = AuthorKind.HUMAN if origin is Origin.PERSON else AuthorKind.AGENT
+        author = authored_by or Author(expected_kind, owner or origin.value, owner or "")
+        if author.kind is not expected_kind:
+            raise InvalidInputError(
+                f"an input of origin {origin.value!r} is authored by a {expected_kind.value}"
+            )
+        check_id(author.handle, "author handle")
+        check_text(author.display_name, "author display name", limit_bytes=200)
+        if origin is Origin.PERSON and (run_public_id or task_key or sender_conversation_id):
+            raise InvalidInputError(
+                "run_public_id, task_key and sender stamps ride only agent sends and kernel mail"
+            )
+        for value, what in (
+            (sender_conversation_id, "sender conversation id"),
+            (run_public_id, "run_public_id"),
+            (task_key, "task_key"),
+            (idempotency_key, "idempotency key"),
+        ):
+            if value is not None:
+                check_id(value, what)
+        extra = dict(meta or {})
+        encode_json(extra, "meta", limit_bytes=self.config.meta_limit_bytes)
+        reserved = RESERVED_META_KEYS & set(extra)
+        if reserved:
+            raise InvalidInputError(f"meta keys {sorted(reserved)} are the kernel's own")
+        limit = self.config.queue_limit
+
+        def unit(tx: Tx) -> Input:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            c = cx.conversation
+            if c.status is ConversationStatus.TOMBSTONED or (
+                owner is not None and c.owner != owner
+            ):
+                raise UnknownConversationError(conversation_id)
+            if idempotency_key is not None:
+                row = tx.one("input_by_key", conversation_id=conversation_id, key=idempotency_key)
+                if row is not None:
+                    return input_from_row(row)
+            if c.status is ConversationStatus.ARCHIVED:
+                raise ConversationClosedError(conversation_id, c.status.value)
+            queued = tx.one("count_queued_inputs", conversation_id=conversation_id)
+            if queued is not None and int(queued["queued"]) >= limit:
+                raise InputQueueFullError(conversation_id, limit)
+            accepted = cx.add_input(
+                content=content,
+                origin=origin,
+                authored_by=author,
+                delivery_mode=mode,
+                sender_conversation_id=sender_conversation_id,
+                run_public_id=run_public_id,
+                task_key=task_key,
+                meta=extra,
+                idempotency_key=idempotency_key,
+            )
+            if origin is Origin.PERSON and (c.suppressed or c.awaiting_person):
+                cx.update(suppressed=False, awaiting_person=False)
+                cx.record_event("continuation_resumed", {"input_id": accepted.input_id})
+            cx.save()
+            return accepted
+
+        return await self.store.transact(unit, route=conversation_id)
+
+    def deliver(
+        self,
+        cx: ConversationTx,
+        content: str,
+        *,
+        origin: Origin,
+        authored_by: Author,
+        sender_conversation_id: str | None,
+        run_public_id: str | None,
+        task_key: str | None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Input:
+        """Write the kernel's own mail in the caller's unit: no admission checks, always queued.
+
+        Archived conversations admit it too; only a tombstoned one owes nothing.
+        """
+        if not origin.is_kernel:
+            raise InvalidInputError("deliver writes only the kernel's origins")
+        if cx.conversation.status is ConversationStatus.TOMBSTONED:
+            raise UnknownConversationError(cx.conversation_id)
+        return cx.add_input(
+            content=content,
+            origin=origin,
+            authored_by=authored_by,
+            delivery_mode=DeliveryMode.QUEUE,
+            sender_conversation_id=sender_conversation_id,
+            run_public_id=run_public_id,
+            task_key=task_key,
+            meta=dict(meta or {}),
+        )
+
+    async def inputs(
+        self, conversation_id: str, *, owner: str | None = None, limit: int = 1_000
+    ) -> list[Input]:
+        """Queued inputs in read order (kernel first, then arrival), then the read ones."""
+        check_id(conversation_id, "conversation id")
+
+        def unit(tx: Tx) -> list[Input]:
+            row = tx.one("get_conversation", conversation_id=conversation_id)
+            if row is None or row["status"] == "tombstoned" or (
+                owner is not None and row["owner"] != owner
+            ):
+                raise UnknownConversationError(conversation_id)
+            return [
+                input_from_row(r)
+                for r in tx.all("list_inputs", conversation_id=conversation_id, limit=limit)
+            ]
+
+        return await self.store.read(unit)

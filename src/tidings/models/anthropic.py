@@ -1,0 +1,463 @@
+"""A :class:`~tidings.models.base.Model` over Anthropic's Messages API.
+
+It talks through the official ``anthropic`` SDK. Import it only where the ``anthropic`` extra is
+installed: :mod:`tidings.models` never imports this module.
+
+On the wire (S12): ``system`` is a list of text blocks, the stable prompt first and marked as
+the prompt-cache breakpoint (with ``tools``, which the API places before it, it is the cached
+prefix), then one block per runtime fact of ``suffix``. Runtime facts are system blocks, never
+user content. The history follows the API's shape: tool results travel as ``tool_result``
+blocks in a user message, and consecutive messages of one role are merged into one. The SDK's
+own retries are off by default: the turn runner retries according to the
+:class:`~tidings.models.base.ModelErrorKind` raised here (A4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anthropic
+import httpx2
+from anthropic.types import (
+    AssistantMessageParam,
+    InputJSONDelta,
+    Message,
+    MessageParam,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+    RawMessageStreamEvent,
+    TextBlock,
+    TextBlockParam,
+    TextDelta,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlock,
+    ToolUseBlockParam,
+    UserMessageParam,
+)
+
+from tidings.models.base import (
+    DeltaCallback,
+    ModelError,
+    ModelErrorKind,
+    ModelReply,
+    ModelRequest,
+    PromptMessage,
+    ToolCall,
+    ToolSpec,
+)
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent when no key is configured: a keyless gateway or test server ignores it."""
+
+_PROVIDER = "anthropic"
+_MAX_DETAIL_CHARS = 300
+
+_Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
+_Role = Literal["user", "assistant"]
+
+# Error types of an ``error`` event inside a 200 stream, where no HTTP status tells the cause.
+_ERROR_TYPE_KINDS = {
+    "overloaded_error": ModelErrorKind.UNAVAILABLE,
+    "not_found_error": ModelErrorKind.UNAVAILABLE,
+    "billing_error": ModelErrorKind.UNAVAILABLE,
+    "rate_limit_error": ModelErrorKind.RETRYABLE,
+    "api_error": ModelErrorKind.RETRYABLE,
+    "timeout_error": ModelErrorKind.RETRYABLE,
+}
+
+
+class AnthropicModel:
+    """One Anthropic model.
+
+    ``name`` is the model name sent to the API. ``api_key`` defaults to ``$ANTHROPIC_API_KEY``
+    and, when that is unset too, to a placeholder. ``timeout`` is in seconds and bounds each
+    connect, write and read (for a stream: the wait for each event).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 0,
+        stream: bool = True,
+    ) -> None:
+        self.name = name
+        self.stream = stream
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key or os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections. Idempotent."""
+        await self._client.close()
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        system = wire_system(request)
+        messages = wire_messages(request.messages)
+        tools = [wire_tool(spec) for spec in request.tools]
+        if tools and not request.system:
+            # No stable prompt to carry the cache breakpoint: the tools are the whole prefix.
+            tools[-1]["cache_control"] = {"type": "ephemeral"}
+        try:
+            if not self.stream:
+                message = await self._client.messages.create(
+                    model=self.name,
+                    max_tokens=request.max_output_tokens,
+                    system=system or anthropic.omit,
+                    messages=messages,
+                    tools=tools or anthropic.omit,
+                )
+                return self._reply_from_message(message)
+            stream = await self._client.messages.create(
+                model=self.name,
+                max_tokens=request.max_output_tokens,
+                system=system or anthropic.omit,
+                messages=messages,
+                tools=tools or anthropic.omit,
+                stream=True,
+            )
+            assembly = _StreamAssembly()
+            async with stream:
+                async for event in stream:
+                    assembly.add(event, on_delta)
+            return self._reply_from_stream(assembly)
+        except anthropic.AnthropicError as exc:
+            raise classify_error(exc, model=self.name) from exc
+        except httpx2.TransportError as exc:  # the SDK does not wrap failures inside a stream
+            raise _transport_error(exc, model=self.name) from exc
+
+    def _reply_from_message(self, message: Message) -> ModelReply:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                text.append(block.text)
+            elif isinstance(block, ToolUseBlock):
+                calls.append(ToolCall(call_id=block.id, name=block.name, arguments=block.input))
+        usage = message.usage
+        return ModelReply(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            model=self.name,
+            stop_reason=message.stop_reason,
+            input_tokens=_input_tokens(
+                usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens
+            ),
+            output_tokens=usage.output_tokens,
+        )
+
+    def _reply_from_stream(self, assembly: _StreamAssembly) -> ModelReply:
+        if not assembly.stopped:
+            # EOF before message_stop: the reply may be cut anywhere, even inside a tool call.
+            raise _malformed(self.name, "the stream ended before message_stop")
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for _, block in sorted(assembly.blocks.items()):
+            if isinstance(block, _TextParts):
+                text.extend(block.text)
+            else:
+                arguments = (
+                    parse_arguments("".join(block.partial_json), model=self.name, tool=block.name)
+                    if block.partial_json
+                    else block.initial_input
+                )
+                calls.append(ToolCall(call_id=block.call_id, name=block.name, arguments=arguments))
+        return ModelReply(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            model=self.name,
+            stop_reason=assembly.stop_reason,
+            input_tokens=assembly.input_tokens,
+            output_tokens=assembly.output_tokens,
+        )
+
+
+# -- the request -------------------------------------------------------------------------------
+
+
+def wire_system(request: ModelRequest) -> list[TextBlockParam]:
+    """The system blocks: the stable prompt (the cache breakpoint), then one per runtime fact.
+
+    Empty strings are left out: the API refuses empty text blocks.
+    """
+    blocks: list[TextBlockParam] = []
+    if request.system:
+        blocks.append(
+            {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
+        )
+    blocks.extend({"type": "text", "text": fact} for fact in request.suffix if fact)
+    return blocks
+
+
+def wire_messages(history: tuple[PromptMessage, ...]) -> list[MessageParam]:
+    """The history as Messages API turns.
+
+    Consecutive messages of one role become one message (a tool result is user content), as
+    the API requires alternating roles. Within a user message the ``tool_result`` blocks come
+    first, as the API requires; text that arrived with them follows.
+    """
+    turns: list[tuple[_Role, list[_Block]]] = []
+    for message in history:
+        role, blocks = _wire_blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    wired: list[MessageParam] = []
+    for role, blocks in turns:
+        if role == "user":
+            ordered: list[_Block] = [b for b in blocks if b["type"] == "tool_result"]
+            ordered.extend(b for b in blocks if b["type"] != "tool_result")
+            user: UserMessageParam = {"role": "user", "content": ordered}
+            wired.append(user)
+        else:
+            assistant: AssistantMessageParam = {"role": "assistant", "content": blocks}
+            wired.append(assistant)
+    return wired
+
+
+def wire_tool(spec: ToolSpec) -> ToolParam:
+    """A tool offered to the model."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": dict(spec.parameters),
+    }
+
+
+def _wire_blocks(message: PromptMessage) -> tuple[_Role, list[_Block]]:
+    if message.role == "tool":
+        if message.tool_call_id is None:
+            raise ModelError(
+                ModelErrorKind.PERMANENT, "a tool message has no tool_call_id to pair it with"
+            )
+        result: ToolResultBlockParam = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+        return "user", [result]
+    blocks: list[_Block] = []
+    if message.content:  # the API refuses empty text blocks
+        blocks.append({"type": "text", "text": message.content})
+    if message.role == "user":
+        return "user", blocks
+    for call in message.tool_calls:
+        use: ToolUseBlockParam = {
+            "type": "tool_use",
+            "id": call.call_id,
+            "name": call.name,
+            "input": dict(call.arguments),
+        }
+        blocks.append(use)
+    return "assistant", blocks
+
+
+# -- the reply ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _TextParts:
+    text: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _ToolUseParts:
+    call_id: str
+    name: str
+    initial_input: dict[str, Any]
+    partial_json: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamAssembly:
+    """The pieces of a streamed reply, gathered event by event, by content-block index."""
+
+    blocks: dict[int, _TextParts | _ToolUseParts] = field(default_factory=dict)
+    stopped: bool = False
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def add(self, event: RawMessageStreamEvent, on_delta: DeltaCallback | None) -> None:
+        if isinstance(event, RawMessageStartEvent):
+            usage = event.message.usage
+            self.input_tokens = _input_tokens(
+                usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens
+            )
+            self.output_tokens = usage.output_tokens
+        elif isinstance(event, RawContentBlockStartEvent):
+            block = event.content_block
+            if isinstance(block, TextBlock):
+                self.blocks[event.index] = _TextParts()
+                self._text(event.index, block.text, on_delta)
+            elif isinstance(block, ToolUseBlock):
+                self.blocks[event.index] = _ToolUseParts(block.id, block.name, dict(block.input))
+            # Other blocks (thinking, server tools) are not part of the reply.
+        elif isinstance(event, RawContentBlockDeltaEvent):
+            delta = event.delta
+            if isinstance(delta, TextDelta):
+                self._text(event.index, delta.text, on_delta)
+            elif isinstance(delta, InputJSONDelta):
+                parts = self.blocks.get(event.index)
+                if isinstance(parts, _ToolUseParts) and delta.partial_json:
+                    parts.partial_json.append(delta.partial_json)
+        elif isinstance(event, RawMessageDeltaEvent):
+            if event.delta.stop_reason is not None:
+                self.stop_reason = event.delta.stop_reason
+            final = event.usage
+            self.output_tokens = final.output_tokens
+            if final.input_tokens is not None:
+                self.input_tokens = _input_tokens(
+                    final.input_tokens,
+                    final.cache_creation_input_tokens,
+                    final.cache_read_input_tokens,
+                )
+        elif isinstance(event, RawMessageStopEvent):
+            self.stopped = True
+
+    def _text(self, index: int, piece: str, on_delta: DeltaCallback | None) -> None:
+        parts = self.blocks.get(index)
+        if not piece or not isinstance(parts, _TextParts):
+            return
+        parts.text.append(piece)
+        if on_delta is not None:
+            on_delta(piece)
+
+
+def parse_arguments(raw: str, *, model: str, tool: str) -> dict[str, Any]:
+    """A tool call's streamed JSON input as an object; a malformed one is a retryable failure.
+
+    A model that wrote broken JSON (or was cut off at ``max_tokens`` mid-call) may well write
+    a good call when asked again, so this is ``retryable``, not ``permanent``.
+    """
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _malformed(model, f"the input of tool call {tool!r} is not JSON ({exc})") from exc
+    if not isinstance(arguments, dict):
+        raise _malformed(
+            model,
+            f"the input of tool call {tool!r} is a JSON {type(arguments).__name__}, not an object",
+        )
+    return arguments
+
+
+def _input_tokens(uncached: int | None, written: int | None, read: int | None) -> int | None:
+    # The API counts cache writes and reads apart from ``input_tokens``; the reply reports
+    # every prompt token, as the chat-completions ``prompt_tokens`` does.
+    if uncached is None:
+        return None
+    return uncached + (written or 0) + (read or 0)
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def status_kind(status: int, *, error_type: str | None = None) -> ModelErrorKind:
+    """How an error from the Messages API is handled (A4).
+
+    ``error_type`` decides when the status does not (an ``error`` event inside a 200 stream).
+    """
+    if status < 400:
+        return _ERROR_TYPE_KINDS.get(error_type or "", ModelErrorKind.PERMANENT)
+    if status in (408, 409, 429):
+        return ModelErrorKind.RETRYABLE
+    if status in (503, 529):
+        return ModelErrorKind.UNAVAILABLE  # overloaded: try the next model rather than wait
+    if status in (402, 404):
+        return ModelErrorKind.UNAVAILABLE  # no such model here, or no credit on this account
+    if status >= 500:
+        return ModelErrorKind.RETRYABLE
+    return ModelErrorKind.PERMANENT  # 400, 401, 403, 413, 422: the request itself is refused
+
+
+def classify_error(exc: anthropic.AnthropicError, *, model: str) -> ModelError:
+    """The :class:`ModelError` for an exception the SDK raised."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind = status_kind(exc.status_code, error_type=exc.type)
+        detail = _detail(exc.api_message or exc.message)
+        shown = exc.status_code if exc.status_code >= 400 else (exc.type or "an error")
+        return ModelError(
+            kind,
+            f"{_PROVIDER} model {model!r} answered {shown}: {detail}",
+            model=model,
+            status=exc.status_code if exc.status_code >= 400 else None,
+        )
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelError(
+            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
+        )
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause: BaseException | None = exc.__cause__
+        if isinstance(cause, httpx2.TransportError):
+            return _transport_error(cause, model=model)
+        return ModelError(
+            ModelErrorKind.UNAVAILABLE,
+            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(exc.message)})",
+            model=model,
+        )
+    if isinstance(exc, anthropic.APIError):
+        # A body that does not parse: the server broke off this reply; try again.
+        return ModelError(
+            ModelErrorKind.RETRYABLE,
+            f"{_PROVIDER} model {model!r} broke off its reply: {_detail(exc.message)}",
+            model=model,
+        )
+    return ModelError(
+        ModelErrorKind.PERMANENT,
+        f"{_PROVIDER} client for model {model!r} failed: {_detail(str(exc))}",
+        model=model,
+    )
+
+
+def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
+    if isinstance(exc, httpx2.TimeoutException):
+        return ModelError(
+            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
+        )
+    if isinstance(exc, httpx2.ConnectError):
+        # Nothing listens there (refused, unresolvable, unreachable): try the next model.
+        return ModelError(
+            ModelErrorKind.UNAVAILABLE,
+            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(str(exc))})",
+            model=model,
+        )
+    # The connection broke mid-reply: the server was there a moment ago; try again.
+    return ModelError(
+        ModelErrorKind.RETRYABLE,
+        f"{_PROVIDER} model {model!r}: the connection broke ({_detail(str(exc))})",
+        model=model,
+    )
+
+
+def _malformed(model: str, what: str) -> ModelError:
+    return ModelError(
+        ModelErrorKind.RETRYABLE,
+        f"{_PROVIDER} model {model!r} sent a malformed reply: {what}",
+        model=model,
+    )
+
+
+def _detail(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"

@@ -1,0 +1,427 @@
+"""A :class:`~tidings.models.base.Model` over OpenAI-compatible chat-completions servers.
+
+Hosted OpenAI, vLLM, Ollama and llama.cpp all speak ``POST /v1/chat/completions``; this adapter
+talks to them through the official ``openai`` SDK. Import it only where the ``openai`` extra is
+installed: :mod:`tidings.models` never imports this module.
+
+On the wire, in this order (S12): the stable ``system`` prompt as the first system message,
+the history, then each runtime fact of ``suffix`` as a trailing *system* message, never a user
+one. The SDK's own retries are off by default: the turn runner retries, with its own backoff,
+according to the :class:`~tidings.models.base.ModelErrorKind` raised here (A4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx2
+import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionChunk,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionUserMessageParam,
+)
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+
+from tidings.models.base import (
+    DeltaCallback,
+    ModelError,
+    ModelErrorKind,
+    ModelReply,
+    ModelRequest,
+    PromptMessage,
+    ToolCall,
+    ToolSpec,
+)
+
+API_KEY_ENV = "OPENAI_API_KEY"
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent when no key is configured: local servers ignore it, and the SDK refuses to start without
+one."""
+
+TokenLimitField = Literal["max_tokens", "max_completion_tokens"]
+
+_PROVIDER = "openai"
+_MAX_DETAIL_CHARS = 300
+
+
+class OpenAIChatModel:
+    """One model on an OpenAI-compatible chat-completions server.
+
+    ``name`` is the model name sent to the server. ``api_key`` defaults to ``$OPENAI_API_KEY``
+    and, when that is unset too, to a placeholder so keyless local servers work. ``timeout`` is
+    in seconds and bounds each connect, write and read (for a stream: the wait for each chunk).
+    ``token_limit_field`` names the output-token bound: hosted OpenAI's reasoning models accept
+    only ``max_completion_tokens``, while older local servers know only ``max_tokens``; the
+    default picks the first for the hosted API (no ``base_url``) and the second otherwise.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 0,
+        stream: bool = True,
+        token_limit_field: TokenLimitField | None = None,
+    ) -> None:
+        self.name = name
+        self.stream = stream
+        self.token_limit_field: TokenLimitField = token_limit_field or (
+            "max_completion_tokens" if base_url is None else "max_tokens"
+        )
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections. Idempotent."""
+        await self._client.close()
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        messages = wire_messages(request)
+        tools = [wire_tool(spec) for spec in request.tools] or openai.omit
+        limit = request.max_output_tokens
+        max_tokens = limit if self.token_limit_field == "max_tokens" else openai.omit
+        max_completion_tokens = (
+            limit if self.token_limit_field == "max_completion_tokens" else openai.omit
+        )
+        try:
+            if not self.stream:
+                completion = await self._client.chat.completions.create(
+                    model=self.name,
+                    messages=messages,
+                    tools=tools,
+                    max_tokens=max_tokens,
+                    max_completion_tokens=max_completion_tokens,
+                )
+                return self._reply_from_completion(completion)
+            stream = await self._client.chat.completions.create(
+                model=self.name,
+                messages=messages,
+                tools=tools,
+                max_tokens=max_tokens,
+                max_completion_tokens=max_completion_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            assembly = _StreamAssembly()
+            async with stream:
+                async for chunk in stream:
+                    assembly.add(chunk, on_delta)
+            return self._reply_from_stream(assembly)
+        except openai.OpenAIError as exc:
+            raise classify_error(exc, model=self.name) from exc
+        except httpx2.TransportError as exc:  # a transport failure the SDK did not wrap
+            raise _transport_error(exc, model=self.name) from exc
+
+    def _reply_from_completion(self, completion: ChatCompletion) -> ModelReply:
+        choice = next((c for c in completion.choices if c.index == 0), None)
+        if choice is None:
+            raise _malformed(self.name, "the reply holds no choice")
+        message = choice.message
+        calls: list[ToolCall] = []
+        for call in message.tool_calls or ():
+            if not isinstance(call, ChatCompletionMessageFunctionToolCall):
+                raise _malformed(self.name, f"tool call of unknown type {call.type!r}")
+            calls.append(
+                ToolCall(
+                    call_id=call.id or _new_call_id(),
+                    name=call.function.name,
+                    arguments=parse_arguments(
+                        call.function.arguments, model=self.name, tool=call.function.name
+                    ),
+                )
+            )
+        usage = completion.usage
+        return ModelReply(
+            text=message.content or message.refusal or "",
+            tool_calls=tuple(calls),
+            model=self.name,
+            stop_reason=choice.finish_reason,
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+        )
+
+    def _reply_from_stream(self, assembly: _StreamAssembly) -> ModelReply:
+        if assembly.finish_reason is None:
+            # EOF before the last choice chunk: the reply may be cut anywhere, even mid-call.
+            raise _malformed(self.name, "the stream ended before the reply was finished")
+        calls = tuple(
+            ToolCall(
+                call_id=part.call_id or _new_call_id(),
+                name=part.name,
+                arguments=parse_arguments("".join(part.arguments), model=self.name, tool=part.name),
+            )
+            for _, part in sorted(assembly.tool_calls.items())
+        )
+        if any(not call.name for call in calls):
+            raise _malformed(self.name, "a streamed tool call has no name")
+        return ModelReply(
+            text="".join(assembly.text),
+            tool_calls=calls,
+            model=self.name,
+            stop_reason=assembly.finish_reason,
+            input_tokens=assembly.input_tokens,
+            output_tokens=assembly.output_tokens,
+        )
+
+
+# -- the request -------------------------------------------------------------------------------
+
+
+def wire_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
+    """The chat messages for ``request``: system, history, then the suffix as system messages."""
+    messages: list[ChatCompletionMessageParam] = []
+    if request.system:
+        messages.append(_system(request.system))
+    messages.extend(wire_message(message) for message in request.messages)
+    messages.extend(_system(fact) for fact in request.suffix if fact)
+    return messages
+
+
+def wire_message(message: PromptMessage) -> ChatCompletionMessageParam:
+    """One history message in chat-completions form."""
+    if message.role == "user":
+        user: ChatCompletionUserMessageParam = {"role": "user", "content": message.content}
+        return user
+    if message.role == "assistant":
+        assistant: ChatCompletionAssistantMessageParam = {"role": "assistant"}
+        # An assistant turn that only called tools has null content, as the API returns it.
+        assistant["content"] = message.content or None
+        if message.tool_calls:
+            assistant["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
+        return assistant
+    if message.tool_call_id is None:
+        raise ModelError(
+            ModelErrorKind.PERMANENT, "a tool message has no tool_call_id to pair it with"
+        )
+    tool: ChatCompletionToolMessageParam = {
+        "role": "tool",
+        "tool_call_id": message.tool_call_id,
+        "content": message.content,
+    }
+    return tool
+
+
+def wire_tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
+    """A tool offered to the model, as an OpenAI function tool."""
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": dict(spec.parameters),
+        },
+    }
+
+
+def _system(content: str) -> ChatCompletionSystemMessageParam:
+    return {"role": "system", "content": content}
+
+
+def _wire_call(call: ToolCall) -> ChatCompletionMessageFunctionToolCallParam:
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
+    }
+
+
+# -- the reply ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _CallParts:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamAssembly:
+    """The pieces of a streamed reply, gathered chunk by chunk (only choice 0 is read)."""
+
+    text: list[str] = field(default_factory=list)
+    tool_calls: dict[int, _CallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def add(self, chunk: ChatCompletionChunk, on_delta: DeltaCallback | None) -> None:
+        if chunk.usage is not None:
+            self.input_tokens = chunk.usage.prompt_tokens
+            self.output_tokens = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            piece = delta.content or delta.refusal
+            if piece:
+                self.text.append(piece)
+                if on_delta is not None:
+                    on_delta(piece)
+            for fragment in delta.tool_calls or ():
+                parts = self.tool_calls.setdefault(self._index(fragment), _CallParts())
+                if fragment.id and not parts.call_id:
+                    parts.call_id = fragment.id
+                function = fragment.function
+                if function is None:
+                    continue
+                # The name comes whole in the first fragment; some servers repeat it later.
+                if function.name and function.name != parts.name:
+                    parts.name += function.name
+                if function.arguments:
+                    parts.arguments.append(function.arguments)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+
+    def _index(self, fragment: ChoiceDeltaToolCall) -> int:
+        # Some servers omit ``index`` when they send each call whole; a new id is a new call.
+        index = getattr(fragment, "index", None)
+        if isinstance(index, int):
+            return index
+        fragment_id = fragment.id
+        for known, parts in self.tool_calls.items():
+            if fragment_id and parts.call_id == fragment_id:
+                return known
+        if fragment_id or not self.tool_calls:
+            return len(self.tool_calls)
+        return max(self.tool_calls)
+
+
+def parse_arguments(raw: str, *, model: str, tool: str) -> dict[str, Any]:
+    """A tool call's JSON arguments as an object; a malformed one is a retryable failure.
+
+    A model that wrote broken JSON (or was cut off mid-call) may well write a good call when
+    asked again, so this is ``retryable``, not ``permanent``.
+    """
+    if not raw.strip():
+        return {}  # a call to a tool without parameters
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _malformed(
+            model, f"the arguments of tool call {tool!r} are not JSON ({exc})"
+        ) from exc
+    if not isinstance(arguments, dict):
+        raise _malformed(
+            model,
+            f"the arguments of tool call {tool!r} are a JSON {type(arguments).__name__}, "
+            "not an object",
+        )
+    return arguments
+
+
+def _new_call_id() -> str:
+    # Some local servers send no call id; the result must still be paired with its call.
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def status_kind(status: int, *, code: str | None = None) -> ModelErrorKind:
+    """How an HTTP error status from a chat-completions server is handled (A4)."""
+    if status == 429:
+        # An exhausted quota does not come back after a pause; another model may answer.
+        return (
+            ModelErrorKind.UNAVAILABLE if code == "insufficient_quota" else ModelErrorKind.RETRYABLE
+        )
+    if status in (408, 409):
+        return ModelErrorKind.RETRYABLE
+    if status in (404, 503):
+        return ModelErrorKind.UNAVAILABLE  # no such model here, or the server is down
+    if status >= 500:
+        return ModelErrorKind.RETRYABLE
+    return ModelErrorKind.PERMANENT  # 400, 401, 403, 413, 422: the request itself is refused
+
+
+def classify_error(exc: openai.OpenAIError, *, model: str) -> ModelError:
+    """The :class:`ModelError` for an exception the SDK raised."""
+    if isinstance(exc, openai.APIStatusError):
+        kind = status_kind(exc.status_code, code=exc.code)
+        detail = _detail(exc.message)
+        return ModelError(
+            kind,
+            f"{_PROVIDER} model {model!r} answered {exc.status_code}: {detail}",
+            model=model,
+            status=exc.status_code,
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelError(
+            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        cause: BaseException | None = exc.__cause__
+        if isinstance(cause, httpx2.TransportError):
+            return _transport_error(cause, model=model)
+        return ModelError(
+            ModelErrorKind.RETRYABLE,
+            f"{_PROVIDER} model {model!r}: the connection failed ({_detail(exc.message)})",
+            model=model,
+        )
+    if isinstance(exc, openai.APIError):
+        # An error event inside a 200 stream, or a body that does not parse: the server broke
+        # off this reply; the next attempt may well succeed.
+        return ModelError(
+            ModelErrorKind.RETRYABLE,
+            f"{_PROVIDER} model {model!r} broke off its reply: {_detail(exc.message)}",
+            model=model,
+        )
+    return ModelError(
+        ModelErrorKind.PERMANENT,
+        f"{_PROVIDER} client for model {model!r} failed: {_detail(str(exc))}",
+        model=model,
+    )
+
+
+def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
+    if isinstance(exc, httpx2.TimeoutException):
+        return ModelError(
+            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
+        )
+    if isinstance(exc, httpx2.ConnectError):
+        # Nothing listens there (refused, unresolvable, unreachable): try the next model.
+        return ModelError(
+            ModelErrorKind.UNAVAILABLE,
+            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(str(exc))})",
+            model=model,
+        )
+    return ModelError(
+        ModelErrorKind.RETRYABLE,
+        f"{_PROVIDER} model {model!r}: the connection broke ({_detail(str(exc))})",
+        model=model,
+    )
+
+
+def _malformed(model: str, what: str) -> ModelError:
+    return ModelError(
+        ModelErrorKind.RETRYABLE,
+        f"{_PROVIDER} model {model!r} sent a malformed reply: {what}",
+        model=model,
+    )
+
+
+def _detail(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"

@@ -1,0 +1,174 @@
+"""A deterministic model for tests, benchmarks and the offline demo (A4).
+
+Rules are tried in order against the newest message of the request; the first that matches
+answers. A rule matches on any combination of: the newest message's text (``text_equals``,
+``text_contains``, ``text_matches`` -- a regular expression), its ``role``, its ``origin``,
+its ``meta_kind`` (``meta.kind``), the tool whose result it is (``tool_result``), and text in
+the dynamic suffix (``suffix_contains``, to answer runtime facts). A reply holds ``text``
+and/or ``tool_calls``, or ``echo`` (repeat the newest text), or ``error`` (a failure of the
+given kind), and may wait ``delay_seconds`` first (a slow or hanging model).
+
+Rules load from JSON, so the command line and the HTTP service can use them::
+
+    {"name": "scripted",
+     "rules": [{"when": {"text_contains": "sleep"},
+                "reply": {"tool_calls": [{"name": "shell", "arguments": {"cmd": "sleep 1"}}]}},
+               {"when": {"tool_result": "shell"}, "reply": {"text": "It finished."}}],
+     "default": {"echo": true}}
+
+Tool call ids are derived from the request (its message count and the call's index), so the
+same conversation gives the same ids on every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidings.errors import InvalidInputError
+from tidings.models.base import (
+    DeltaCallback,
+    ModelError,
+    ModelErrorKind,
+    ModelReply,
+    ModelRequest,
+    PromptMessage,
+    ToolCall,
+)
+
+_WHEN_KEYS = frozenset(
+    {
+        "text_equals",
+        "text_contains",
+        "text_matches",
+        "role",
+        "origin",
+        "meta_kind",
+        "tool_result",
+        "suffix_contains",
+    }
+)
+_REPLY_KEYS = frozenset({"text", "tool_calls", "echo", "error", "delay_seconds"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``when`` every condition holds for the newest message, answer with ``reply``."""
+
+    when: Mapping[str, Any]
+    reply: Mapping[str, Any]
+
+    def matches(self, newest: PromptMessage | None, suffix: Sequence[str]) -> bool:
+        w = self.when
+        text = newest.content if newest is not None else ""
+        checks: list[bool] = []
+        if "text_equals" in w:
+            checks.append(text == w["text_equals"])
+        if "text_contains" in w:
+            checks.append(str(w["text_contains"]) in text)
+        if "text_matches" in w:
+            checks.append(re.search(str(w["text_matches"]), text) is not None)
+        if "role" in w:
+            checks.append(newest is not None and newest.role == w["role"])
+        if "origin" in w:
+            checks.append(newest is not None and newest.origin == w["origin"])
+        if "meta_kind" in w:
+            checks.append(newest is not None and newest.meta.get("kind") == w["meta_kind"])
+        if "tool_result" in w:
+            checks.append(
+                newest is not None
+                and newest.role == "tool"
+                and newest.tool_name == w["tool_result"]
+            )
+        if "suffix_contains" in w:
+            checks.append(any(str(w["suffix_contains"]) in block for block in suffix))
+        return all(checks)
+
+
+def _check_reply(reply: Mapping[str, Any], where: str) -> None:
+    unknown = set(reply) - _REPLY_KEYS
+    if unknown:
+        raise InvalidInputError(f"{where}: unknown reply keys {sorted(unknown)}")
+    if "error" in reply:
+        ModelErrorKind(reply["error"])
+    for call in reply.get("tool_calls", ()):
+        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+            raise InvalidInputError(f"{where}: every tool call needs a name")
+
+
+@dataclass
+class ScriptedModel:
+    """A model that answers by rules; see the module docstring for their shape."""
+
+    rules: Sequence[Rule] = ()
+    default: Mapping[str, Any] = field(default_factory=lambda: {"echo": True})
+    name: str = "scripted"
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        for index, rule in enumerate(self.rules):
+            unknown = set(rule.when) - _WHEN_KEYS
+            if unknown:
+                raise InvalidInputError(f"rule {index}: unknown conditions {sorted(unknown)}")
+            _check_reply(rule.reply, f"rule {index}")
+        _check_reply(self.default, "default")
+
+    @classmethod
+    def from_json(cls, source: str | Mapping[str, Any] | Path) -> ScriptedModel:
+        """Rules from a JSON document, a JSON file, or an already parsed mapping."""
+        if isinstance(source, Path):
+            source = source.read_text("utf-8")
+        try:
+            data = json.loads(source) if isinstance(source, str) else dict(source)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"scripted model rules are not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidInputError("scripted model rules must be a JSON object")
+        try:
+            rules = [Rule(dict(r["when"]), dict(r["reply"])) for r in data.get("rules", [])]
+        except (KeyError, TypeError):
+            raise InvalidInputError("every rule needs a 'when' and a 'reply' object") from None
+        return cls(
+            rules=rules,
+            default=dict(data.get("default", {"echo": True})),
+            name=str(data.get("name", "scripted")),
+        )
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        self.calls += 1
+        newest = request.messages[-1] if request.messages else None
+        reply = next(
+            (r.reply for r in self.rules if r.matches(newest, request.suffix)), self.default
+        )
+        delay = float(reply.get("delay_seconds", 0))
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if "error" in reply:
+            raise ModelError(
+                ModelErrorKind(reply["error"]),
+                f"scripted {reply['error']} failure",
+                model=self.name,
+            )
+        text = str(reply.get("text", ""))
+        if reply.get("echo"):
+            text = newest.content if newest is not None else ""
+        base = len(request.messages)
+        calls = tuple(
+            ToolCall(f"call_{base}_{i}", str(c["name"]), dict(c.get("arguments", {})))
+            for i, c in enumerate(reply.get("tool_calls", ()))
+        )
+        if on_delta is not None and text:
+            on_delta(text)
+        return ModelReply(
+            text=text,
+            tool_calls=calls,
+            model=request.model,
+            stop_reason="tool_use" if calls else "end_turn",
+        )

@@ -1,0 +1,256 @@
+"""The composition root: a store, the outbox, conversations, the door, the turn runner and the
+coordinator, started and stopped together.
+
+::
+
+    async with Runtime.open("sqlite:///agent.db", models=[ScriptedModel()]) as runtime:
+        conversation = await runtime.create_conversation("alice", Profile(model="scripted"))
+        await runtime.post(conversation.conversation_id, "hello")
+        await runtime.settle(conversation.conversation_id)
+        print(await runtime.transcript(conversation.conversation_id))
+
+Every start of a turn goes through the coordinator (C2): posting an input asks for one, a
+signal's wake-up asks for one, a goal checkpoint asks for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.clock import Clock, SystemClock
+from tidings.conversations import Conversations
+from tidings.coordinator import Coordinator, CoordinatorConfig
+from tidings.mail.door import Door, DoorConfig
+from tidings.models.base import Model
+from tidings.outbox import Outbox, OutboxConfig
+from tidings.store import Store, open_store
+from tidings.tools.registry import Tool, ToolRegistry
+from tidings.turns.runner import TurnConfig, TurnRunner
+from tidings.types import (
+    Author,
+    Conversation,
+    DeliveryMode,
+    Event,
+    GoalStatus,
+    Input,
+    Message,
+    Origin,
+    Profile,
+    Run,
+    RunId,
+    StartKind,
+)
+
+log = logging.getLogger("tidings.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """Every component's configuration in one place."""
+
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    turns: TurnConfig = field(default_factory=TurnConfig)
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    door: DoorConfig = field(default_factory=DoorConfig)
+
+
+class Runtime:
+    """One runtime instance over one database."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (),
+        clock: Clock | None = None,
+        config: RuntimeConfig | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.config = config or RuntimeConfig()
+        self.models: dict[str, Model] = (
+            dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
+        )
+        self.tools = ToolRegistry(tools)
+        self.outbox = Outbox(store, clock=self.clock, config=self.config.outbox)
+        self.conversations = Conversations(store, self.clock)
+        self.door = Door(store, self.clock, self.config.door)
+        self.runner = TurnRunner(
+            store, self.outbox, self.models, self.tools, self.clock, self.config.turns
+        )
+        self.coordinator = Coordinator(
+            store, self.outbox, self.runner, self.clock, self.config.coordinator
+        )
+        self._owns_store = owns_store
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        database_url: str,
+        *,
+        models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (),
+        clock: Clock | None = None,
+        config: RuntimeConfig | None = None,
+        store_options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[Runtime]:
+        """Open the database (migrating it), start a runtime on it, and close both on exit."""
+        store = await open_store(database_url, **dict(store_options or {}))
+        runtime = cls(
+            store, models=models, tools=tools, clock=clock, config=config, owns_store=True
+        )
+        try:
+            await runtime.start()
+            yield runtime
+        finally:
+            await runtime.close()
+
+    @property
+    def instance_id(self) -> str:
+        return self.outbox.instance_id
+
+    async def start(self) -> None:
+        """Register this instance, reconcile gone ones, and start following work."""
+        await self.outbox.start()
+        self._tasks = [
+            asyncio.create_task(self.outbox.run(), name="tidings-outbox"),
+            asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
+        ]
+        # Work a previous instance left behind is found at once, not at the first sweep.
+        await self.coordinator.sweep()
+
+    async def close(self) -> None:
+        """Stop running turns (committed as stopped), then the outbox, then the store.
+
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.coordinator.close()
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.outbox.close()
+        finally:
+            if self._owns_store:
+                await self.store.close()
+
+    # -- conversations ------------------------------------------------------------------------
+
+    async def create_conversation(
+        self, owner: str, profile: Profile, *, title: str = ""
+    ) -> Conversation:
+        return await self.conversations.create(owner, profile, title=title)
+
+    async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        return await self.conversations.get(conversation_id, owner=owner)
+
+    async def archive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        return await self.conversations.archive(conversation_id, owner=owner)
+
+    async def tombstone(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        return await self.conversations.tombstone(conversation_id, owner=owner)
+
+    async def set_profile(
+        self, conversation_id: str, profile: Profile, *, owner: str | None = None
+    ) -> Conversation:
+        return await self.conversations.set_profile(conversation_id, profile, owner=owner)
+
+    # -- the door -----------------------------------------------------------------------------
+
+    async def post(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        origin: Origin | str = Origin.PERSON,
+        authored_by: Author | None = None,
+        delivery_mode: DeliveryMode | str = DeliveryMode.QUEUE,
+        sender_conversation_id: str | None = None,
+        run_public_id: str | None = None,
+        task_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+    ) -> Input:
+        """Admit an input through the single door and ask for a turn (M1, C2)."""
+        accepted = await self.door.post(
+            conversation_id,
+            content,
+            origin=origin,
+            authored_by=authored_by,
+            delivery_mode=delivery_mode,
+            sender_conversation_id=sender_conversation_id,
+            run_public_id=run_public_id,
+            task_key=task_key,
+            meta=meta,
+            idempotency_key=idempotency_key,
+            owner=owner,
+        )
+        kind = StartKind.PERSON if accepted.origin is Origin.PERSON else StartKind.AGENT
+        self.coordinator.request(conversation_id, kind)
+        return accepted
+
+    async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:
+        return await self.door.inputs(conversation_id, owner=owner)
+
+    # -- goals, stop, compaction --------------------------------------------------------------
+
+    async def set_goal(
+        self,
+        conversation_id: str,
+        status: GoalStatus | str,
+        text: str | None = None,
+        *,
+        owner: str | None = None,
+    ) -> Conversation:
+        return await self.conversations.set_goal(conversation_id, status, text, owner=owner)
+
+    async def checkpoint(self, conversation_id: str, *, owner: str | None = None) -> None:
+        """A goal checkpoint: ask for an automatic turn toward the active goal."""
+        await self.conversations.get(conversation_id, owner=owner)
+        self.coordinator.request(conversation_id, StartKind.GOAL)
+
+    async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
+        return await self.coordinator.stop(conversation_id, owner=owner)
+
+    async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
+        return await self.coordinator.compact(conversation_id, owner=owner)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def transcript(
+        self, conversation_id: str, *, after_seq: int = 0, owner: str | None = None
+    ) -> list[Message]:
+        return await self.conversations.transcript(
+            conversation_id, after_seq=after_seq, owner=owner
+        )
+
+    async def events(
+        self, conversation_id: str, *, after_seq: int = 0, owner: str | None = None
+    ) -> list[Event]:
+        return await self.conversations.events(conversation_id, after_seq=after_seq, owner=owner)
+
+    async def runs(self, conversation_id: str, *, owner: str | None = None) -> list[Run]:
+        return await self.conversations.runs(conversation_id, owner=owner)
+
+    async def run(self, run_id: str, *, owner: str | None = None) -> Run:
+        return await self.conversations.run(run_id, owner=owner)
+
+    async def settle(self, conversation_id: str) -> None:
+        """Wait until this process has nothing pending or running for the conversation."""
+        await self.coordinator.idle(conversation_id)

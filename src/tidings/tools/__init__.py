@@ -1,0 +1,7 @@
+"""Tools a model may call: the registry, and (later) the built-in tools."""
+
+from __future__ import annotations
+
+from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+
+__all__ = ("Tool", "ToolContext", "ToolOutput", "ToolRegistry")

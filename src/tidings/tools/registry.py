@@ -1,0 +1,87 @@
+"""The tool registry: what a profile may offer the model, and how a call is executed.
+
+A tool's handler gets the call's context and its arguments and returns text (or a
+:class:`ToolOutput`). A handler that raises gives the model an error result -- a tool's
+failure is information for the model, not a failure of the turn. A turn that is stopped while
+a handler runs cancels the handler and records a ``cancelled`` result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.errors import InvalidInputError
+from tidings.models.base import ToolSpec
+from tidings.types import ConversationId, RunId
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling: the conversation, the run, and the call id the model gave."""
+
+    conversation_id: ConversationId
+    run_id: RunId
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's result as the model will read it."""
+
+    content: str
+    is_error: bool = False
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+ToolHandler = Callable[[ToolContext, Mapping[str, Any]], Awaitable["str | ToolOutput"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A named tool; ``read_only`` tools are the ones automatic turns may use (L4)."""
+
+    name: str
+    description: str
+    handler: ToolHandler
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    read_only: bool = False
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+
+class ToolRegistry:
+    """Tools by name. A profile names the tools it offers; unknown names are offered nothing."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if _NAME.fullmatch(tool.name) is None:
+            raise InvalidInputError(f"tool name {tool.name!r} is not a valid identifier")
+        if tool.name in self._tools:
+            raise InvalidInputError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def offered(self, names: Iterable[str]) -> tuple[Tool, ...]:
+        """The registered tools among ``names``, in the profile's order."""
+        return tuple(t for n in names if (t := self._tools.get(n)) is not None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)

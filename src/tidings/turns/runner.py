@@ -1,0 +1,453 @@
+"""The turn runner: one execution of the model loop, from a taken slot to a committed reply.
+
+Every turn -- a person's, a wake-up's, a goal checkpoint's, the kernel's mail -- runs through
+:meth:`TurnRunner.run_turn` (C2), so all of them get the same events, persistence,
+cancellation and errors. The coordinator hands over a :class:`TurnPlan` made in the unit that
+took the conversation's slot: the run, the inputs to read, the history, and the signals claimed
+inside that slot (S5).
+
+Commit points, and why:
+
+- A step that calls tools commits the assistant's calls (with the inputs read so far) before
+  the tools run, then their results. A crash in between leaves an open call that the next
+  holder of the slot answers ``outcome_unknown`` -- the tool is never run again.
+- Steers join right after a step's results, in the same transaction: a safe point, never
+  between a call and its result (M3).
+- The final answer, the materialisation of the inputs not yet written, the acknowledgment of the
+  consumed signals and the run's completion commit in one transaction (S7). A failed or stopped
+  turn commits no answer, answers its open calls ``cancelled``, and gives its signals back for
+  redelivery in the same transaction.
+
+Every write is fenced by the slot token: a turn that lost its slot writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from tidings.clock import Clock, to_us
+from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
+from tidings.models.base import (
+    Model,
+    ModelError,
+    ModelErrorKind,
+    ModelReply,
+    ModelRequest,
+    PromptMessage,
+    ToolCall,
+)
+from tidings.outbox import Outbox
+from tidings.store import Store, Tx
+from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.transcript import ConversationTx, run_from_row
+from tidings.turns.context import history_window, prompt_message, runtime_facts
+from tidings.types import (
+    ConversationId,
+    Input,
+    Lease,
+    Message,
+    Profile,
+    Run,
+    RunId,
+    RunStatus,
+    StartKind,
+)
+
+log = logging.getLogger("tidings.turns")
+T = TypeVar("T")
+
+TOOL_RESULT_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Bounds of one turn; durations carry their unit."""
+
+    history_messages: int = 200
+    inputs_per_turn: int = 64
+    max_steps: int = 32
+    model_attempts: int = 3
+    retry_base: timedelta = timedelta(milliseconds=500)
+    retry_cap: timedelta = timedelta(seconds=8)
+    model_timeout: timedelta = timedelta(seconds=120)
+    slot_ttl: timedelta = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """What the slot-taking unit decided: the run and everything it reads."""
+
+    conversation_id: ConversationId
+    run_id: RunId
+    trigger: StartKind
+    slot_token: str
+    profile: Profile
+    inputs: tuple[Input, ...]
+    history: tuple[Message, ...]
+    lease: Lease | None
+    notice: str | None = None
+    notice_meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _TurnFailed(Exception):
+    def __init__(self, status: RunStatus, code: str, errors: Sequence[dict[str, Any]]) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+        self.errors = list(errors)
+
+
+@dataclass
+class _Progress:
+    """What the turn has committed so far (the failure path finishes from here)."""
+
+    pending: list[Input]
+    steps: int = 0
+    model: str | None = None
+    open_calls: list[ToolCall] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+    notice_written: bool = False
+
+
+class TurnRunner:
+    """Runs turns for the coordinator; holds no per-conversation state between turns."""
+
+    def __init__(
+        self,
+        store: Store,
+        outbox: Outbox,
+        models: Mapping[str, Model],
+        tools: ToolRegistry,
+        clock: Clock,
+        config: TurnConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.models = models
+        self.tools = tools
+        self.clock = clock
+        self.config = config or TurnConfig()
+        self._rng = rng or random.Random()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run_turn(self, plan: TurnPlan, *, stop_reason: Callable[[], str | None]) -> Run:
+        """Run the model loop to a committed answer, or to a committed failure or stop.
+
+        ``stop_reason`` tells, after a cancellation, why the turn was cancelled (``stopped``
+        by a person, ``shutdown``, ``slot_lost``); None means the caller's own cancellation,
+        which is re-raised after the turn's state is committed.
+        """
+        progress = _Progress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
+        try:
+            return await self._loop(plan, progress)
+        except _TurnFailed as failed:
+            return await self._finish_failed(plan, progress, failed)
+        except asyncio.CancelledError:
+            reason = stop_reason() or "shutdown"
+            if reason == "slot_lost":
+                raise
+            stop = _TurnFailed(RunStatus.STOPPED, reason, [])
+            finishing = asyncio.ensure_future(self._finish_failed(plan, progress, stop))
+            try:
+                await asyncio.shield(finishing)
+            except asyncio.CancelledError:
+                await finishing
+            if stop_reason() is None:
+                raise
+            return finishing.result()
+
+    async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
+        profile = plan.profile
+        offered = self.tools.offered(profile.tools)
+        messages = [prompt_message(m) for m in history_window(plan.history)]
+        messages += [_input_message(i) for i in plan.inputs]
+        if plan.notice is not None:
+            messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))
+        facts = runtime_facts(plan.lease.deliveries) if plan.lease is not None else None
+        request = ModelRequest(
+            model=profile.model,
+            system=profile.system,
+            tools=tuple(t.spec for t in offered),
+            messages=(),
+            suffix=(facts.content,) if facts is not None else (),
+        )
+        while True:
+            if progress.steps >= self.config.max_steps:
+                raise _TurnFailed(RunStatus.FAILED, "max_steps_exceeded", [])
+            progress.steps += 1
+            reply = await self._call_model(
+                replace(request, messages=tuple(messages)), profile, progress
+            )
+            if not reply.tool_calls:
+                return await self._finish_completed(plan, progress, reply)
+            calls = list(reply.tool_calls)
+
+            await self._commit(plan, functools.partial(
+                self._write_calls, plan=plan, progress=progress, text=reply.text, calls=calls
+            ))
+            progress.open_calls = calls
+            messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
+            outputs = await asyncio.gather(
+                *(self._execute(plan, offered, call) for call in calls)
+            )
+            steers = await self._commit(plan, functools.partial(
+                self._write_results, plan=plan, progress=progress, outputs=outputs
+            ))
+            progress.open_calls = []
+            for call, output in zip(calls, outputs, strict=True):
+                messages.append(
+                    PromptMessage("tool", output.content, tool_call_id=call.call_id,
+                                  tool_name=call.name)
+                )
+            messages += [_input_message(i) for i in steers]
+
+    # -- the model ----------------------------------------------------------------------------
+
+    async def _call_model(
+        self, request: ModelRequest, profile: Profile, progress: _Progress
+    ) -> ModelReply:
+        """Ask each model of the profile in turn: retry the retryable, skip the unavailable.
+
+        A permanent error fails the run; when every model is spent the run needs attention
+        and automatic advancement waits for a person (C8).
+        """
+        errors: list[dict[str, Any]] = []
+        cfg = self.config
+        for name in profile.models:
+            model = self.models.get(name)
+            if model is None:
+                errors.append({"model": name, "kind": "unavailable", "error": "not registered"})
+                continue
+            for attempt in range(1, cfg.model_attempts + 1):
+                try:
+                    async with asyncio.timeout(to_us(cfg.model_timeout) / 1e6):
+                        reply = await model.complete(replace(request, model=name))
+                    progress.model = name
+                    return reply
+                except TimeoutError:
+                    error = ModelError(ModelErrorKind.RETRYABLE, "timed out", model=name)
+                except ModelError as exc:
+                    error = exc
+                except Exception as exc:  # an adapter bug must not take the runtime down
+                    log.exception("model %s raised an unclassified error", name)
+                    error = ModelError(ModelErrorKind.UNAVAILABLE, type(exc).__name__, model=name)
+                errors.append(
+                    {"model": name, "kind": error.kind.value, "attempt": attempt,
+                     "error": error.message[:200]}
+                )
+                if error.kind is ModelErrorKind.PERMANENT:
+                    raise _TurnFailed(RunStatus.FAILED, error.failure_code, errors)
+                if error.kind is ModelErrorKind.UNAVAILABLE:
+                    break
+                if attempt < cfg.model_attempts:
+                    await asyncio.sleep(self._retry_delay(attempt))
+        raise _TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
+
+    def _retry_delay(self, attempt: int) -> float:
+        base = to_us(self.config.retry_base) / 1e6
+        cap = to_us(self.config.retry_cap) / 1e6
+        return float(self._rng.uniform(0, min(cap, base * 2 ** (attempt - 1))))
+
+    # -- tools --------------------------------------------------------------------------------
+
+    async def _execute(self, plan: TurnPlan, offered: Sequence[Tool], call: ToolCall) -> ToolOutput:
+        tool = next((t for t in offered if t.name == call.name), None)
+        if tool is None:
+            return ToolOutput(f"error: no tool named {call.name!r} is available", is_error=True)
+        context = ToolContext(plan.conversation_id, plan.run_id, call.call_id)
+        try:
+            result = await tool.handler(context, call.arguments)
+        except asyncio.CancelledError:
+            raise
+        except TidingsError as exc:
+            return ToolOutput(f"error ({exc.code}): {exc.message}", is_error=True)
+        except Exception as exc:
+            log.info("tool %s failed: %r", call.name, exc)
+            return ToolOutput(f"error: {type(exc).__name__}: {exc}", is_error=True)
+        output = result if isinstance(result, ToolOutput) else ToolOutput(str(result))
+        if len(output.content.encode("utf-8", "replace")) > TOOL_RESULT_LIMIT:
+            head = output.content.encode("utf-8", "replace")[:TOOL_RESULT_LIMIT]
+            text = head.decode("utf-8", "ignore")
+            output = replace(output, content=f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes]")
+        return output
+
+    # -- commits ------------------------------------------------------------------------------
+
+    async def _commit(self, plan: TurnPlan, write: Callable[[ConversationTx], T]) -> T:
+        def unit(tx: Tx) -> T:
+            cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
+            cx.require_slot(plan.slot_token)
+            result = write(cx)
+            cx.save()
+            return result
+
+        return await self.store.transact(unit, route=plan.conversation_id)
+
+    def _materialize_pending(self, cx: ConversationTx, plan: TurnPlan, progress: _Progress) -> None:
+        """Write the inputs read so far, and the turn's own notice, once."""
+        for item in progress.pending:
+            cx.materialize(item, plan.run_id)
+        progress.pending = []
+        if plan.notice is not None and not progress.notice_written:
+            cx.append_user(plan.notice, run_id=plan.run_id, meta=dict(plan.notice_meta))
+            progress.notice_written = True
+
+    def _write_calls(
+        self,
+        cx: ConversationTx,
+        plan: TurnPlan,
+        progress: _Progress,
+        text: str,
+        calls: Sequence[ToolCall],
+    ) -> None:
+        self._materialize_pending(cx, plan, progress)
+        cx.append_assistant(text, tool_calls=calls, run_id=plan.run_id,
+                            meta={"model": progress.model})
+        cx.record_event(
+            "tool_calls",
+            {"run_public_id": plan.run_id,
+             "calls": [{"call_id": c.call_id, "name": c.name} for c in calls]},
+            plan.run_id,
+        )
+
+    def _write_results(
+        self,
+        cx: ConversationTx,
+        plan: TurnPlan,
+        progress: _Progress,
+        outputs: Sequence[ToolOutput],
+    ) -> list[Input]:
+        for call, output in zip(progress.open_calls, outputs, strict=True):
+            cx.append_tool_result(
+                call.call_id, output.content, tool_name=call.name, run_id=plan.run_id,
+                meta={"is_error": output.is_error, **output.meta},
+            )
+        # The safe point: the step's results are in; steers join right after them (M3).
+        steers = [
+            s for s in cx.queued_steers(self.config.inputs_per_turn)
+            if s.input_id not in progress.taken
+        ]
+        for steer in steers:
+            cx.materialize(steer, plan.run_id)
+            progress.taken.add(steer.input_id)
+        return steers
+
+    async def _finish_completed(
+        self, plan: TurnPlan, progress: _Progress, reply: ModelReply
+    ) -> Run:
+        def write(cx: ConversationTx) -> Run:
+            self._materialize_pending(cx, plan, progress)
+            cx.append_assistant(reply.text, run_id=plan.run_id, meta={"model": progress.model})
+            if plan.lease is not None and plan.lease.deliveries:
+                self.outbox.ack(cx.tx, plan.lease)
+            run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
+            if cx.conversation.awaiting_person and plan.trigger is StartKind.PERSON:
+                cx.update(awaiting_person=False)
+            return run
+
+        try:
+            return await self._commit(plan, write)
+        except (SlotLostError, CommitOutcomeUnknownError):
+            raise
+        except TidingsError as exc:
+            # The answer did not commit: give everything back at once (S7).
+            raise _TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
+
+    async def _finish_failed(
+        self, plan: TurnPlan, progress: _Progress, failure: _TurnFailed
+    ) -> Run:
+        def write(cx: ConversationTx) -> Run:
+            self._materialize_pending(cx, plan, progress)
+            # The database, not memory, says which of this run's calls are still open.
+            for call in cx.open_tool_calls():
+                cx.append_tool_result(
+                    call["call_id"],
+                    f"cancelled: the turn ended ({failure.code}) before this tool finished",
+                    tool_name=call["name"], run_id=plan.run_id,
+                    meta={"status": "cancelled", "is_error": True},
+                )
+            if plan.lease is not None and plan.lease.deliveries:
+                with contextlib.suppress(StaleLeaseError):
+                    self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
+            if failure.status is RunStatus.STOPPED and failure.code == "stopped":
+                cx.update(suppressed=True)
+            elif failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
+                cx.update(awaiting_person=True)
+            return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
+
+        return await self._commit(plan, write)
+
+    def _end_run(
+        self,
+        cx: ConversationTx,
+        plan: TurnPlan,
+        progress: _Progress,
+        status: RunStatus,
+        code: str | None,
+        errors: Sequence[dict[str, Any]],
+    ) -> Run:
+        row = cx.tx.one(
+            "finish_run", run_id=plan.run_id, status=status.value, failure_code=code,
+            model=progress.model, steps=progress.steps, now_us=cx.now_us,
+        )
+        if row is None:
+            raise SlotLostError(plan.conversation_id)
+        data: dict[str, Any] = {"run_public_id": plan.run_id, "status": status.value}
+        if code is not None:
+            data["failure_code"] = code
+        if errors:
+            data["errors"] = list(errors)[-8:]
+        cx.record_event("turn_status", data, plan.run_id)
+        cx.release_slot(plan.slot_token)
+        return run_from_row(row)
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    async def summarize(self, profile: Profile, history: Sequence[Message]) -> str:
+        """One summarising model step over the history (C7's compaction)."""
+        messages = [prompt_message(m) for m in history_window(history)]
+        messages.append(PromptMessage("user", SUMMARY_REQUEST, meta={"kind": "compaction"}))
+        request = ModelRequest(
+            model=profile.model, system=profile.system, tools=(), messages=tuple(messages)
+        )
+        progress = _Progress(pending=[])
+        try:
+            reply = await self._call_model(request, profile, progress)
+        except _TurnFailed as failure:
+            raise ModelError(
+                ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
+            ) from None
+        return reply.text
+
+
+SUMMARY_REQUEST = (
+    "Summarise this conversation for a hand-off: the goal, what was decided, what is still "
+    "open (including background work that has not reported back), and anything the next turn "
+    "must not forget."
+)
+
+
+def _input_message(item: Input) -> PromptMessage:
+    return PromptMessage(
+        "user", item.content, origin=item.origin.value,
+        meta={"input_id": item.input_id, **item.meta},
+    )
+
+
+def _slug(code: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "_.:-" else "_" for ch in code.lower())
+    return cleaned if cleaned[:1].isalpha() else f"turn_{cleaned}"[:64]
+
+
+__all__ = ("TurnConfig", "TurnPlan", "TurnRunner")
