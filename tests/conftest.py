@@ -9,9 +9,10 @@ gets a fresh database cloned from a migrated template, so tests are isolated and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,11 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from tidings import ManualClock, Outbox
+from tidings import Clock, ManualClock, Outbox
+from tidings.models.base import Model
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import open_store
+from tidings.tools.registry import Tool
 
 POSTGRES_DSN_ENV = "TIDINGS_TEST_POSTGRES_DSN"
 TEMPLATE = f"tidings_test_template_{os.getpid()}"  # one per session: sessions may overlap
@@ -117,6 +121,37 @@ async def outbox(backend: Backend, clock: ManualClock) -> AsyncIterator[Outbox]:
         yield opened
 
 
+class RuntimeFactory:
+    """Opens runtimes on the test's database; every one is closed when the test ends."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __call__(
+        self,
+        *,
+        models: Sequence[Model] | Mapping[str, Model],
+        tools: Sequence[Tool] = (),
+        clock: Clock | None = None,
+        config: RuntimeConfig | None = None,
+    ) -> Runtime:
+        return await self._stack.enter_async_context(
+            Runtime.open(self.backend.url, models=models, tools=tools, clock=clock, config=config)
+        )
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+
+
+@pytest_asyncio.fixture
+async def runtimes(backend: Backend) -> AsyncIterator[RuntimeFactory]:
+    """``await runtimes(models=[...], tools=[...])`` opens a started Runtime on the backend."""
+    factory = RuntimeFactory(backend)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()
 
 
 _skipped_postgres: list[str] = []

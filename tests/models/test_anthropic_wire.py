@@ -477,5 +477,6 @@ async def test_a4_anthropic_key_from_environment_or_placeholder(
     finally:
         await keyless.aclose()
         await keyed.aclose()
-    assert server.requests[0].headers["x-api-key"] == "not-needed"
-    assert server.requests[1].headers["x-api-key"] == "sk-ant-from-env"
+    # This SDK sends the key as a bearer token.
+    assert server.requests[0].headers["authorization"] == "Bearer not-needed"
+    assert server.requests[1].headers["authorization"] == "Bearer sk-ant-from-env"
