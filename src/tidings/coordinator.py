@@ -38,13 +38,12 @@ from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start
 from tidings.store import Store, Tx
 from tidings.transcript import ConversationTx, run_from_row
-from tidings.turns.runner import TurnConfig, TurnPlan, TurnRunner
+from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import (
     Conversation,
     ConversationId,
     ConversationStatus,
     Origin,
-    Run,
     RunId,
     RunStatus,
     StartKind,
@@ -72,7 +71,7 @@ class _Entry:
     recheck: bool = False
     record: bool = False
     driver: asyncio.Task[None] | None = None
-    turn: asyncio.Task[Run] | None = None
+    turn: asyncio.Task[TurnOutcome] | None = None
     stop_reason: str | None = None
     compacting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -197,8 +196,10 @@ class Coordinator:
             self.runner.run_turn(begin.plan, stop_reason=lambda: entry.stop_reason)
         )
         keeper = asyncio.create_task(self._keep(begin.plan, entry))
+        more_work = True
         try:
-            await entry.turn
+            outcome = await entry.turn
+            more_work = outcome.more_work
         except asyncio.CancelledError:
             if entry.stop_reason != "slot_lost" or self._closing:
                 raise
@@ -209,9 +210,10 @@ class Coordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
             entry.turn = None
-        # Level-triggered: whatever arrived during the turn is looked at now, after the slot
-        # was released, so a start refused as slot_busy elsewhere is never stranded.
-        entry.recheck = True
+        # Level-triggered: the turn's last unit read, under the lock and before releasing the
+        # slot, whether inputs or signals were waiting; what arrived later found the slot free.
+        if more_work:
+            entry.recheck = True
 
     def _retry_at(self, conversation_id: str, deadline_us: int) -> None:
         delay = max(0.0, (deadline_us - self.clock.now_us()) / 1e6)

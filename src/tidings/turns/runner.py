@@ -97,6 +97,14 @@ class TurnPlan:
     notice_meta: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """The committed run, and whether work was waiting when its slot was released."""
+
+    run: Run
+    more_work: bool
+
+
 class _TurnFailed(Exception):
     def __init__(self, status: RunStatus, code: str, errors: Sequence[dict[str, Any]]) -> None:
         super().__init__(code)
@@ -115,6 +123,7 @@ class _Progress:
     open_calls: list[ToolCall] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
     notice_written: bool = False
+    more_work: bool = False
 
 
 class TurnRunner:
@@ -141,7 +150,9 @@ class TurnRunner:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    async def run_turn(self, plan: TurnPlan, *, stop_reason: Callable[[], str | None]) -> Run:
+    async def run_turn(
+        self, plan: TurnPlan, *, stop_reason: Callable[[], str | None]
+    ) -> TurnOutcome:
         """Run the model loop to a committed answer, or to a committed failure or stop.
 
         ``stop_reason`` tells, after a cancellation, why the turn was cancelled (``stopped``
@@ -150,22 +161,23 @@ class TurnRunner:
         """
         progress = _Progress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
         try:
-            return await self._loop(plan, progress)
+            run = await self._loop(plan, progress)
         except _TurnFailed as failed:
-            return await self._finish_failed(plan, progress, failed)
+            run = await self._finish_failed(plan, progress, failed)
         except asyncio.CancelledError:
-            reason = stop_reason() or "shutdown"
+            reason = stop_reason()
             if reason == "slot_lost":
-                raise
-            stop = _TurnFailed(RunStatus.STOPPED, reason, [])
+                raise  # another holder owns the conversation now; write nothing
+            stop = _TurnFailed(RunStatus.STOPPED, reason or "shutdown", [])
             finishing = asyncio.ensure_future(self._finish_failed(plan, progress, stop))
             try:
                 await asyncio.shield(finishing)
             except asyncio.CancelledError:
                 await finishing
-            if stop_reason() is None:
+            if reason is None:
                 raise
-            return finishing.result()
+            run = finishing.result()
+        return TurnOutcome(run, more_work=progress.more_work)
 
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
         profile = plan.profile
@@ -410,6 +422,8 @@ class TurnRunner:
             data["errors"] = list(errors)[-8:]
         cx.record_event("turn_status", data, plan.run_id)
         cx.release_slot(plan.slot_token)
+        work = cx.tx.one("pending_work", conversation_id=plan.conversation_id, now_us=cx.now_us)
+        progress.more_work = bool(work and (work["inputs"] or work["signals"]))
         return run_from_row(row)
 
     # -- compaction ---------------------------------------------------------------------------
@@ -450,4 +464,4 @@ def _slug(code: str) -> str:
     return cleaned if cleaned[:1].isalpha() else f"turn_{cleaned}"[:64]
 
 
-__all__ = ("TurnConfig", "TurnPlan", "TurnRunner")
+__all__ = ("TurnConfig", "TurnOutcome", "TurnPlan", "TurnRunner")

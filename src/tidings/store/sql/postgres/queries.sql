@@ -461,3 +461,12 @@ SELECT * FROM events
 -- count_queued_inputs --
 SELECT count(*) AS queued FROM inputs
  WHERE conversation_id = :conversation_id AND state = 'queued';
+
+-- pending_work --
+-- Read by a turn's last unit, under the conversation's lock: whatever it shows was committed
+-- before the slot is released, and whatever it misses will find the slot free.
+SELECT EXISTS (SELECT 1 FROM inputs
+                WHERE conversation_id = :conversation_id AND state = 'queued') AS inputs,
+       EXISTS (SELECT 1 FROM signal_deliveries
+                WHERE conversation_id = :conversation_id AND state = 'ready'
+                  AND claimable_at_us <= :now_us) AS signals;
