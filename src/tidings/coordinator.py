@@ -248,7 +248,10 @@ class Coordinator:
         cfg = self.turn_config
         inputs = cx.queued_inputs(cfg.inputs_per_turn) if slot_free else []
         ready_row = (
-            tx.one("has_ready_signals", conversation_id=conversation_id, now_us=cx.now_us)
+            tx.one(
+                "has_ready_signals", conversation_id=conversation_id, now_us=cx.now_us,
+                max_attempts=self.outbox.config.max_attempts,
+            )
             if slot_free else None
         )
         ready = bool(ready_row and ready_row["ready"])
@@ -275,13 +278,18 @@ class Coordinator:
         run_id = RunId(new_id("run"))
         token = secrets.token_hex(16)
         deadline_us = cx.now_us + to_us(cfg.slot_ttl)
+        lease = self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
+        if decision.trigger is StartKind.WAKE and not lease.deliveries:
+            # Another claimer (or the budget) took them: the wake-up was stale (C4).
+            if recovered:
+                cx.save()
+            return Begin(None, StartDecision(None, "nothing_to_do"), None)
         tx.one(
             "insert_run", run_id=run_id, conversation_id=conversation_id,
             trigger=decision.trigger.value, status=RunStatus.RUNNING.value,
             instance_id=self.outbox.instance_id, now_us=cx.now_us,
         )
         cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
-        lease = self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
         taken = inputs if decision.trigger in (
             StartKind.PERSON, StartKind.AGENT, StartKind.MAIL
         ) else []
@@ -456,7 +464,10 @@ class Coordinator:
         """Re-find conversations a lost wake-up left behind; returns how many were asked."""
         now = self.clock.now_us()
         rows = await self.store.read(
-            lambda tx: tx.all("stranded_conversations", now_us=now, limit=self.config.sweep_batch)
+            lambda tx: tx.all(
+                "stranded_conversations", now_us=now, limit=self.config.sweep_batch,
+                max_attempts=self.outbox.config.max_attempts,
+            )
         )
         asked = 0
         for row in rows:

@@ -205,7 +205,7 @@ class TurnRunner:
                 return await self._finish_completed(plan, progress, reply)
             calls = list(reply.tool_calls)
 
-            await self._commit(plan, functools.partial(
+            await self._commit(plan, progress, functools.partial(
                 self._write_calls, plan=plan, progress=progress, text=reply.text, calls=calls
             ))
             progress.open_calls = calls
@@ -213,10 +213,11 @@ class TurnRunner:
             outputs = await asyncio.gather(
                 *(self._execute(plan, offered, call) for call in calls)
             )
-            steers = await self._commit(plan, functools.partial(
+            steers = await self._commit(plan, progress, functools.partial(
                 self._write_results, plan=plan, progress=progress, outputs=outputs
             ))
             progress.open_calls = []
+            progress.taken.update(i.input_id for i in steers)
             for call, output in zip(calls, outputs, strict=True):
                 messages.append(
                     PromptMessage("tool", output.content, tool_call_id=call.call_id,
@@ -296,7 +297,11 @@ class TurnRunner:
 
     # -- commits ------------------------------------------------------------------------------
 
-    async def _commit(self, plan: TurnPlan, write: Callable[[ConversationTx], T]) -> T:
+    async def _commit(
+        self, plan: TurnPlan, progress: _Progress, write: Callable[[ConversationTx], T]
+    ) -> T:
+        """Run ``write`` fenced by the slot; once durable, the pending inputs are written."""
+
         def unit(tx: Tx) -> T:
             cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
             cx.require_slot(plan.slot_token)
@@ -304,16 +309,19 @@ class TurnRunner:
             cx.save()
             return result
 
-        return await self.store.transact(unit, route=plan.conversation_id)
+        result = await self.store.transact(unit, route=plan.conversation_id)
+        progress.pending = []
+        progress.notice_written = progress.notice_written or plan.notice is not None
+        return result
 
     def _materialize_pending(self, cx: ConversationTx, plan: TurnPlan, progress: _Progress) -> None:
         """Write the inputs read so far, and the turn's own notice, once."""
+        # A unit may run more than once before it commits: it reads progress and leaves it
+        # alone; :meth:`_commit` records what became durable once it is.
         for item in progress.pending:
             cx.materialize(item, plan.run_id)
-        progress.pending = []
         if plan.notice is not None and not progress.notice_written:
             cx.append_user(plan.notice, run_id=plan.run_id, meta=dict(plan.notice_meta))
-            progress.notice_written = True
 
     def _write_calls(
         self,
@@ -352,7 +360,6 @@ class TurnRunner:
         ]
         for steer in steers:
             cx.materialize(steer, plan.run_id)
-            progress.taken.add(steer.input_id)
         return steers
 
     async def _finish_completed(
@@ -369,7 +376,7 @@ class TurnRunner:
             return run
 
         try:
-            return await self._commit(plan, write)
+            return await self._commit(plan, progress, write)
         except (SlotLostError, CommitOutcomeUnknownError):
             raise
         except TidingsError as exc:
@@ -398,7 +405,7 @@ class TurnRunner:
                 cx.update(awaiting_person=True)
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
-        return await self._commit(plan, write)
+        return await self._commit(plan, progress, write)
 
     def _end_run(
         self,
@@ -422,7 +429,10 @@ class TurnRunner:
             data["errors"] = list(errors)[-8:]
         cx.record_event("turn_status", data, plan.run_id)
         cx.release_slot(plan.slot_token)
-        work = cx.tx.one("pending_work", conversation_id=plan.conversation_id, now_us=cx.now_us)
+        work = cx.tx.one(
+            "pending_work", conversation_id=plan.conversation_id, now_us=cx.now_us,
+            max_attempts=self.outbox.config.max_attempts,
+        )
         progress.more_work = bool(work and (work["inputs"] or work["signals"]))
         return run_from_row(row)
 

@@ -312,7 +312,7 @@ SELECT conversation_id FROM conversations
 UNION
 SELECT d.conversation_id
   FROM signal_deliveries d JOIN conversations c ON c.conversation_id = d.conversation_id
- WHERE d.state = 'ready' AND d.claimable_at_us <= :now_us
+ WHERE d.state = 'ready' AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
    AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
    AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
 LIMIT :limit;
@@ -320,7 +320,7 @@ LIMIT :limit;
 -- has_ready_signals --
 SELECT EXISTS (SELECT 1 FROM signal_deliveries
                 WHERE conversation_id = :conversation_id AND state = 'ready'
-                  AND claimable_at_us <= :now_us) AS ready;
+                  AND claimable_at_us <= :now_us AND attempts < :max_attempts) AS ready;
 
 -- insert_input --
 INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, author_kind,
@@ -440,4 +440,4 @@ SELECT EXISTS (SELECT 1 FROM inputs
                 WHERE conversation_id = :conversation_id AND state = 'queued') AS inputs,
        EXISTS (SELECT 1 FROM signal_deliveries
                 WHERE conversation_id = :conversation_id AND state = 'ready'
-                  AND claimable_at_us <= :now_us) AS signals;
+                  AND claimable_at_us <= :now_us AND attempts < :max_attempts) AS signals;
