@@ -37,12 +37,18 @@ from tidings.errors import (
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx, run_from_row
+from tidings.transcript import (
+    ConversationTx,
+    conversation_from_row,
+    input_from_row,
+    run_from_row,
+)
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import (
     Conversation,
     ConversationId,
     ConversationStatus,
+    Input,
     Origin,
     RunId,
     RunStatus,
@@ -144,10 +150,23 @@ class Coordinator:
         return entry is not None and entry.turn is not None
 
     async def idle(self, conversation_id: str) -> None:
-        """Wait until this process has nothing pending or running for the conversation."""
-        entry = self._entries.get(conversation_id)
-        if entry is not None:
-            await entry.idle.wait()
+        """Wait until the conversation is settled: nothing pending or running here, and
+        nothing in the database that a re-check would start a turn for.
+
+        Wake-up hints that are still on their way (a publish's wake-up is handed to the event
+        loop after its commit) are waited for by the same rule.
+        """
+        while True:
+            await asyncio.sleep(0)
+            entry = self._entries.get(conversation_id)
+            if entry is not None:
+                await entry.idle.wait()
+                continue
+            if self._closing or not await self.store.read(
+                lambda tx: self._would_start(tx, conversation_id)
+            ):
+                return
+            self.request(conversation_id, None)
 
     async def _drive(self, conversation_id: str, entry: _Entry) -> None:
         try:
@@ -246,26 +265,7 @@ class Coordinator:
             cx.release_slot(token_held)
             recovered = True
         cfg = self.turn_config
-        inputs = cx.queued_inputs(cfg.inputs_per_turn) if slot_free else []
-        ready_row = (
-            tx.one(
-                "has_ready_signals", conversation_id=conversation_id, now_us=cx.now_us,
-                max_attempts=self.outbox.config.max_attempts,
-            )
-            if slot_free else None
-        )
-        ready = bool(ready_row and ready_row["ready"])
-        state = StartState(
-            status=c.status,
-            goal_status=c.goal_status,
-            suppressed=c.suppressed,
-            awaiting_person=c.awaiting_person,
-            slot_free=slot_free,
-            person_inputs=any(i.origin is Origin.PERSON for i in inputs),
-            agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
-            kernel_inputs=any(i.origin.is_kernel for i in inputs),
-            ready_signals=ready,
-        )
+        inputs, state = self._start_state(tx, c, slot_free, cx.now_us)
         decision = decide_start(state, kinds)
         if record and decision.yielded:
             for kind, reason in decision.yielded:
@@ -319,6 +319,46 @@ class Coordinator:
             notice_meta=notice_meta,
         )
         return Begin(plan, decision, deadline_us)
+
+    def _start_state(
+        self, tx: Tx, c: Conversation, slot_free: bool, now_us: int
+    ) -> tuple[list[Input], StartState]:
+        """What a start decision reads: the queued inputs (read order) and the flags."""
+        inputs: list[Input] = []
+        ready = False
+        if slot_free:
+            rows = tx.all(
+                "queued_inputs", conversation_id=c.conversation_id,
+                limit=self.turn_config.inputs_per_turn,
+            )
+            inputs = [input_from_row(r) for r in rows]
+            row = tx.one(
+                "has_ready_signals", conversation_id=c.conversation_id, now_us=now_us,
+                max_attempts=self.outbox.config.max_attempts,
+            )
+            ready = bool(row and row["ready"])
+        return inputs, StartState(
+            status=c.status,
+            goal_status=c.goal_status,
+            suppressed=c.suppressed,
+            awaiting_person=c.awaiting_person,
+            slot_free=slot_free,
+            person_inputs=any(i.origin is Origin.PERSON for i in inputs),
+            agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
+            kernel_inputs=any(i.origin.is_kernel for i in inputs),
+            ready_signals=ready,
+        )
+
+    def _would_start(self, tx: Tx, conversation_id: str) -> bool:
+        """Whether a re-check would start a turn now (read-only: no lock, nothing written)."""
+        row = tx.one("get_conversation", conversation_id=conversation_id)
+        if row is None:
+            return False
+        now = self.clock.now_us()
+        deadline = row["slot_deadline_us"]
+        slot_free = row["slot_token"] is None or deadline is None or deadline <= now
+        _, state = self._start_state(tx, conversation_from_row(row), slot_free, now)
+        return decide_start(state, frozenset()).trigger is not None
 
     # -- keeping the slot ---------------------------------------------------------------------
 
