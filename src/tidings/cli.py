@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings import __version__
+from tidings.demo import conversations_demo
 from tidings.errors import StaleLeaseError, TidingsError
 from tidings.outbox import Outbox, OutboxConfig
 from tidings.store import Tx, open_store
@@ -137,6 +138,7 @@ def demo(database: str | None) -> None:
             await outbox.consume(again_lease, lambda tx: None, failure_code="turn_failed")
             console.print(_stats_table("after", [await outbox.stats(c) for c in conversations]
                                        + [await outbox.stats()]))
+        await conversations_demo(url, console)
 
     if database is None:
         with tempfile.TemporaryDirectory(prefix="tidings-demo-") as folder:
