@@ -1,0 +1,122 @@
+"""A4: the scripted model answers by deterministic rules and loads from JSON; the history
+window never opens inside a tool exchange."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tidings.errors import InvalidInputError
+from tidings.models.base import ModelError, ModelErrorKind, ModelRequest, PromptMessage, ToolCall
+from tidings.models.scripted import Rule, ScriptedModel
+from tidings.turns.context import history_window
+from tidings.types import ConversationId, Message, MessageId
+
+
+def request(*messages: PromptMessage, suffix: tuple[str, ...] = ()) -> ModelRequest:
+    return ModelRequest(model="scripted", system="s", tools=(), messages=messages, suffix=suffix)
+
+
+def user(text: str, **kw: object) -> PromptMessage:
+    return PromptMessage("user", text, **kw)  # type: ignore[arg-type]
+
+
+RULES = {
+    "name": "scripted",
+    "rules": [
+        {"when": {"text_contains": "build"},
+         "reply": {"tool_calls": [{"name": "shell", "arguments": {"cmd": "make"}}]}},
+        {"when": {"tool_result": "shell"}, "reply": {"text": "built"}},
+        {"when": {"origin": "task_result"}, "reply": {"text": "noted the result"}},
+        {"when": {"meta_kind": "task_notification"}, "reply": {"text": "notified"}},
+        {"when": {"suffix_contains": "task.exited"}, "reply": {"text": "fact seen"}},
+        {"when": {"text_matches": "^fail (\\w+)$"}, "reply": {"error": "unavailable"}},
+    ],
+    "default": {"echo": True},
+}
+
+
+async def test_a4_scripted_rules_match_text_tool_result_origin_kind_and_suffix() -> None:
+    model = ScriptedModel.from_json(json.dumps(RULES))
+    reply = await model.complete(request(user("please build it")))
+    assert reply.tool_calls == (ToolCall("call_1_0", "shell", {"cmd": "make"}),)
+    assert reply.text == ""
+
+    done = await model.complete(request(
+        user("please build it"),
+        PromptMessage("assistant", "", tool_calls=reply.tool_calls),
+        PromptMessage("tool", "ok", tool_call_id="call_1_0", tool_name="shell"),
+    ))
+    assert done.text == "built"
+    assert done.tool_calls == ()
+    noted = await model.complete(request(user("x", origin="task_result")))
+    assert noted.text == "noted the result"
+    kind = user("x", meta={"kind": "task_notification"})
+    assert (await model.complete(request(kind))).text == "notified"
+    facts = await model.complete(request(user("hi"), suffix=("<runtime_facts>task.exited",)))
+    assert facts.text == "fact seen"
+    assert (await model.complete(request(user("hello there")))).text == "hello there"
+    assert model.calls == 6
+
+
+async def test_a4_scripted_errors_are_classified() -> None:
+    model = ScriptedModel.from_json(RULES)
+    with pytest.raises(ModelError) as caught:
+        await model.complete(request(user("fail now")))
+    assert caught.value.kind is ModelErrorKind.UNAVAILABLE
+    assert caught.value.failure_code == "model_unavailable"
+
+
+async def test_a4_scripted_tool_call_ids_are_deterministic() -> None:
+    first = ScriptedModel.from_json(RULES)
+    second = ScriptedModel.from_json(RULES)
+    one = await first.complete(request(user("a"), user("build")))
+    two = await second.complete(request(user("a"), user("build")))
+    assert one.tool_calls == two.tool_calls
+    assert one.tool_calls[0].call_id == "call_2_0"
+
+
+def test_a4_scripted_rules_load_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(RULES), "utf-8")
+    assert len(ScriptedModel.from_json(path).rules) == len(RULES["rules"])
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "not json",
+        "[]",
+        json.dumps({"rules": [{"when": {"nonsense": 1}, "reply": {"text": "x"}}]}),
+        json.dumps({"rules": [{"when": {}, "reply": {"frobnicate": True}}]}),
+        json.dumps({"rules": [{"when": {}, "reply": {"error": "sometimes"}}]}),
+        json.dumps({"rules": [{"reply": {"text": "x"}}]}),
+        json.dumps({"rules": [{"when": {}, "reply": {"tool_calls": [{"arguments": {}}]}}]}),
+    ],
+)
+def test_a4_scripted_rules_refuse_bad_documents(document: str) -> None:
+    with pytest.raises((InvalidInputError, ValueError)):
+        ScriptedModel.from_json(document)
+
+
+def test_a4_rule_with_several_conditions_needs_all() -> None:
+    rule = Rule({"text_contains": "a", "role": "user"}, {"text": "x"})
+    assert rule.matches(user("abc"), ())
+    assert not rule.matches(PromptMessage("assistant", "abc"), ())
+    assert not rule.matches(user("xyz"), ())
+
+
+def _message(seq: int, role: str) -> Message:
+    return Message(ConversationId("c"), seq, MessageId(f"m{seq}"), None, role, "", (), None,
+                   None, None, None, {}, 0)
+
+
+def test_history_window_never_opens_inside_a_tool_exchange() -> None:
+    cut = [_message(5, "tool"), _message(6, "assistant"), _message(7, "user"),
+           _message(8, "assistant")]
+    assert [m.seq for m in history_window(cut)] == [7, 8]
+    assert history_window([_message(1, "assistant"), _message(2, "tool")]) == []
+    whole = [_message(1, "user"), _message(2, "assistant")]
+    assert history_window(whole) == whole
