@@ -304,12 +304,14 @@ class ConversationTx:
 
     def materialize(self, item: Input, run_id: str) -> int:
         """Turn a queued input into the transcript's user message, read by ``run_id``."""
+        seq = int(self.row["last_message_seq"]) + 1
         changed = self.tx.execute(
-            "materialize_input", input_id=item.input_id, run_id=run_id, now_us=self.now_us
+            "materialize_input", input_id=item.input_id, run_id=run_id, now_us=self.now_us,
+            message_seq=seq,
         )
         if changed != 1:
             raise PairingViolationError(self.conversation_id, f"input {item.input_id} is gone")
-        seq = self.append_user(
+        appended = self.append_user(
             item.content,
             origin=item.origin,
             input_id=item.input_id,
@@ -326,6 +328,7 @@ class ConversationTx:
                 **item.meta,
             },
         )
+        assert appended == seq
         self.record_event(
             "input_materialized",
             {"input_id": item.input_id, "run_public_id": run_id, "message_seq": seq,

@@ -47,7 +47,13 @@ from tidings import (
 from tidings.mail.door import RESERVED_META_KEYS
 from tidings.models.base import DeltaCallback
 from tidings.runtime import Runtime, RuntimeConfig
-from tidings.transcript import ConversationTx
+from tidings.transcript import (
+    ConversationTx,
+    event_from_row,
+    input_from_row,
+    message_from_row,
+    run_from_row,
+)
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"
@@ -173,9 +179,6 @@ class Snapshot:
 
 async def snapshot(rt: Runtime, conversation_id: str) -> Snapshot:
     def unit(tx: Tx) -> Snapshot:
-        from tidings.transcript import event_from_row, input_from_row, message_from_row, \
-            run_from_row
-
         return Snapshot(
             [input_from_row(r) for r in tx.all(
                 "list_inputs", conversation_id=conversation_id, limit=1000)],
@@ -318,7 +321,7 @@ async def test_m1_agent_send_carries_its_stamps(runtimes: RuntimeFactory) -> Non
     ids=["run_public_id", "task_key", "sender"],
 )
 async def test_m1_person_input_with_stamps_refused(
-    runtimes: RuntimeFactory, stamp: dict[str, str]
+    runtimes: RuntimeFactory, stamp: dict[str, Any]
 ) -> None:
     rt, conv = await start(runtimes)
     await refused_and_nothing_written(
@@ -624,12 +627,6 @@ async def test_m2_mail_alone_starts_a_mail_turn(runtimes: RuntimeFactory) -> Non
     assert [i.input_id for i in await rt.inputs(conv)] == [mail.input_id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: list_inputs orders read inputs by materialized_at_us then queue_position; "
-    "inputs read in one unit share a timestamp, so the listing falls back to arrival order "
-    "instead of the order they were read (kernel first), contrary to its documented order",
-)
 async def test_m2_listing_shows_read_inputs_in_read_order(runtimes: RuntimeFactory) -> None:
     model = HeldModel()
     rt, conv = await start(runtimes, model=model)
@@ -799,3 +796,46 @@ async def test_m3_steer_during_first_model_call_joins_after_the_tool_results(
     ]
     assert all(m.run_id == run.run_id for m in transcript)
     assert transcript[3].input_id == steer.input_id
+
+
+async def test_m3_steer_through_another_instance_joins_running_turn(
+    runtimes: RuntimeFactory,
+) -> None:
+    """The safe point reads the database, so a steer accepted by another runtime instance on
+    the same database joins the running turn too, and its queued input runs next."""
+    gate = Gate()
+    rt, conv = await start(runtimes, gate=gate)
+    other = await runtimes(models=[ScriptedModel(rules=rules())], tools=[Gate().tool()],
+                           config=config())
+    await rt.post(conv, "use the gate")
+    await wait_for(gate.entered)
+    steer = await other.post(conv, "steer from afar", delivery_mode="steer")
+    later = await other.post(conv, "queued from afar")
+    gate.release.set()
+    await rt.settle(conv)
+    await other.settle(conv)
+
+    first, second = await rt.runs(conv)
+    transcript = await rt.transcript(conv)
+    assert [(m.role, m.content, m.run_id) for m in transcript] == [
+        ("user", "use the gate", first.run_id),
+        ("assistant", "", first.run_id),
+        ("tool", "opened call_1_0", first.run_id),
+        ("tool", "opened call_1_1", first.run_id),
+        ("user", "steer from afar", first.run_id),
+        ("assistant", "steer from afar", first.run_id),
+        ("user", "queued from afar", second.run_id),
+        ("assistant", "queued from afar", second.run_id),
+    ]
+    assert transcript[4].input_id == steer.input_id
+    assert transcript[6].input_id == later.input_id
+
+
+async def test_m1_non_mapping_meta_refused_with_typed_error(runtimes: RuntimeFactory) -> None:
+    """A meta that is not a JSON object is refused with a typed error, never coerced."""
+    rt, conv = await start(runtimes)
+    for meta in ("kind", 5, ["ab"]):
+        await refused_and_nothing_written(
+            rt, conv, InvalidInputError,
+            lambda m=meta: rt.post(conv, "hello", meta=m),  # type: ignore[misc]
+        )

@@ -40,7 +40,7 @@ from tidings.types import (
 
 RESERVED_META_KEYS = frozenset(
     {"kind", "authored_by", "sender_conversation_id", "sender_conversation_public_id",
-     "task_key", "run_public_id", "origin", "callback_sources"}
+     "task_key", "run_public_id", "origin", "callback_sources", "input_id"}
 )
 """Meta keys only the kernel writes: a caller cannot dress an input up as a notification."""
 
@@ -98,6 +98,11 @@ class Door:
             raise InvalidInputError("content must not be empty")
         expected_kind = AuthorKind.HUMAN if origin is Origin.PERSON else AuthorKind.AGENT
         author = authored_by or Author(expected_kind, owner or origin.value, owner or "")
+        try:
+            author_kind = AuthorKind(author.kind)
+        except ValueError:
+            raise InvalidInputError(f"unknown author kind {author.kind!r}") from None
+        author = Author(author_kind, author.handle, author.display_name)
         if author.kind is not expected_kind:
             raise InvalidInputError(
                 f"an input of origin {origin.value!r} is authored by a {expected_kind.value}"
@@ -116,7 +121,11 @@ class Door:
         ):
             if value is not None:
                 check_id(value, what)
+        if meta is not None and not isinstance(meta, Mapping):
+            raise InvalidInputError("meta must be a JSON object")
         extra = dict(meta or {})
+        if not all(isinstance(key, str) for key in extra):
+            raise InvalidInputError("meta keys must be strings")
         encode_json(extra, "meta", limit_bytes=self.config.meta_limit_bytes)
         reserved = RESERVED_META_KEYS & set(extra)
         if reserved:

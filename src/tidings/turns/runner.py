@@ -465,7 +465,7 @@ SUMMARY_REQUEST = (
 def _input_message(item: Input) -> PromptMessage:
     return PromptMessage(
         "user", item.content, origin=item.origin.value,
-        meta={"input_id": item.input_id, **item.meta},
+        meta={**item.meta, "input_id": item.input_id},
     )
 
 

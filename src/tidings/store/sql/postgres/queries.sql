@@ -378,17 +378,18 @@ SELECT * FROM inputs
  LIMIT :limit;
 
 -- list_inputs --
--- Queued inputs in read order, then the materialised ones in the order they were read.
+-- Queued inputs in read order, then the read ones in the order the transcript holds them.
 SELECT * FROM inputs
  WHERE conversation_id = :conversation_id
  ORDER BY CASE WHEN state = 'queued' THEN 0 ELSE 1 END,
           CASE WHEN state = 'queued' THEN -kernel ELSE 0 END,
-          CASE WHEN state = 'queued' THEN 0 ELSE materialized_at_us END,
+          CASE WHEN state = 'queued' THEN 0 ELSE coalesce(message_seq, 0) END,
           queue_position
  LIMIT :limit;
 
 -- materialize_input --
-UPDATE inputs SET state = 'materialized', run_id = :run_id, materialized_at_us = :now_us
+UPDATE inputs SET state = 'materialized', run_id = :run_id, materialized_at_us = :now_us,
+                  message_seq = :message_seq
  WHERE input_id = :input_id AND state = 'queued';
 
 -- insert_run --

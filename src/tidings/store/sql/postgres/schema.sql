@@ -125,6 +125,7 @@ CREATE TABLE IF NOT EXISTS inputs (
     run_id text,
     accepted_at_us bigint NOT NULL,
     materialized_at_us bigint,
+    message_seq bigint,
     UNIQUE (conversation_id, queue_position),
     UNIQUE (conversation_id, idempotency_key)
 );

@@ -138,6 +138,7 @@ CREATE TABLE IF NOT EXISTS inputs (
     run_id TEXT,
     accepted_at_us INTEGER NOT NULL,
     materialized_at_us INTEGER,
+    message_seq INTEGER,
     UNIQUE (conversation_id, queue_position),
     UNIQUE (conversation_id, idempotency_key)
 );
