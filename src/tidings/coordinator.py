@@ -78,6 +78,7 @@ class _Entry:
     record: bool = False
     driver: asyncio.Task[None] | None = None
     turn: asyncio.Task[TurnOutcome] | None = None
+    turn_started: bool = False
     stop_reason: str | None = None
     compacting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -211,9 +212,8 @@ class Coordinator:
             return
         self.turns_started += 1
         entry.stop_reason = None
-        entry.turn = asyncio.create_task(
-            self.runner.run_turn(begin.plan, stop_reason=lambda: entry.stop_reason)
-        )
+        entry.turn_started = False
+        entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
         keeper = asyncio.create_task(self._keep(begin.plan, entry))
         more_work = True
         try:
@@ -233,6 +233,19 @@ class Coordinator:
         # slot, whether inputs or signals were waiting; what arrived later found the slot free.
         if more_work:
             entry.recheck = True
+
+    async def _turn(self, plan: TurnPlan, entry: _Entry) -> TurnOutcome:
+        # A task cancelled before its first step never runs its body, so its cleanup would
+        # never run either: until the turn has started, an interruption is only recorded, and
+        # run_turn sees it on entry.
+        entry.turn_started = True
+        return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason)
+
+    @staticmethod
+    def _interrupt(entry: _Entry, reason: str) -> None:
+        entry.stop_reason = reason
+        if entry.turn is not None and entry.turn_started:
+            entry.turn.cancel()
 
     def _retry_at(self, conversation_id: str, deadline_us: int) -> None:
         delay = max(0.0, (deadline_us - self.clock.now_us()) / 1e6)
@@ -384,8 +397,7 @@ class Coordinator:
                 with contextlib.suppress(TidingsError):
                     await self.outbox.extend(plan.lease, lease_ttl=self.turn_config.slot_ttl)
             if reason is not None and entry.turn is not None:
-                entry.stop_reason = reason
-                entry.turn.cancel()
+                self._interrupt(entry, reason)
                 return
 
     # -- stop (C6) ----------------------------------------------------------------------------
@@ -417,8 +429,7 @@ class Coordinator:
         if entry is not None:
             entry.kinds = {k for k in entry.kinds if not k.automatic}
             if entry.turn is not None:
-                entry.stop_reason = "stopped"
-                entry.turn.cancel()
+                self._interrupt(entry, "stopped")
         return runs
 
     # -- compaction (C7) ----------------------------------------------------------------------
@@ -546,8 +557,7 @@ class Coordinator:
         drivers = []
         for entry in list(self._entries.values()):
             if entry.turn is not None:
-                entry.stop_reason = "shutdown"
-                entry.turn.cancel()
+                self._interrupt(entry, "shutdown")
             if entry.driver is not None:
                 drivers.append(entry.driver)
         for driver in drivers:

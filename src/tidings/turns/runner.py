@@ -160,6 +160,12 @@ class TurnRunner:
         which is re-raised after the turn's state is committed.
         """
         progress = _Progress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
+        early = stop_reason()
+        if early is not None and early != "slot_lost":
+            # Stopped before it began: end it the way a stopped turn ends.
+            stopped = _TurnFailed(RunStatus.STOPPED, early, [])
+            return TurnOutcome(await self._finish_failed(plan, progress, stopped),
+                               more_work=progress.more_work)
         try:
             run = await self._loop(plan, progress)
         except _TurnFailed as failed:
