@@ -291,8 +291,11 @@ class Coordinator:
         run_id = RunId(new_id("run"))
         token = secrets.token_hex(16)
         deadline_us = cx.now_us + to_us(cfg.slot_ttl)
-        lease = self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
-        if decision.trigger is StartKind.WAKE and not lease.deliveries:
+        lease = (
+            self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
+            if state.ready_signals else None
+        )
+        if decision.trigger is StartKind.WAKE and (lease is None or not lease.deliveries):
             # Another claimer (or the budget) took them: the wake-up was stale (C4).
             if recovered:
                 cx.save()
@@ -314,10 +317,10 @@ class Coordinator:
         cx.record_event(
             "turn_status",
             {"run_public_id": run_id, "status": "running", "trigger": decision.trigger.value,
-             "inputs": [i.input_id for i in taken], "signals": len(lease.deliveries)},
+             "inputs": [i.input_id for i in taken],
+             "signals": 0 if lease is None else len(lease.deliveries)},
             run_id,
         )
-        history = cx.history(cfg.history_messages)
         cx.save()
         plan = TurnPlan(
             conversation_id=ConversationId(conversation_id),
@@ -326,8 +329,9 @@ class Coordinator:
             slot_token=token,
             profile=c.profile,
             inputs=tuple(taken),
-            history=tuple(history),
-            lease=lease if lease.deliveries else None,
+            history_start_seq=int(cx.row["history_start_seq"]),
+            last_message_seq=int(cx.row["last_message_seq"]),
+            lease=lease if lease is not None and lease.deliveries else None,
             notice=notice,
             notice_meta=notice_meta,
         )

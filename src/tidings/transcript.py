@@ -167,6 +167,7 @@ class ConversationTx:
         self.clock = clock
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
+        self._events: list[dict[str, Any]] = []
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
@@ -213,6 +214,13 @@ class ConversationTx:
             )
 
     def save(self) -> None:
+        """Write the unit's events and the conversation's state and counters."""
+        if self._events:
+            self.tx.execute(
+                "insert_events", conversation_id=self.conversation_id,
+                items=_json(self._events), now_us=self.now_us,
+            )
+            self._events = []
         c = self.conversation
         r = self.row
         self.tx.execute(
@@ -239,17 +247,10 @@ class ConversationTx:
     # -- the journal --------------------------------------------------------------------------
 
     def record_event(self, type: str, data: dict[str, Any], run_id: str | None = None) -> int:
+        """Journal an event; the unit's events are written together by :meth:`save`."""
         seq = int(self.row["last_event_seq"]) + 1
         self.row["last_event_seq"] = seq
-        self.tx.execute(
-            "insert_event",
-            conversation_id=self.conversation_id,
-            seq=seq,
-            type=type,
-            run_id=run_id,
-            data=_json(data),
-            now_us=self.now_us,
-        )
+        self._events.append({"seq": seq, "type": type, "run_id": run_id, "data": _json(data)})
         return seq
 
     # -- the door -----------------------------------------------------------------------------

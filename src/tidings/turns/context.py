@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from tidings.models.base import PromptMessage, ToolCall
 from tidings.types import Delivery, Message
@@ -61,7 +61,15 @@ def runtime_facts(deliveries: Sequence[Delivery]) -> PromptBlock | None:
     return PromptBlock("system", "\n".join(lines))
 
 
-def history_window(messages: Sequence[Message]) -> list[Message]:
+class _HasRole(Protocol):
+    @property
+    def role(self) -> str: ...
+
+
+RoleT = TypeVar("RoleT", bound=_HasRole)
+
+
+def history_window(messages: Sequence[RoleT]) -> list[RoleT]:
     """The history a request may carry: it never opens inside a tool exchange.
 
     A window cut by a message limit may begin with tool results whose call fell outside it, or

@@ -49,6 +49,7 @@ from tidings.store import Store, Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx, run_from_row
 from tidings.turns.context import history_window, prompt_message, runtime_facts
+from tidings.turns.history import HistoryCache
 from tidings.types import (
     ConversationId,
     Input,
@@ -91,7 +92,8 @@ class TurnPlan:
     slot_token: str
     profile: Profile
     inputs: tuple[Input, ...]
-    history: tuple[Message, ...]
+    history_start_seq: int
+    last_message_seq: int
     lease: Lease | None
     notice: str | None = None
     notice_meta: Mapping[str, Any] = field(default_factory=dict)
@@ -147,6 +149,7 @@ class TurnRunner:
         self.clock = clock
         self.config = config or TurnConfig()
         self._rng = rng or random.Random()
+        self.history = HistoryCache(store, limit=self.config.history_messages)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -188,7 +191,10 @@ class TurnRunner:
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
         profile = plan.profile
         offered = self.tools.offered(profile.tools)
-        messages = [prompt_message(m) for m in history_window(plan.history)]
+        messages = await self.history.window(
+            plan.conversation_id, start_seq=plan.history_start_seq,
+            last_seq=plan.last_message_seq,
+        )
         messages += [_input_message(i) for i in plan.inputs]
         if plan.notice is not None:
             messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))

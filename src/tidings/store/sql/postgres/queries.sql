@@ -450,9 +450,10 @@ SELECT * FROM messages
  WHERE conversation_id = :conversation_id AND seq > :after_seq
  ORDER BY seq LIMIT :limit;
 
--- insert_event --
+-- insert_events --
 INSERT INTO events (conversation_id, seq, type, run_id, data, at_us)
-VALUES (:conversation_id, :seq, :type, :run_id, :data, :now_us);
+SELECT :conversation_id, e.seq, e.type, e.run_id, e.data, :now_us
+  FROM jsonb_to_recordset(:items::jsonb) AS e (seq bigint, type text, run_id text, data text);
 
 -- events_after --
 SELECT * FROM events

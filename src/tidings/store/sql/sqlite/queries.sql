@@ -421,9 +421,11 @@ SELECT * FROM messages
  WHERE conversation_id = :conversation_id AND seq > :after_seq
  ORDER BY seq LIMIT :limit;
 
--- insert_event --
+-- insert_events --
 INSERT INTO events (conversation_id, seq, type, run_id, data, at_us)
-VALUES (:conversation_id, :seq, :type, :run_id, :data, :now_us);
+SELECT :conversation_id, json_extract(value, '$.seq'), json_extract(value, '$.type'),
+       json_extract(value, '$.run_id'), json_extract(value, '$.data'), :now_us
+  FROM json_each(:items);
 
 -- events_after --
 SELECT * FROM events

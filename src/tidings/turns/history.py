@@ -1,0 +1,79 @@
+"""The history window of recently active conversations, read incrementally.
+
+Only the holder of a conversation's slot appends to its transcript, and a turn reads its
+history right after the unit that took the slot, which reports the conversation's
+``history_start_seq`` and ``last_message_seq``. A window cached for the same start is therefore
+exact up to its own last message, and is brought up to date by reading only the messages after
+it -- a turn reads two or three rows instead of two hundred. The cache is bounded (the least
+recently used conversations are dropped), so an idle conversation costs nothing once it ages
+out, and it lives in one process only: another process's cache is simply refreshed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tidings.models.base import PromptMessage
+from tidings.store import Store
+from tidings.transcript import message_from_row
+from tidings.turns.context import history_window, prompt_message
+
+
+@dataclass(slots=True)
+class _Window:
+    start_seq: int
+    last_seq: int
+    messages: list[tuple[int, PromptMessage]]
+
+
+class HistoryCache:
+    """Newest ``limit`` messages per conversation after its last compaction."""
+
+    def __init__(self, store: Store, *, limit: int, max_conversations: int = 64) -> None:
+        self.store = store
+        self.limit = limit
+        self.max_conversations = max_conversations
+        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self.reads = 0
+        self.rows = 0
+
+    async def window(
+        self, conversation_id: str, *, start_seq: int, last_seq: int
+    ) -> list[PromptMessage]:
+        """The history a request carries: never opening inside a tool exchange."""
+        cached = self._windows.pop(conversation_id, None)
+        if (
+            cached is not None
+            and cached.start_seq == start_seq
+            and cached.last_seq <= last_seq
+            and last_seq - cached.last_seq <= self.limit
+        ):
+            if cached.last_seq < last_seq:
+                cached.messages += await self._read(
+                    "transcript", conversation_id, cached.last_seq, last_seq - cached.last_seq
+                )
+                del cached.messages[: max(0, len(cached.messages) - self.limit)]
+                cached.last_seq = last_seq
+        else:
+            newest = await self._read("history", conversation_id, start_seq, self.limit)
+            newest.sort(key=lambda item: item[0])
+            cached = _Window(start_seq, last_seq, newest)
+        self._windows[conversation_id] = cached
+        while len(self._windows) > self.max_conversations:
+            self._windows.popitem(last=False)
+        return list(history_window([m for _, m in cached.messages]))
+
+    def forget(self, conversation_id: str) -> None:
+        self._windows.pop(conversation_id, None)
+
+    async def _read(
+        self, query: str, conversation_id: str, after_seq: int, limit: int
+    ) -> list[tuple[int, PromptMessage]]:
+        rows = await self.store.read(
+            lambda tx: tx.all(query, conversation_id=conversation_id, after_seq=after_seq,
+                              limit=limit)
+        )
+        self.reads += 1
+        self.rows += len(rows)
+        return [(int(r["seq"]), prompt_message(message_from_row(r))) for r in rows]
