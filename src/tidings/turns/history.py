@@ -4,8 +4,8 @@ Only the holder of a conversation's slot appends to its transcript, and a turn r
 history right after the unit that took the slot, which reports the conversation's
 ``history_start_seq`` and ``last_message_seq``. A window cached for the same start is therefore
 exact up to its own last message, and is brought up to date by reading only the messages after
-it -- a turn reads two or three rows instead of two hundred. The cache is bounded (the least
-recently used conversations are dropped), so an idle conversation costs nothing once it ages
+it -- a turn reads two or three rows instead of two hundred. The cache is bounded in
+conversations and in bytes (the least recently used conversations are dropped), so an idle conversation costs nothing once it ages
 out, and it lives in one process only: another process's cache is simply refreshed.
 """
 
@@ -25,16 +25,36 @@ class _Window:
     start_seq: int
     last_seq: int
     messages: list[tuple[int, PromptMessage]]
+    size: int = 0
+
+    def measure(self) -> int:
+        self.size = sum(_size(m) for _, m in self.messages)
+        return self.size
+
+
+def _size(message: PromptMessage) -> int:
+    # Roughly what the message holds in memory: its text, its calls, and a fixed overhead.
+    calls = sum(len(c.name) + 64 for c in message.tool_calls)
+    return len(message.content) + calls + 256
 
 
 class HistoryCache:
     """Newest ``limit`` messages per conversation after its last compaction."""
 
-    def __init__(self, store: Store, *, limit: int, max_conversations: int = 64) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        limit: int,
+        max_conversations: int = 4096,
+        max_bytes: int = 32 * 1024 * 1024,
+    ) -> None:
         self.store = store
         self.limit = limit
         self.max_conversations = max_conversations
+        self.max_bytes = max_bytes
         self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._bytes = 0
         self.reads = 0
         self.rows = 0
 
@@ -43,6 +63,8 @@ class HistoryCache:
     ) -> list[PromptMessage]:
         """The history a request carries: never opening inside a tool exchange."""
         cached = self._windows.pop(conversation_id, None)
+        if cached is not None:
+            self._bytes -= cached.size
         if (
             cached is not None
             and cached.start_seq == start_seq
@@ -60,12 +82,18 @@ class HistoryCache:
             newest.sort(key=lambda item: item[0])
             cached = _Window(start_seq, last_seq, newest)
         self._windows[conversation_id] = cached
-        while len(self._windows) > self.max_conversations:
-            self._windows.popitem(last=False)
+        self._bytes += cached.measure()
+        while self._windows and (
+            len(self._windows) > self.max_conversations or self._bytes > self.max_bytes
+        ):
+            _, dropped = self._windows.popitem(last=False)
+            self._bytes -= dropped.size
         return list(history_window([m for _, m in cached.messages]))
 
     def forget(self, conversation_id: str) -> None:
-        self._windows.pop(conversation_id, None)
+        dropped = self._windows.pop(conversation_id, None)
+        if dropped is not None:
+            self._bytes -= dropped.size
 
     async def _read(
         self, query: str, conversation_id: str, after_seq: int, limit: int
