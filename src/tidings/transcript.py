@@ -168,6 +168,7 @@ class ConversationTx:
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
         self._events: list[dict[str, Any]] = []
+        self.appended: list[Message] = []
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
@@ -365,6 +366,7 @@ class ConversationTx:
                 f"a {role} message cannot follow tool calls {open_calls} before their results",
             )
         self.row["last_message_seq"] = seq
+        self.appended.append(message_from_row(params | {"created_at_us": self.now_us}))
         return seq
 
     def append_user(

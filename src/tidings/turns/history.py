@@ -4,9 +4,10 @@ Only the holder of a conversation's slot appends to its transcript, and a turn r
 history right after the unit that took the slot, which reports the conversation's
 ``history_start_seq`` and ``last_message_seq``. A window cached for the same start is therefore
 exact up to its own last message, and is brought up to date by reading only the messages after
-it -- a turn reads two or three rows instead of two hundred. The cache is bounded in
-conversations and in bytes (the least recently used conversations are dropped), so an idle conversation costs nothing once it ages
-out, and it lives in one process only: another process's cache is simply refreshed.
+it -- and what this process committed itself is added without reading it back. The cache is
+bounded in conversations and in bytes (the least recently used are dropped), so an idle
+conversation costs nothing once it ages out; it lives in one process only, and another
+process's writes are simply read on the next turn.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tidings.models.base import PromptMessage
 from tidings.store import Store
 from tidings.transcript import message_from_row
 from tidings.turns.context import history_window, prompt_message
+from tidings.types import Message
 
 
 @dataclass(slots=True)
@@ -89,6 +91,26 @@ class HistoryCache:
             _, dropped = self._windows.popitem(last=False)
             self._bytes -= dropped.size
         return list(history_window([m for _, m in cached.messages]))
+
+    def extend(
+        self, conversation_id: str, *, start_seq: int, messages: list[Message]
+    ) -> None:
+        """Add what this process just committed, so the next turn need not read it back.
+
+        Only a window that ends right before the first new message is extended; anything else
+        is dropped and read afresh next time.
+        """
+        cached = self._windows.get(conversation_id)
+        if cached is None or not messages:
+            return
+        if cached.start_seq != start_seq or cached.last_seq + 1 != messages[0].seq:
+            self.forget(conversation_id)
+            return
+        self._bytes -= cached.size
+        cached.messages += [(m.seq, prompt_message(m)) for m in messages]
+        del cached.messages[: max(0, len(cached.messages) - self.limit)]
+        cached.last_seq = messages[-1].seq
+        self._bytes += cached.measure()
 
     def forget(self, conversation_id: str) -> None:
         dropped = self._windows.pop(conversation_id, None)

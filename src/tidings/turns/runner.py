@@ -314,14 +314,17 @@ class TurnRunner:
     ) -> T:
         """Run ``write`` fenced by the slot; once durable, the pending inputs are written."""
 
-        def unit(tx: Tx) -> T:
+        def unit(tx: Tx) -> tuple[T, list[Message]]:
             cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
             cx.require_slot(plan.slot_token)
             result = write(cx)
             cx.save()
-            return result
+            return result, cx.appended
 
-        result = await self.store.transact(unit, route=plan.conversation_id)
+        result, appended = await self.store.transact(unit, route=plan.conversation_id)
+        self.history.extend(
+            plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
+        )
         progress.pending = []
         progress.notice_written = progress.notice_written or plan.notice is not None
         return result
