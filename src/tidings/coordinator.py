@@ -24,9 +24,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from tidings.clock import Clock, to_us
 from tidings.errors import (
@@ -57,6 +58,7 @@ from tidings.types import (
 )
 
 log = logging.getLogger("tidings.coordinator")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class _Entry:
     turn_started: bool = False
     stop_reason: str | None = None
     compacting: bool = False
+    starting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -142,8 +145,55 @@ class Coordinator:
             entry.kinds.add(kind)
             entry.record = entry.record or record
         entry.idle.clear()
-        if entry.driver is None and not entry.compacting:
+        if entry.driver is None and not entry.compacting and not entry.starting:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
+
+    async def start_with(
+        self, conversation_id: str, kind: StartKind, write: Callable[[ConversationTx], T]
+    ) -> T:
+        """Run ``write`` on the locked conversation in the same unit that takes its slot for
+        ``kind`` -- a person's post and the start of the turn it asks for, one commit.
+
+        When this process is busy with the conversation, or has no capacity free, ``write``
+        commits alone and the start is requested as usual.
+        """
+        if self._closing or conversation_id in self._entries or self._capacity.locked():
+            result = await self.store.transact(
+                lambda tx: _written(tx, conversation_id, self.clock, write),
+                route=conversation_id,
+            )
+            self.request(conversation_id, kind)
+            return result
+        entry = self._entries[conversation_id] = _Entry(starting=True)
+        await self._capacity.acquire()  # free (checked above, nothing awaited since)
+
+        def unit(tx: Tx) -> tuple[T, Begin]:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            result = write(cx)
+            begin = self._begin_locked(cx, frozenset({kind}), record=True)
+            cx.save()
+            return result, begin
+
+        try:
+            result, begin = await self.store.transact(unit, route=conversation_id)
+        except BaseException:
+            self._capacity.release()
+            entry.starting = False
+            self._settle_entry(conversation_id, entry)
+            raise
+        entry.starting = False
+        entry.driver = asyncio.create_task(self._drive(conversation_id, entry, begin))
+        return result
+
+    def _settle_entry(self, conversation_id: str, entry: _Entry) -> None:
+        """Start a driver for what is pending, or drop the idle entry."""
+        if entry.compacting or entry.starting or entry.driver is not None:
+            return
+        if (entry.kinds or entry.recheck) and not self._closing:
+            entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
+        else:
+            self._entries.pop(conversation_id, None)
+            entry.idle.set()
 
     def active(self, conversation_id: str) -> bool:
         """Whether a turn of the conversation is running in this process."""
@@ -169,8 +219,17 @@ class Coordinator:
                 return
             self.request(conversation_id, None)
 
-    async def _drive(self, conversation_id: str, entry: _Entry) -> None:
+    async def _drive(
+        self, conversation_id: str, entry: _Entry, begun: Begin | None = None
+    ) -> None:
+        """Take the pending starts in turn until none is left. ``begun`` is a start already
+        made (by :meth:`start_with`), whose capacity is already held."""
         try:
+            if begun is not None:
+                try:
+                    await self._run_begun(conversation_id, entry, begun)
+                finally:
+                    self._capacity.release()
             while (entry.kinds or entry.recheck) and not self._closing:
                 kinds = frozenset(entry.kinds)
                 record = entry.record
@@ -183,11 +242,7 @@ class Coordinator:
             log.exception("coordinator driver for %s failed", conversation_id)
         finally:
             entry.driver = None
-            if (entry.kinds or entry.recheck) and not self._closing and not entry.compacting:
-                entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
-            elif not entry.compacting:
-                self._entries.pop(conversation_id, None)
-                entry.idle.set()
+            self._settle_entry(conversation_id, entry)
 
     async def _start(
         self, conversation_id: str, entry: _Entry, kinds: frozenset[StartKind], record: bool
@@ -203,6 +258,9 @@ class Coordinator:
             # A store fault: the sweep finds the conversation again; nothing is lost.
             log.warning("could not start a turn of %s: %s", conversation_id, exc)
             return
+        await self._run_begun(conversation_id, entry, begin)
+
+    async def _run_begun(self, conversation_id: str, entry: _Entry, begin: Begin) -> None:
         decision = begin.decision
         for _, reason in decision.yielded:
             self.yields[reason] = self.yields.get(reason, 0) + 1
@@ -267,16 +325,25 @@ class Coordinator:
         self, tx: Tx, conversation_id: str, kinds: frozenset[StartKind], record: bool
     ) -> Begin:
         cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        begin = self._begin_locked(cx, kinds, record=record)
+        cx.save()  # writes only if something changed
+        return begin
+
+    def _begin_locked(
+        self, cx: ConversationTx, kinds: frozenset[StartKind], *, record: bool
+    ) -> Begin:
+        """Decide a start under the lock and, if a turn starts, take the slot, write the run
+        and claim the signals. The caller saves ``cx``."""
+        tx = cx.tx
+        conversation_id = cx.conversation_id
         c = cx.conversation
         slot_free = cx.slot_free()
         token_held, _, _ = cx.slot_holder()
-        recovered = False
         if slot_free and token_held is not None:
             # The holder's lease expired (its process died or stalled): close what it left
             # open before anyone else writes, whether or not a turn starts now.
             recover_interrupted(cx)
             cx.release_slot(token_held)
-            recovered = True
         cfg = self.turn_config
         inputs, state = self._start_state(tx, c, slot_free, cx.now_us)
         decision = decide_start(state, kinds)
@@ -284,8 +351,6 @@ class Coordinator:
             for kind, reason in decision.yielded:
                 cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
         if decision.trigger is None:
-            if recovered or (record and decision.yielded):
-                cx.save()
             _, deadline, _ = cx.slot_holder()
             return Begin(None, decision, deadline)
         run_id = RunId(new_id("run"))
@@ -297,8 +362,6 @@ class Coordinator:
         )
         if decision.trigger is StartKind.WAKE and (lease is None or not lease.deliveries):
             # Another claimer (or the budget) took them: the wake-up was stale (C4).
-            if recovered:
-                cx.save()
             return Begin(None, StartDecision(None, "nothing_to_do"), None)
         tx.one(
             "insert_run", run_id=run_id, conversation_id=conversation_id,
@@ -321,7 +384,6 @@ class Coordinator:
              "signals": 0 if lease is None else len(lease.deliveries)},
             run_id,
         )
-        cx.save()
         plan = TurnPlan(
             conversation_id=ConversationId(conversation_id),
             run_id=run_id,
@@ -450,6 +512,7 @@ class Coordinator:
         if entry is not None:
             reason = (
                 "a compaction is running" if entry.compacting
+                else "a turn is starting" if entry.starting
                 else "a turn is active" if entry.turn is not None
                 else "a start is queued"
             )
@@ -489,11 +552,7 @@ class Coordinator:
             raise
         finally:
             entry.compacting = False
-            if entry.kinds or entry.recheck:
-                entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
-            else:
-                self._entries.pop(conversation_id, None)
-                entry.idle.set()
+            self._settle_entry(conversation_id, entry)
 
     def _begin_compaction(
         self, tx: Tx, conversation_id: str, token: str, owner: str | None
@@ -600,6 +659,15 @@ def recover_interrupted(cx: ConversationTx) -> int:
                 run.run_id,
             )
     return answered
+
+
+def _written(
+    tx: Tx, conversation_id: str, clock: Clock, write: Callable[[ConversationTx], T]
+) -> T:
+    cx = ConversationTx.lock(tx, conversation_id, clock)
+    result = write(cx)
+    cx.save()
+    return result
 
 
 def _release_slot(tx: Tx, conversation_id: str, token: str, clock: Clock) -> None:

@@ -187,8 +187,12 @@ class Runtime:
         idempotency_key: str | None = None,
         owner: str | None = None,
     ) -> Input:
-        """Admit an input through the single door and ask for a turn (M1, C2)."""
-        accepted = await self.door.post(
+        """Admit an input through the single door and ask for a turn (M1, C2).
+
+        When the conversation is idle here, the input and the start of its turn commit in
+        one transaction.
+        """
+        admission = self.door.prepare(
             conversation_id,
             content,
             origin=origin,
@@ -201,9 +205,10 @@ class Runtime:
             idempotency_key=idempotency_key,
             owner=owner,
         )
-        kind = StartKind.PERSON if accepted.origin is Origin.PERSON else StartKind.AGENT
-        self.coordinator.request(conversation_id, kind)
-        return accepted
+        kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
+        return await self.coordinator.start_with(
+            conversation_id, kind, lambda cx: self.door.admit(cx, admission)
+        )
 
     async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:
         return await self.door.inputs(conversation_id, owner=owner)

@@ -167,6 +167,7 @@ class ConversationTx:
         self.clock = clock
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
+        self._saved = (dict(row), self.conversation)
         self._events: list[dict[str, Any]] = []
         self.appended: list[Message] = []
 
@@ -222,6 +223,9 @@ class ConversationTx:
                 items=_json(self._events), now_us=self.now_us,
             )
             self._events = []
+        if (self.row, self.conversation) == self._saved:
+            return  # nothing changed: no write
+        self._saved = (dict(self.row), self.conversation)
         c = self.conversation
         r = self.row
         self.tx.execute(

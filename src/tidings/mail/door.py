@@ -54,6 +54,23 @@ class DoorConfig:
     queue_limit: int = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A caller's input that passed every check a database is not needed for."""
+
+    conversation_id: str
+    content: str
+    origin: Origin
+    author: Author
+    mode: DeliveryMode
+    sender_conversation_id: str | None
+    run_public_id: str | None
+    task_key: str | None
+    meta: dict[str, Any]
+    idempotency_key: str | None
+    owner: str | None
+
+
 class Door:
     """Posting and listing a conversation's inputs."""
 
@@ -62,7 +79,24 @@ class Door:
         self.clock = clock
         self.config = config or DoorConfig()
 
-    async def post(
+    async def post(self, conversation_id: str, content: str, **fields: Any) -> Input:
+        """Admit a caller's input, or refuse it with a typed error and write nothing.
+
+        Takes the arguments of :meth:`prepare`. A repeated ``idempotency_key`` returns the
+        first input. A person's input lifts the suppression a stop left and the wait for a
+        person after model retries ran out (C6, C8).
+        """
+        admission = self.prepare(conversation_id, content, **fields)
+
+        def unit(tx: Tx) -> Input:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            accepted = self.admit(cx, admission)
+            cx.save()
+            return accepted
+
+        return await self.store.transact(unit, route=conversation_id)
+
+    def prepare(
         self,
         conversation_id: str,
         content: str,
@@ -76,12 +110,9 @@ class Door:
         meta: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         owner: str | None = None,
-    ) -> Input:
-        """Admit a caller's input, or refuse it with a typed error and write nothing.
-
-        A repeated ``idempotency_key`` returns the first input. A person's input lifts the
-        suppression a stop left and the wait for a person after model retries ran out (C6, C8).
-        """
+    ) -> Admission:
+        """Check a caller's input before any transaction: every refusal that needs no
+        database is made here, with a typed error."""
         check_id(conversation_id, "conversation id")
         try:
             origin = Origin(origin)
@@ -130,42 +161,48 @@ class Door:
         reserved = RESERVED_META_KEYS & set(extra)
         if reserved:
             raise InvalidInputError(f"meta keys {sorted(reserved)} are the kernel's own")
-        limit = self.config.queue_limit
+        return Admission(
+            conversation_id=conversation_id, content=content, origin=origin, author=author,
+            mode=mode, sender_conversation_id=sender_conversation_id,
+            run_public_id=run_public_id, task_key=task_key, meta=extra,
+            idempotency_key=idempotency_key, owner=owner,
+        )
 
-        def unit(tx: Tx) -> Input:
-            cx = ConversationTx.lock(tx, conversation_id, self.clock)
-            c = cx.conversation
-            if c.status is ConversationStatus.TOMBSTONED or (
-                owner is not None and c.owner != owner
-            ):
-                raise UnknownConversationError(conversation_id)
-            if idempotency_key is not None:
-                row = tx.one("input_by_key", conversation_id=conversation_id, key=idempotency_key)
-                if row is not None:
-                    return input_from_row(row)
-            if c.status is ConversationStatus.ARCHIVED:
-                raise ConversationClosedError(conversation_id, c.status.value)
-            queued = tx.one("count_queued_inputs", conversation_id=conversation_id)
-            if queued is not None and int(queued["queued"]) >= limit:
-                raise InputQueueFullError(conversation_id, limit)
-            accepted = cx.add_input(
-                content=content,
-                origin=origin,
-                authored_by=author,
-                delivery_mode=mode,
-                sender_conversation_id=sender_conversation_id,
-                run_public_id=run_public_id,
-                task_key=task_key,
-                meta=extra,
-                idempotency_key=idempotency_key,
+    def admit(self, cx: ConversationTx, a: Admission) -> Input:
+        """Write a prepared input in the caller's unit, after the checks that need the
+        conversation (status, owner, idempotency key, queue bound)."""
+        c = cx.conversation
+        if c.status is ConversationStatus.TOMBSTONED or (
+            a.owner is not None and c.owner != a.owner
+        ):
+            raise UnknownConversationError(a.conversation_id)
+        if a.idempotency_key is not None:
+            row = cx.tx.one(
+                "input_by_key", conversation_id=a.conversation_id, key=a.idempotency_key
             )
-            if origin is Origin.PERSON and (c.suppressed or c.awaiting_person):
-                cx.update(suppressed=False, awaiting_person=False)
-                cx.record_event("continuation_resumed", {"input_id": accepted.input_id})
-            cx.save()
-            return accepted
-
-        return await self.store.transact(unit, route=conversation_id)
+            if row is not None:
+                return input_from_row(row)
+        if c.status is ConversationStatus.ARCHIVED:
+            raise ConversationClosedError(a.conversation_id, c.status.value)
+        queued = cx.tx.one("count_queued_inputs", conversation_id=a.conversation_id)
+        limit = self.config.queue_limit
+        if queued is not None and int(queued["queued"]) >= limit:
+            raise InputQueueFullError(a.conversation_id, limit)
+        accepted = cx.add_input(
+            content=a.content,
+            origin=a.origin,
+            authored_by=a.author,
+            delivery_mode=a.mode,
+            sender_conversation_id=a.sender_conversation_id,
+            run_public_id=a.run_public_id,
+            task_key=a.task_key,
+            meta=a.meta,
+            idempotency_key=a.idempotency_key,
+        )
+        if a.origin is Origin.PERSON and (c.suppressed or c.awaiting_person):
+            cx.update(suppressed=False, awaiting_person=False)
+            cx.record_event("continuation_resumed", {"input_id": accepted.input_id})
+        return accepted
 
     def deliver(
         self,

@@ -48,7 +48,7 @@ class HistoryCache:
         store: Store,
         *,
         limit: int,
-        max_conversations: int = 4096,
+        max_conversations: int = 512,
         max_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.store = store
