@@ -13,6 +13,7 @@ Strict pairing is enforced by the store, not by good manners: while a tool call 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -60,7 +61,9 @@ def encode_profile(profile: Profile) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def decode_profile(text: str) -> Profile:
+    """A profile from its JSON (cached: every unit of a conversation reads the same text)."""
     data = json.loads(text)
     return Profile(
         model=data["model"],

@@ -67,6 +67,7 @@ class HistoryCache:
         cached = self._windows.pop(conversation_id, None)
         if cached is not None:
             self._bytes -= cached.size
+        measured = False
         if (
             cached is not None
             and cached.start_seq == start_seq
@@ -79,12 +80,14 @@ class HistoryCache:
                 )
                 del cached.messages[: max(0, len(cached.messages) - self.limit)]
                 cached.last_seq = last_seq
+                measured = True
         else:
             newest = await self._read("history", conversation_id, start_seq, self.limit)
             newest.sort(key=lambda item: item[0])
             cached = _Window(start_seq, last_seq, newest)
+            measured = True
         self._windows[conversation_id] = cached
-        self._bytes += cached.measure()
+        self._bytes += cached.measure() if measured else cached.size
         while self._windows and (
             len(self._windows) > self.max_conversations or self._bytes > self.max_bytes
         ):
@@ -106,11 +109,15 @@ class HistoryCache:
         if cached.start_seq != start_seq or cached.last_seq + 1 != messages[0].seq:
             self.forget(conversation_id)
             return
-        self._bytes -= cached.size
-        cached.messages += [(m.seq, prompt_message(m)) for m in messages]
-        del cached.messages[: max(0, len(cached.messages) - self.limit)]
+        added = [(m.seq, prompt_message(m)) for m in messages]
+        cached.messages += added
+        grown = sum(_size(m) for _, m in added)
+        excess = max(0, len(cached.messages) - self.limit)
+        shrunk = sum(_size(m) for _, m in cached.messages[:excess])
+        del cached.messages[:excess]
         cached.last_seq = messages[-1].seq
-        self._bytes += cached.measure()
+        cached.size += grown - shrunk
+        self._bytes += grown - shrunk
 
     def forget(self, conversation_id: str) -> None:
         dropped = self._windows.pop(conversation_id, None)
