@@ -37,7 +37,7 @@ from tidings.errors import (
 )
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start
-from tidings.store import Store, Tx
+from tidings.store import Row, Store, Tx
 from tidings.transcript import (
     ConversationTx,
     conversation_from_row,
@@ -345,7 +345,7 @@ class Coordinator:
             recover_interrupted(cx)
             cx.release_slot(token_held)
         cfg = self.turn_config
-        inputs, state = self._start_state(tx, c, slot_free, cx.now_us)
+        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
         decision = decide_start(state, kinds)
         if record and decision.yielded:
             for kind, reason in decision.yielded:
@@ -400,22 +400,24 @@ class Coordinator:
         return Begin(plan, decision, deadline_us)
 
     def _start_state(
-        self, tx: Tx, c: Conversation, slot_free: bool, now_us: int
+        self, tx: Tx, row: Row, slot_free: bool, now_us: int
     ) -> tuple[list[Input], StartState]:
-        """What a start decision reads: the queued inputs (read order) and the flags."""
+        """What a start decision reads: the queued inputs (read order) and the flags.
+
+        The conversation row's counters say whether there is anything to read at all, so an
+        idle conversation's check is one statement.
+        """
+        c = conversation_from_row(row)
         inputs: list[Input] = []
         ready = False
-        if slot_free:
+        if slot_free and int(row["queued_inputs"]) > 0:
             rows = tx.all(
                 "queued_inputs", conversation_id=c.conversation_id,
                 limit=self.turn_config.inputs_per_turn,
             )
             inputs = [input_from_row(r) for r in rows]
-            row = tx.one(
-                "has_ready_signals", conversation_id=c.conversation_id, now_us=now_us,
-                max_attempts=self.outbox.config.max_attempts,
-            )
-            ready = bool(row and row["ready"])
+        if slot_free and int(row.get("signal_backlog") or 0) > 0:
+            ready = self.ready_signals(tx, c.conversation_id, now_us)
         return inputs, StartState(
             status=c.status,
             goal_status=c.goal_status,
@@ -428,6 +430,14 @@ class Coordinator:
             ready_signals=ready,
         )
 
+    def ready_signals(self, tx: Tx, conversation_id: str, now_us: int) -> bool:
+        """Whether a signal of the conversation is ready to be claimed now."""
+        row = tx.one(
+            "has_ready_signals", conversation_id=conversation_id, now_us=now_us,
+            max_attempts=self.outbox.config.max_attempts,
+        )
+        return bool(row and row["ready"])
+
     def _would_start(self, tx: Tx, conversation_id: str) -> bool:
         """Whether a re-check would start a turn now (read-only: no lock, nothing written)."""
         row = tx.one("get_conversation", conversation_id=conversation_id)
@@ -436,7 +446,7 @@ class Coordinator:
         now = self.clock.now_us()
         deadline = row["slot_deadline_us"]
         slot_free = row["slot_token"] is None or deadline is None or deadline <= now
-        _, state = self._start_state(tx, conversation_from_row(row), slot_free, now)
+        _, state = self._start_state(tx, row, slot_free, now)
         return decide_start(state, frozenset()).trigger is not None
 
     # -- keeping the slot ---------------------------------------------------------------------

@@ -241,6 +241,7 @@ class ConversationTx:
             goal_text=c.goal_text,
             suppressed=int(c.suppressed),
             awaiting_person=int(c.awaiting_person),
+            queued_inputs=r["queued_inputs"],
             last_queue_position=r["last_queue_position"],
             last_message_seq=r["last_message_seq"],
             last_event_seq=r["last_event_seq"],
@@ -279,6 +280,7 @@ class ConversationTx:
         """Write one input at the next arrival number and journal ``input_accepted``."""
         position = int(self.row["last_queue_position"]) + 1
         self.row["last_queue_position"] = position
+        self.row["queued_inputs"] = int(self.row["queued_inputs"]) + 1
         row = self.tx.one(
             "insert_input",
             input_id=new_id("in"),
@@ -303,11 +305,25 @@ class ConversationTx:
         self.record_event("input_accepted", input_accepted_data(accepted))
         return accepted
 
+    @property
+    def queued_count(self) -> int:
+        """How many inputs wait in the queue (a counter kept on the conversation row)."""
+        return int(self.row["queued_inputs"])
+
+    @property
+    def signal_backlog(self) -> int:
+        """Unacknowledged signals of the conversation when it was locked."""
+        return int(self.row.get("signal_backlog") or 0)
+
     def queued_inputs(self, limit: int) -> list[Input]:
+        if self.queued_count == 0:
+            return []
         rows = self.tx.all("queued_inputs", conversation_id=self.conversation_id, limit=limit)
         return [input_from_row(r) for r in rows]
 
     def queued_steers(self, limit: int) -> list[Input]:
+        if self.queued_count == 0:
+            return []
         rows = self.tx.all("queued_steers", conversation_id=self.conversation_id, limit=limit)
         return [input_from_row(r) for r in rows]
 
@@ -320,6 +336,7 @@ class ConversationTx:
         )
         if changed != 1:
             raise PairingViolationError(self.conversation_id, f"input {item.input_id} is gone")
+        self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
         appended = self.append_user(
             item.content,
             origin=item.origin,

@@ -184,9 +184,8 @@ class Door:
                 return input_from_row(row)
         if c.status is ConversationStatus.ARCHIVED:
             raise ConversationClosedError(a.conversation_id, c.status.value)
-        queued = cx.tx.one("count_queued_inputs", conversation_id=a.conversation_id)
         limit = self.config.queue_limit
-        if queued is not None and int(queued["queued"]) >= limit:
+        if cx.queued_count >= limit:
             raise InputQueueFullError(a.conversation_id, limit)
         accepted = cx.add_input(
             content=a.content,

@@ -444,12 +444,19 @@ class TurnRunner:
             data["errors"] = list(errors)[-8:]
         cx.record_event("turn_status", data, plan.run_id)
         cx.release_slot(plan.slot_token)
-        work = cx.tx.one(
-            "pending_work", conversation_id=plan.conversation_id, now_us=cx.now_us,
+        # Read under the lock, before the slot is released: what it shows was committed
+        # before, and whatever it misses will find the slot free.
+        progress.more_work = cx.queued_count > 0 or (
+            cx.signal_backlog > 0 and self._ready_signals(cx)
+        )
+        return run_from_row(row)
+
+    def _ready_signals(self, cx: ConversationTx) -> bool:
+        row = cx.tx.one(
+            "has_ready_signals", conversation_id=cx.conversation_id, now_us=cx.now_us,
             max_attempts=self.outbox.config.max_attempts,
         )
-        progress.more_work = bool(work and (work["inputs"] or work["signals"]))
-        return run_from_row(row)
+        return bool(row and row["ready"])
 
     # -- compaction ---------------------------------------------------------------------------
 

@@ -296,16 +296,24 @@ VALUES (:conversation_id, :owner, :title, :profile, 'active', 'none', :now_us, :
 RETURNING *;
 
 -- get_conversation --
-SELECT * FROM conversations WHERE conversation_id = :conversation_id;
+-- With the conversation's unacknowledged signal count, so that most turns need not look for
+-- ready signals at all.
+SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog
+  FROM conversations c LEFT JOIN signal_queues q ON q.conversation_id = c.conversation_id
+ WHERE c.conversation_id = :conversation_id;
 
 -- lock_conversation --
 -- The row lock serialises every writer of this conversation until the transaction ends.
-SELECT * FROM conversations WHERE conversation_id = :conversation_id FOR UPDATE;
+SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog
+  FROM conversations c LEFT JOIN signal_queues q ON q.conversation_id = c.conversation_id
+ WHERE c.conversation_id = :conversation_id
+   FOR UPDATE OF c;
 
 -- save_conversation --
 UPDATE conversations
    SET title = :title, profile = :profile, status = :status, goal_status = :goal_status,
        goal_text = :goal_text, suppressed = :suppressed, awaiting_person = :awaiting_person,
+       queued_inputs = :queued_inputs,
        last_queue_position = :last_queue_position, last_message_seq = :last_message_seq,
        last_event_seq = :last_event_seq, history_start_seq = :history_start_seq,
        slot_token = :slot_token, slot_deadline_us = :slot_deadline_us,
@@ -459,16 +467,3 @@ SELECT :conversation_id, e.seq, e.type, e.run_id, e.data, :now_us
 SELECT * FROM events
  WHERE conversation_id = :conversation_id AND seq > :after_seq
  ORDER BY seq LIMIT :limit;
-
--- count_queued_inputs --
-SELECT count(*) AS queued FROM inputs
- WHERE conversation_id = :conversation_id AND state = 'queued';
-
--- pending_work --
--- Read by a turn's last unit, under the conversation's lock: whatever it shows was committed
--- before the slot is released, and whatever it misses will find the slot free.
-SELECT EXISTS (SELECT 1 FROM inputs
-                WHERE conversation_id = :conversation_id AND state = 'queued') AS inputs,
-       EXISTS (SELECT 1 FROM signal_deliveries
-                WHERE conversation_id = :conversation_id AND state = 'ready'
-                  AND claimable_at_us <= :now_us AND attempts < :max_attempts) AS signals;

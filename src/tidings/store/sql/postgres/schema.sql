@@ -89,6 +89,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     goal_text text,
     suppressed integer NOT NULL DEFAULT 0,
     awaiting_person integer NOT NULL DEFAULT 0,
+    queued_inputs bigint NOT NULL DEFAULT 0,
     last_queue_position bigint NOT NULL DEFAULT 0,
     last_message_seq bigint NOT NULL DEFAULT 0,
     last_event_seq bigint NOT NULL DEFAULT 0,

@@ -102,6 +102,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     goal_text TEXT,
     suppressed INTEGER NOT NULL DEFAULT 0,
     awaiting_person INTEGER NOT NULL DEFAULT 0,
+    queued_inputs INTEGER NOT NULL DEFAULT 0,
     last_queue_position INTEGER NOT NULL DEFAULT 0,
     last_message_seq INTEGER NOT NULL DEFAULT 0,
     last_event_seq INTEGER NOT NULL DEFAULT 0,
