@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -52,6 +51,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from harness import (
+    Results,
+    fmt,
+    guarded,
+    log,
+    machine_cpu_s,
+    pg_url,
+    source_revision,
+    terminate,
+    time_loop,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -62,7 +72,6 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 BIG_BACKLOG = 1_000_000
 CLAIM_COUNT = 16
 
-err = Console(stderr=True, highlight=False)
 out = Console(highlight=False, width=140)
 
 
@@ -150,17 +159,8 @@ def payload(n: int) -> dict[str, Any]:
     return {"task_key": f"task-{n:06d}", "exit_code": 0, "ref": f"res_{n:08x}"}
 
 
-def log(message: str) -> None:
-    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
-
-
 def p50_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
-
-
-def pct_us(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
 
 
 # -- databases -----------------------------------------------------------------------------------
@@ -202,14 +202,6 @@ class Backend:
         if self.name == "sqlite":
             return {"synchronous": self.synchronous, **extra}
         return dict(extra)
-
-
-def pg_url(dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    user = info.get("user", "postgres")
-    host = info.get("host", "127.0.0.1")
-    port = info.get("port", "5432")
-    return f"postgresql://{user}@{host}:{port}/{dbname}"
 
 
 @contextlib.asynccontextmanager
@@ -264,7 +256,7 @@ def raw_commits(backend: Backend, url: str, seconds: float) -> dict[str, float]:
                 conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
                 conn.execute("COMMIT")
 
-            _time_loop(commit_one, seconds, samples)
+            time_loop(commit_one, seconds, samples)
         finally:
             conn.close()
     else:
@@ -276,21 +268,8 @@ def raw_commits(backend: Backend, url: str, seconds: float) -> dict[str, float]:
                 pconn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
                 pconn.commit()
 
-            _time_loop(commit_one, seconds, samples)
+            time_loop(commit_one, seconds, samples)
     return {"commits_per_s": len(samples) / sum(samples), "p50_us": p50_us(samples)}
-
-
-def _time_loop(step: Callable[[], None], seconds: float, samples: list[float]) -> None:
-    for _ in range(50):  # warm up: page cache, prepared statements, WAL file
-        step()
-    end = time.perf_counter() + seconds
-    while True:
-        t0 = time.perf_counter()
-        step()
-        t1 = time.perf_counter()
-        samples.append(t1 - t0)
-        if t1 >= end:
-            return
 
 
 # -- 2. e2e, one conversation, unbatched -------------------------------------------------------
@@ -481,17 +460,6 @@ async def e2e_many(
 def process_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def machine_cpu_s() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return (0.0, 0.0)
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return ((sum(fields) - idle) / tick, sum(fields) / tick)
 
 
 def _busy_share(before: tuple[float, float], after: tuple[float, float]) -> float | None:
@@ -789,27 +757,6 @@ async def _pg_dead_tuples(url: str) -> dict[str, int]:
 # -- the run -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Results:
-    figures: dict[str, Any] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-async def guarded(results: Results, name: str, step: Callable[[], Awaitable[Any]]) -> Any:
-    """Run one measurement; a failure is recorded (and printed) and the run goes on."""
-    log(f"{name} ...")
-    t0 = time.perf_counter()
-    try:
-        value = await step()
-    except Exception as exc:
-        results.errors[name] = f"{type(exc).__name__}: {exc}"
-        err.print(f"[red]{name} failed[/red]")
-        traceback.print_exc(file=sys.stderr)
-        return None
-    log(f"{name} done in {time.perf_counter() - t0:.1f}s")
-    return value
-
-
 async def bench_backend(backend: Backend, plan: Plan, only: set[str], results: Results) -> None:
     k = backend.key
     figures = results.figures
@@ -942,19 +889,6 @@ def disk_of(path: Path) -> dict[str, Any]:
     return found
 
 
-def source_revision() -> str:
-    """The commit measured, with ``+dirty`` when the work tree differs from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 def postgres_settings(dsn: str) -> dict[str, Any]:
     names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method",
              "full_page_writes", "autovacuum", "shared_buffers", "commit_delay")
@@ -1010,14 +944,6 @@ def met(key: str, value: float | None) -> str:
     op, goal = GOALS[key]
     ok = value >= goal if op == ">=" else value <= goal
     return "[green]yes[/green]" if ok else "[red]NO[/red]"
-
-
-def fmt(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
 
 
 def print_tables(figures: dict[str, Any], summary: dict[str, Any]) -> None:
@@ -1192,13 +1118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    """SIGTERM unwinds like Ctrl-C, so scratch databases and files are still removed."""
-    raise KeyboardInterrupt
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     args = parse_args()
     if args.memory_probe:
         backend = Backend(name=args.backend, key="", synchronous=args.synchronous,

@@ -49,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +57,19 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import psycopg
+from harness import (
+    Results,
+    err,
+    fmt,
+    guarded,
+    log,
+    machine_cpu_s,
+    pct_us,
+    pg_url,
+    source_revision,
+    terminate,
+    time_loop,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -84,7 +96,6 @@ MANY = 100  # conversations of the concurrent throughput figure
 HISTORY = TurnConfig().history_messages  # the default window: 200 messages
 SMALL_WINDOW = 8
 
-err = Console(stderr=True, highlight=False)
 out = Console(highlight=False, width=150)
 T = TypeVar("T")
 
@@ -156,15 +167,6 @@ GOALS: dict[str, tuple[str, float]] = {
 }
 
 
-def log(message: str) -> None:
-    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
-
-
-def pct_us(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
-
-
 # -- databases (as in bench/outbox.py) -----------------------------------------------------------
 
 
@@ -202,14 +204,6 @@ class Backend:
         return {"synchronous": "FULL"} if self.name == "sqlite" else {}
 
 
-def pg_url(dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    user = info.get("user", "postgres")
-    host = info.get("host", "127.0.0.1")
-    port = info.get("port", "5432")
-    return f"postgresql://{user}@{host}:{port}/{dbname}"
-
-
 # -- 1. raw commits (the method of bench/outbox.py; it is not importable from a plain script) ---
 
 
@@ -228,7 +222,7 @@ def raw_commits(backend: Backend, url: str, seconds: float) -> dict[str, float]:
                 conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
                 conn.execute("COMMIT")
 
-            _time_loop(commit_one, seconds, samples)
+            time_loop(commit_one, seconds, samples)
         finally:
             conn.close()
     else:
@@ -240,25 +234,12 @@ def raw_commits(backend: Backend, url: str, seconds: float) -> dict[str, float]:
                 pconn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
                 pconn.commit()
 
-            _time_loop(commit_one, seconds, samples)
+            time_loop(commit_one, seconds, samples)
     return {
         "commits_per_s": len(samples) / sum(samples),
         "p50_us": statistics.median(samples) * 1e6,
         "mean_us": statistics.mean(samples) * 1e6,
     }
-
-
-def _time_loop(step: Callable[[], None], seconds: float, samples: list[float]) -> None:
-    for _ in range(50):  # warm up: page cache, prepared statements, WAL file
-        step()
-    end = time.perf_counter() + seconds
-    while True:
-        t0 = time.perf_counter()
-        step()
-        t1 = time.perf_counter()
-        samples.append(t1 - t0)
-        if t1 >= end:
-            return
 
 
 # -- the runtime under test ----------------------------------------------------------------------
@@ -575,17 +556,6 @@ async def throughput(
     }
 
 
-def machine_cpu_s() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return (0.0, 0.0)
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return ((sum(fields) - idle) / tick, sum(fields) / tick)
-
-
 def busy_share(before: tuple[float, float], after: tuple[float, float]) -> float | None:
     """The share of the machine's CPUs that were busy (any process) between two readings."""
     total = after[1] - before[1]
@@ -843,27 +813,6 @@ async def profiled(backend: Backend, url: str, plan: Plan) -> dict[str, Any]:
 # -- the run -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Results:
-    figures: dict[str, Any] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-async def guarded(results: Results, name: str, step: Callable[[], Awaitable[Any]]) -> Any:
-    """Run one measurement; a failure is recorded (and printed) and the run goes on."""
-    log(f"{name} ...")
-    t0 = time.perf_counter()
-    try:
-        value = await step()
-    except Exception as exc:
-        results.errors[name] = f"{type(exc).__name__}: {exc}"
-        err.print(f"[red]{name} failed[/red]")
-        traceback.print_exc(file=sys.stderr)
-        return None
-    log(f"{name} done in {time.perf_counter() - t0:.1f}s")
-    return value
-
-
 async def bench_backend(
     backend: Backend, plan: Plan, results: Results, *, profile: bool
 ) -> None:
@@ -950,14 +899,6 @@ def summarize(figures: dict[str, Any]) -> dict[str, Any]:
         summary["idle_bytes_per_conversation"] = summary["pg_idle_bytes_per_conversation"]
         summary["idle_cpu_percent"] = summary["pg_idle_cpu_percent"]
     return summary
-
-
-def fmt(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
 
 
 def met(goal: str | None, value: Any) -> str:
@@ -1086,19 +1027,6 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def source_revision() -> str:
-    """The commit measured, with ``+dirty`` when the work tree differs from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 async def main_async(args: argparse.Namespace) -> int:
     plan = QUICK if args.quick else FULL
     if args.idle_backends:
@@ -1169,13 +1097,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    """SIGTERM unwinds like Ctrl-C, so scratch databases and files are still removed."""
-    raise KeyboardInterrupt
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     args = parse_args()
     if args.idle_probe:
         backend = Backend(name=args.backend, key="", admin_dsn=args.postgres_dsn,

@@ -42,6 +42,8 @@ from anthropic.types import (
     UserMessageParam,
 )
 
+from tidings.models._wire import detail as _detail
+from tidings.models._wire import malformed, transport_error
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -58,7 +60,6 @@ PLACEHOLDER_API_KEY = "not-needed"
 """Sent when no key is configured: a keyless gateway or test server ignores it."""
 
 _PROVIDER = "anthropic"
-_MAX_DETAIL_CHARS = 300
 
 _Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
 _Role = Literal["user", "assistant"]
@@ -431,33 +432,8 @@ def classify_error(exc: anthropic.AnthropicError, *, model: str) -> ModelError:
 
 
 def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
-    if isinstance(exc, httpx2.TimeoutException):
-        return ModelError(
-            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
-        )
-    if isinstance(exc, httpx2.ConnectError):
-        # Nothing listens there (refused, unresolvable, unreachable): try the next model.
-        return ModelError(
-            ModelErrorKind.UNAVAILABLE,
-            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(str(exc))})",
-            model=model,
-        )
-    # The connection broke mid-reply: the server was there a moment ago; try again.
-    return ModelError(
-        ModelErrorKind.RETRYABLE,
-        f"{_PROVIDER} model {model!r}: the connection broke ({_detail(str(exc))})",
-        model=model,
-    )
+    return transport_error(exc, provider=_PROVIDER, model=model)
 
 
 def _malformed(model: str, what: str) -> ModelError:
-    return ModelError(
-        ModelErrorKind.RETRYABLE,
-        f"{_PROVIDER} model {model!r} sent a malformed reply: {what}",
-        model=model,
-    )
-
-
-def _detail(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"
+    return malformed(_PROVIDER, model, what)

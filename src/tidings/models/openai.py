@@ -34,6 +34,8 @@ from openai.types.chat import (
 )
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
+from tidings.models._wire import detail as _detail
+from tidings.models._wire import malformed, transport_error
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -53,7 +55,6 @@ one."""
 TokenLimitField = Literal["max_tokens", "max_completion_tokens"]
 
 _PROVIDER = "openai"
-_MAX_DETAIL_CHARS = 300
 
 
 class OpenAIChatModel:
@@ -396,32 +397,8 @@ def classify_error(exc: openai.OpenAIError, *, model: str) -> ModelError:
 
 
 def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
-    if isinstance(exc, httpx2.TimeoutException):
-        return ModelError(
-            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
-        )
-    if isinstance(exc, httpx2.ConnectError):
-        # Nothing listens there (refused, unresolvable, unreachable): try the next model.
-        return ModelError(
-            ModelErrorKind.UNAVAILABLE,
-            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(str(exc))})",
-            model=model,
-        )
-    return ModelError(
-        ModelErrorKind.RETRYABLE,
-        f"{_PROVIDER} model {model!r}: the connection broke ({_detail(str(exc))})",
-        model=model,
-    )
+    return transport_error(exc, provider=_PROVIDER, model=model)
 
 
 def _malformed(model: str, what: str) -> ModelError:
-    return ModelError(
-        ModelErrorKind.RETRYABLE,
-        f"{_PROVIDER} model {model!r} sent a malformed reply: {what}",
-        model=model,
-    )
-
-
-def _detail(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"
+    return malformed(_PROVIDER, model, what)

@@ -1,0 +1,100 @@
+"""What the benchmarks share: measurement loops, logging, a failure-tolerant step runner, the
+machine's CPU counters and the revision measured. Imported by ``bench/*.py`` run as scripts
+(their folder is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+
+err = Console(stderr=True, highlight=False)
+
+
+@dataclass
+class Results:
+    figures: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+def terminate(signum: int, frame: Any) -> None:
+    """SIGTERM unwinds like Ctrl-C, so scratch databases and files are still removed."""
+    raise KeyboardInterrupt
+
+def time_loop(step: Callable[[], None], seconds: float, samples: list[float]) -> None:
+    for _ in range(50):  # warm up: page cache, prepared statements, WAL file
+        step()
+    end = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        samples.append(t1 - t0)
+        if t1 >= end:
+            return
+
+def fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+async def guarded(results: Results, name: str, step: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one measurement; a failure is recorded (and printed) and the run goes on."""
+    log(f"{name} ...")
+    t0 = time.perf_counter()
+    try:
+        value = await step()
+    except Exception as exc:
+        results.errors[name] = f"{type(exc).__name__}: {exc}"
+        err.print(f"[red]{name} failed[/red]")
+        traceback.print_exc(file=sys.stderr)
+        return None
+    log(f"{name} done in {time.perf_counter() - t0:.1f}s")
+    return value
+
+def log(message: str) -> None:
+    err.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return (0.0, 0.0)
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]
+    return ((sum(fields) - idle) / tick, sum(fields) / tick)
+
+def pct_us(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
+
+def pg_url(dsn: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    user = info.get("user", "postgres")
+    host = info.get("host", "127.0.0.1")
+    port = info.get("port", "5432")
+    return f"postgresql://{user}@{host}:{port}/{dbname}"
+
+def source_revision() -> str:
+    """The commit measured, with ``+dirty`` when the work tree differs from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
