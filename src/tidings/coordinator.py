@@ -363,7 +363,7 @@ class Coordinator:
         if decision.trigger is StartKind.WAKE and (lease is None or not lease.deliveries):
             # Another claimer (or the budget) took them: the wake-up was stale (C4).
             return Begin(None, StartDecision(None, "nothing_to_do"), None)
-        tx.one(
+        tx.run_later(
             "insert_run", run_id=run_id, conversation_id=conversation_id,
             trigger=decision.trigger.value, status=RunStatus.RUNNING.value,
             instance_id=self.outbox.instance_id, now_us=cx.now_us,
@@ -391,6 +391,7 @@ class Coordinator:
             slot_token=token,
             profile=c.profile,
             inputs=tuple(taken),
+            started_at_us=cx.now_us,
             history_start_seq=int(cx.row["history_start_seq"]),
             last_message_seq=int(cx.row["last_message_seq"]),
             lease=lease if lease is not None and lease.deliveries else None,

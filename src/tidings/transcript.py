@@ -221,7 +221,7 @@ class ConversationTx:
     def save(self) -> None:
         """Write the unit's events and the conversation's state and counters."""
         if self._events:
-            self.tx.execute(
+            self.tx.run_later(
                 "insert_events", conversation_id=self.conversation_id,
                 items=_json(self._events), now_us=self.now_us,
             )
@@ -231,7 +231,7 @@ class ConversationTx:
         self._saved = (dict(self.row), self.conversation)
         c = self.conversation
         r = self.row
-        self.tx.execute(
+        self.tx.run_later(
             "save_conversation",
             conversation_id=c.conversation_id,
             title=c.title,
@@ -281,9 +281,28 @@ class ConversationTx:
         position = int(self.row["last_queue_position"]) + 1
         self.row["last_queue_position"] = position
         self.row["queued_inputs"] = int(self.row["queued_inputs"]) + 1
-        row = self.tx.one(
+        accepted = Input(
+            input_id=InputId(new_id("in")),
+            conversation_id=self.conversation_id,
+            queue_position=position,
+            origin=origin,
+            authored_by=authored_by,
+            sender_conversation_id=(
+                None if sender_conversation_id is None
+                else ConversationId(sender_conversation_id)
+            ),
+            run_public_id=None if run_public_id is None else RunId(run_public_id),
+            task_key=task_key,
+            delivery_mode=delivery_mode,
+            content=content,
+            meta=dict(meta or {}),
+            state=InputState.QUEUED,
+            run_id=None,
+            accepted_at_us=self.now_us,
+        )
+        self.tx.run_later(
             "insert_input",
-            input_id=new_id("in"),
+            input_id=accepted.input_id,
             conversation_id=self.conversation_id,
             queue_position=position,
             origin=origin.value,
@@ -296,12 +315,10 @@ class ConversationTx:
             task_key=task_key,
             delivery_mode=delivery_mode.value,
             content=content,
-            meta=_json(meta or {}),
+            meta=_json(accepted.meta),
             idempotency_key=idempotency_key,
             now_us=self.now_us,
         )
-        assert row is not None
-        accepted = input_from_row(row)
         self.record_event("input_accepted", input_accepted_data(accepted))
         return accepted
 
@@ -330,12 +347,13 @@ class ConversationTx:
     def materialize(self, item: Input, run_id: str) -> int:
         """Turn a queued input into the transcript's user message, read by ``run_id``."""
         seq = int(self.row["last_message_seq"]) + 1
-        changed = self.tx.execute(
+        self.tx.run_later(
             "materialize_input", input_id=item.input_id, run_id=run_id, now_us=self.now_us,
-            message_seq=seq,
+            message_seq=seq, expect=1,
+            mismatch=lambda: PairingViolationError(
+                self.conversation_id, f"input {item.input_id} is no longer queued"
+            ),
         )
-        if changed != 1:
-            raise PairingViolationError(self.conversation_id, f"input {item.input_id} is gone")
         self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
         appended = self.append_user(
             item.content,
@@ -383,12 +401,15 @@ class ConversationTx:
             "now_us": self.now_us,
         }
         params.update(fields)
-        if self.tx.execute("insert_message", **params) != 1:
+
+        def refused() -> Exception:
             open_calls = [r["call_id"] for r in self.open_tool_calls()]
-            raise PairingViolationError(
+            return PairingViolationError(
                 self.conversation_id,
                 f"a {role} message cannot follow tool calls {open_calls} before their results",
             )
+
+        self.tx.run_later("insert_message", expect=1, mismatch=refused, **params)
         self.row["last_message_seq"] = seq
         self.appended.append(message_from_row(params | {"created_at_us": self.now_us}))
         return seq
@@ -429,7 +450,7 @@ class ConversationTx:
             tool_calls=_json(calls) if calls else None,
         )
         for call in tool_calls:
-            self.tx.execute(
+            self.tx.run_later(
                 "insert_tool_call", conversation_id=self.conversation_id, call_seq=seq,
                 call_id=call.call_id, name=call.name, run_id=run_id,
             )
@@ -446,13 +467,13 @@ class ConversationTx:
     ) -> int:
         """The result of an open tool call; refused for an unknown or answered call."""
         seq = int(self.row["last_message_seq"]) + 1
-        answered = self.tx.execute(
-            "answer_tool_call", conversation_id=self.conversation_id, call_id=call_id, seq=seq
-        )
-        if answered != 1:
-            raise PairingViolationError(
+        self.tx.run_later(
+            "answer_tool_call", conversation_id=self.conversation_id, call_id=call_id, seq=seq,
+            expect=1,
+            mismatch=lambda: PairingViolationError(
                 self.conversation_id, f"no open tool call {call_id!r} to answer"
-            )
+            ),
+        )
         return self._insert(
             "tool", content, tool_call_id=call_id, tool_name=tool_name, run_id=run_id,
             meta=_json(meta or {}),

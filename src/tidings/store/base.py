@@ -134,6 +134,32 @@ class Tx(ABC):
             _, count = self._run(statement, bound)
         return count
 
+    def run_later(
+        self,
+        query: str,
+        *,
+        expect: int | None = None,
+        mismatch: Callable[[], Exception] | None = None,
+        **params: Any,
+    ) -> None:
+        """Run a named query whose rows the unit does not need.
+
+        A dialect may hold it and send it with the next statements (PostgreSQL pipelines them:
+        one round trip for several writes); it runs before any later query of the unit and
+        before the unit ends. With ``expect``, it must change exactly that many rows, or
+        ``mismatch()`` is raised -- at the latest when the unit ends, so the unit rolls back.
+        """
+        count = self.execute(query, **params)
+        if expect is not None and count != expect:
+            raise (mismatch or _mismatch(query, expect, count))()
+
+    def flush(self) -> None:
+        """Send whatever :meth:`run_later` holds (called by the store at the end of a unit).
+
+        Statements run at once here, so there is never anything to send.
+        """
+        return None
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this unit's changes are durable (never if they are not)."""
         self._after_commit.append(callback)
@@ -158,6 +184,10 @@ class Tx(ABC):
 
     @abstractmethod
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]: ...
+
+
+def _mismatch(query: str, expect: int, count: int) -> Callable[[], Exception]:
+    return lambda: AssertionError(f"{query} changed {count} rows, not {expect}")
 
 
 class Wakeups:

@@ -93,18 +93,57 @@ def _transient(exc: BaseException) -> bool:
     return lost or sqlstate in _TRANSIENT or sqlstate in ("57P01",)
 
 
+_Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
+
+
 class PostgresTx(Tx):
+    """Statements whose answers a unit does not need wait in ``_later`` and go to the server
+    together, in one pipeline (one round trip), before the next statement that needs an
+    answer or at the end of the unit."""
+
     def __init__(self, queries: dict[str, Query], conn: psycopg.Connection[Row]) -> None:
         super().__init__(queries)
         self._conn = conn
+        self._later: list[_Later] = []
 
     def run_ddl(self, statement: str) -> None:
+        self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+        self.flush()
         cursor = self._conn.execute(statement, params)
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
+
+    def run_later(
+        self,
+        query: str,
+        *,
+        expect: int | None = None,
+        mismatch: Callable[[], Exception] | None = None,
+        **params: Any,
+    ) -> None:
+        self._later.append((self._statements(query), self._bind(params), expect, mismatch))
+
+    def flush(self) -> None:
+        if not self._later:
+            return
+        later, self._later = self._later, []
+        if len(later) == 1 and len(later[0][0]) == 1:
+            (statement,), params, expect, mismatch = later[0]
+            checks = [(self._conn.execute(statement, params), expect, mismatch)]
+        else:
+            checks = []
+            with self._conn.pipeline():
+                for statements, params, expect, mismatch in later:
+                    cursors = [self._conn.execute(st, params) for st in statements]
+                    checks.append((cursors[-1], expect, mismatch))
+        for cursor, expect, mismatch in checks:
+            if expect is not None and cursor.rowcount != expect:
+                if mismatch is not None:
+                    raise mismatch()
+                raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")
 
 
 class _CommitUnknown(Exception):
@@ -387,6 +426,7 @@ class PostgresStore(Store):
             tx = PostgresTx(self.queries, conn)
             try:
                 job.result = job.unit(tx)
+                tx.flush()
             except BaseException as exc:  # the unit's caller gets it
                 return job, exc
             job.took(tx)

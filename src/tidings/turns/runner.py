@@ -47,7 +47,7 @@ from tidings.models.base import (
 from tidings.outbox import Outbox
 from tidings.store import Store, Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
-from tidings.transcript import ConversationTx, run_from_row
+from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.history import HistoryCache
 from tidings.types import (
@@ -92,6 +92,7 @@ class TurnPlan:
     slot_token: str
     profile: Profile
     inputs: tuple[Input, ...]
+    started_at_us: int
     history_start_seq: int
     last_message_seq: int
     lease: Lease | None
@@ -431,12 +432,17 @@ class TurnRunner:
         code: str | None,
         errors: Sequence[dict[str, Any]],
     ) -> Run:
-        row = cx.tx.one(
+        cx.tx.run_later(
             "finish_run", run_id=plan.run_id, status=status.value, failure_code=code,
             model=progress.model, steps=progress.steps, now_us=cx.now_us,
+            expect=1, mismatch=lambda: SlotLostError(plan.conversation_id),
         )
-        if row is None:
-            raise SlotLostError(plan.conversation_id)
+        run = Run(
+            run_id=plan.run_id, conversation_id=plan.conversation_id, trigger=plan.trigger,
+            status=status, model=progress.model, failure_code=code, steps=progress.steps,
+            created_at_us=plan.started_at_us, started_at_us=plan.started_at_us,
+            ended_at_us=cx.now_us,
+        )
         data: dict[str, Any] = {"run_public_id": plan.run_id, "status": status.value}
         if code is not None:
             data["failure_code"] = code
@@ -449,7 +455,7 @@ class TurnRunner:
         progress.more_work = cx.queued_count > 0 or (
             cx.signal_backlog > 0 and self._ready_signals(cx)
         )
-        return run_from_row(row)
+        return run
 
     def _ready_signals(self, cx: ConversationTx) -> bool:
         row = cx.tx.one(
