@@ -22,6 +22,7 @@ from typing import Any
 from tidings.clock import Clock
 from tidings.errors import PairingViolationError, SlotLostError, UnknownConversationError
 from tidings.models.base import ToolCall
+from tidings.policy import read_order
 from tidings.store import Row, Tx
 from tidings.types import (
     Author,
@@ -173,6 +174,7 @@ class ConversationTx:
         self._saved = (dict(row), self.conversation)
         self._events: list[dict[str, Any]] = []
         self.appended: list[Message] = []
+        self._added: list[Input] = []
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
@@ -319,6 +321,7 @@ class ConversationTx:
             idempotency_key=idempotency_key,
             now_us=self.now_us,
         )
+        self._added.append(accepted)
         self.record_event("input_accepted", input_accepted_data(accepted))
         return accepted
 
@@ -333,8 +336,12 @@ class ConversationTx:
         return int(self.row.get("signal_backlog") or 0)
 
     def queued_inputs(self, limit: int) -> list[Input]:
+        """Queued inputs in read order (kernel first, then arrival)."""
         if self.queued_count == 0:
             return []
+        if self.queued_count == len(self._added) <= limit:
+            # Every queued input was added by this unit (a post that starts its own turn).
+            return read_order(self._added)
         rows = self.tx.all("queued_inputs", conversation_id=self.conversation_id, limit=limit)
         return [input_from_row(r) for r in rows]
 
@@ -355,6 +362,7 @@ class ConversationTx:
             ),
         )
         self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
+        self._added = [i for i in self._added if i.input_id != item.input_id]
         appended = self.append_user(
             item.content,
             origin=item.origin,
