@@ -1,33 +1,37 @@
-"""One turn at a time, strict pairing and the delivery modes, under random interleavings (hypothesis).
+"""One turn at a time, strict pairing and delivery modes under random interleavings (hypothesis).
 
 Each example opens a fresh SQLite database in its own event loop and drives a real
 :class:`~tidings.runtime.Runtime` through a generated list of actions: a person posting a
 ``queue`` or ``steer`` input, opening (or failing) a pending tool call, stopping the
 conversation, publishing a signal (a wake-up), a goal checkpoint, a compaction attempt, and
-settling. The scripted model answers by the newest message: an input carrying ``call:1`` or
-``call:2`` calls the ``gate`` tool once or twice in one step, a tool result gets a text answer,
-anything else gets text. Every gate call waits on its own :class:`asyncio.Event`, which only an
-action of the example sets -- so a tool is pending exactly as long as the example says.
+settling. The scripted model answers by the newest message: an input (or a goal) carrying
+``call:1`` or ``call:2`` calls the ``gate`` tool once or twice in one step, a signal whose
+payload asks for it calls the gate once, a tool result gets a text answer, anything else gets
+text. Every gate call waits on its own :class:`asyncio.Event`, which only an action of the
+example sets -- so a tool is pending exactly as long as the example says.
 
 After an action the example waits (bounded, never asserted) until the conversation is idle or
-every call of the current step is pending at a gate: nothing else could move then. Some
-actions skip that wait, so the next one lands while the runtime is still between commits.
+every call of the current step is pending at a gate: nothing could move then. Some actions skip
+that wait, so the next one lands while the runtime is still between commits.
 
-At the end every gate is opened, the conversation settles, and the database must show
-what a user relies on: strict pairing (C1, M3), no two runs overlapping and none left
-running (C1), every posted input materialised once, in arrival order per mode, a steer only at
-a turn start or right after a step's tool results (M2, M3), stopped runs with no answer and
-their pending calls answered ``cancelled`` (C6), gap-free journal sequences, no automatic start
-between a stop and a person's next post (C6), and compaction refused while a tool is pending
-and accepted once the conversation is idle (C7).
+At the end every gate is opened, the conversation settles, and the database must show what a
+user relies on: strict pairing (M3), no two runs overlapping and none left running (C1), every
+posted input materialised once, read in arrival order, a steer only at a turn start or right
+after a step's tool results and a queued input only at a turn start (M2, M3), stopped runs with
+no answer and their cut-off calls answered ``cancelled`` (C6), gap-free journal sequences, no
+automatic start between a stop and a person's next post (C6), and compaction refused while a
+tool is pending and accepted whenever the conversation is idle (C7).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -67,26 +71,26 @@ CONFIG = RuntimeConfig(
     turns=TurnConfig(retry_base=timedelta(0), max_steps=64),
     # Nothing periodic may start work behind the example's back.
     coordinator=CoordinatorConfig(sweep_interval=timedelta(hours=1)),
-    # A stopped wake-up turn gives its signal back; let it be claimable again soon.
-    outbox=OutboxConfig(backoff_base=timedelta(milliseconds=1),
-                        backoff_cap=timedelta(milliseconds=2),
-                        sweep_interval=timedelta(hours=1),
-                        heartbeat_interval=timedelta(hours=1)),
+    # A stopped wake-up turn gives its signal back: claimable again almost at once.
+    outbox=OutboxConfig(
+        backoff_base=timedelta(milliseconds=1), backoff_cap=timedelta(milliseconds=2),
+        sweep_interval=timedelta(hours=1), heartbeat_interval=timedelta(hours=1),
+    ),
 )
-# The stopped turn's last commit sets ``suppressed`` again, even when a person posted between
-# the stop and that commit (src/tidings/turns/runner.py, ``_finish_failed``), so the person's
-# post does not lift the suppression (C6). Shown by the xfail test at the end of this file;
-# when it is fixed, set this to False and the property checks the lift too.
-KNOWN_BUG_STOPPING_TURN_RESUPPRESSES = True
+
+SIGNAL_CALLS = "signal-calls-gate"
 RULES = [
     Rule(when={"meta_kind": "compaction"}, reply={"text": "summary of everything"}),
     Rule(when={"tool_result": "gate"}, reply={"text": "gates done"}),
+    Rule(when={"suffix_contains": SIGNAL_CALLS},
+         reply={"tool_calls": [{"name": "gate", "arguments": {"n": 0}}]}),
     Rule(when={"text_contains": "call:2"},
          reply={"tool_calls": [{"name": "gate", "arguments": {"n": 1}},
                                {"name": "gate", "arguments": {"n": 2}}]}),
     Rule(when={"text_contains": "call:1"},
          reply={"tool_calls": [{"name": "gate", "arguments": {"n": 1}}]}),
 ]
+Directive = Literal["text", "call:1", "call:2"]
 
 # -- the actions ----------------------------------------------------------------------------
 
@@ -95,7 +99,7 @@ RULES = [
 class Post:
     """A person posts ``directive`` as a ``queue`` or ``steer`` input."""
 
-    directive: Literal["text", "call:1", "call:2"]
+    directive: Directive
     mode: Literal["queue", "steer"]
     wait: bool = True
 
@@ -116,15 +120,19 @@ class Stop:
 
 @dataclass(frozen=True)
 class Publish:
-    """A signal for the conversation: it wakes the conversation unless suppressed."""
+    """A signal for the conversation: it wakes the conversation unless suppressed. The turn
+    that reads a ``calls`` signal among its runtime facts calls the gate."""
 
+    calls: bool
     wait: bool = True
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A goal checkpoint (the goal is active): an automatic start."""
+    """The goal is set active with ``directive`` as its text, then a goal checkpoint asks for
+    an automatic start (whose notice carries the directive)."""
 
+    directive: Directive
     wait: bool = True
 
 
@@ -140,16 +148,17 @@ class Settle:
 
 Action = Post | Open | Stop | Publish | Checkpoint | Compact | Settle
 
-waits = st.booleans().map(lambda skip: not skip) | st.just(True)  # mostly wait
+directives = st.sampled_from(["text", "call:1", "call:2"])
+waits = st.sampled_from([True, True, True, False])
 actions: st.SearchStrategy[Action] = st.one_of(
-    st.builds(Post, st.sampled_from(["text", "call:1", "call:2"]),
-              st.sampled_from(["queue", "steer"]), waits),
+    st.builds(Post, directives, st.sampled_from(["queue", "steer"]), waits),
     st.builds(Post, st.sampled_from(["call:1", "call:2"]), st.just("queue"), waits),
     st.builds(Open, st.integers(0, 3), st.booleans(), waits),
     st.builds(Open, st.integers(0, 3), st.just(False), waits),
     st.builds(Stop, waits),
-    st.builds(Publish, waits),
-    st.builds(Checkpoint, waits),
+    st.builds(Stop, waits),
+    st.builds(Publish, st.booleans(), waits),
+    st.builds(Checkpoint, directives, waits),
     st.builds(Compact, waits),
     st.just(Settle()),
 )
@@ -169,8 +178,8 @@ class GateCall:
 
 
 class Harness:
-    """The gate tool and the model around the scripted one: together they tell when every
-    call of the current step is waiting at a gate (nothing can move until one is opened)."""
+    """The gate tool, and the scripted model wrapped to remember its last step's calls:
+    together they tell when every call of the current step waits at a gate."""
 
     name = "scripted"
 
@@ -212,15 +221,14 @@ class Harness:
         return Tool("gate", "Waits until the test opens it.", self.gate)
 
     def blocked(self) -> bool:
+        """Every call of the current step waits at a gate: nothing moves until one opens."""
         return bool(self.pending) and self.step <= self.entered
 
-    def open(self, pick: int, *, fail: bool) -> GateCall | None:
-        if not self.pending:
-            return None
-        call = self.pending.pop(pick % len(self.pending))
-        call.fail = fail
-        call.release.set()
-        return call
+    def open(self, pick: int, *, fail: bool) -> None:
+        if self.pending:
+            call = self.pending.pop(pick % len(self.pending))
+            call.fail = fail
+            call.release.set()
 
 
 # -- one example ----------------------------------------------------------------------------
@@ -233,12 +241,14 @@ class Example:
     harness: Harness
     posted: list[Input] = field(default_factory=list)
     idle: bool = False  # the last wait ended with the conversation settled, nothing since
+    moving: bool = False  # the last action did not wait: the runtime may be between commits
     signals: int = 0
     compactions: int = 0
     refusals: int = 0
 
     async def progress(self) -> None:
         """Wait until the conversation is idle or blocked at its gates (bounded)."""
+        self.moving = False
         settle = asyncio.ensure_future(self.rt.settle(self.conversation_id))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT
@@ -259,10 +269,10 @@ class Example:
                     await settle
 
     async def apply(self, action: Action) -> None:
-        was_idle, self.idle = self.idle, False
         if isinstance(action, Settle):
             await self.drain()
             return
+        was_idle, self.idle = self.idle, False
         if isinstance(action, Post):
             self.posted.append(await self.rt.post(
                 self.conversation_id, f"{action.directive} #{len(self.posted)}",
@@ -273,31 +283,37 @@ class Example:
         elif isinstance(action, Stop):
             pending = bool(self.harness.pending)
             stopped = await self.rt.stop(self.conversation_id)
-            if pending:  # a tool waiting at a gate means a run is running
-                assert stopped, "stop found no running run while a tool was pending"
+            # A tool waiting at a gate means a run is running, and the stop must find it.
+            assert stopped or not pending, "stop found no running run while a tool was pending"
             self.idle = was_idle and not pending
         elif isinstance(action, Publish):
-            self.signals += 1
-            await self.rt.store.transact(
-                lambda tx: self._publish(tx), route=self.conversation_id
-            )
+            await self.publish(action.calls)
         elif isinstance(action, Checkpoint):
+            await self.rt.set_goal(self.conversation_id, "active", action.directive)
             await self.rt.checkpoint(self.conversation_id)
         else:
-            await self.compact(was_idle)
+            await self.compact(was_idle=was_idle)
         if action.wait:
             await self.progress()
         else:
+            self.moving = True
             for _ in range(3):
                 await asyncio.sleep(0)
 
-    def _publish(self, tx: Tx) -> None:
-        self.rt.outbox.publish(
-            tx, self.conversation_id, "task.exited", {"exit_code": 0},
-            idempotency_key=f"signal-{self.signals}",
-        )
+    async def publish(self, calls: bool) -> None:
+        self.signals += 1
+        key = f"signal-{self.signals}"
+        payload = {"exit_code": 0, "note": SIGNAL_CALLS if calls else "quiet"}
 
-    async def compact(self, was_idle: bool) -> None:
+        def unit(tx: Tx) -> None:
+            self.rt.outbox.publish(
+                tx, self.conversation_id, "task.exited", payload, idempotency_key=key
+            )
+
+        await self.rt.store.transact(unit, route=self.conversation_id)
+
+    async def compact(self, *, was_idle: bool) -> None:
+        """C7: refused while a tool is pending; accepted when the conversation is idle."""
         pending = bool(self.harness.pending)
         try:
             await self.rt.compact(self.conversation_id)
@@ -316,30 +332,30 @@ class Example:
         while True:
             while self.harness.pending:
                 self.harness.open(0, fail=False)
+            self.idle = False
             await self.progress()
             if self.idle:
                 return
             assert loop.time() < deadline, "the conversation did not settle"
 
 
-async def snapshot(
-    rt: Runtime, conversation_id: str
-) -> tuple[list[Message], list[Run], list[Input], list[Event], bool]:
-    conversation = await rt.conversation(conversation_id)
-    return (
-        await rt.transcript(conversation_id),
-        await rt.runs(conversation_id),
-        await rt.inputs(conversation_id),
-        await rt.events(conversation_id),
-        conversation.suppressed,
-    )
+@dataclass(frozen=True)
+class Outcome:
+    """What an example left in the database, and what it got to (for the statistics)."""
+
+    messages: list[Message]
+    runs: list[Run]
+    inputs: list[Input]
+    events: list[Event]
+    suppressed: bool
+    seen: list[str]
 
 
 # -- the invariants -------------------------------------------------------------------------
 
 
 def check_pairing(messages: Sequence[Message]) -> None:
-    """Every call is answered once, before any other user or assistant message."""
+    """Every call is answered once, before any other user or assistant message (M3)."""
     open_calls: dict[str, str | None] = {}  # call id -> the run that made the call
     for m in messages:
         if m.role == "tool":
@@ -356,30 +372,38 @@ def check_runs(runs: Sequence[Run]) -> None:
     """None left running; one at a time (C1)."""
     for run in runs:
         assert run.status in (RunStatus.COMPLETED, RunStatus.STOPPED), run
-        assert run.started_at_us is not None and run.ended_at_us is not None, run
+        assert run.started_at_us is not None, run
+        assert run.ended_at_us is not None, run
         assert run.started_at_us <= run.ended_at_us, run
     ordered = sorted(runs, key=lambda r: (r.started_at_us or 0, r.ended_at_us or 0))
-    for before, after in zip(ordered, ordered[1:], strict=False):
-        assert before.ended_at_us is not None and after.started_at_us is not None
-        assert before.ended_at_us <= after.started_at_us, f"{before} overlaps {after}"
+    for before, after in itertools.pairwise(ordered):
+        assert (before.ended_at_us or 0) <= (after.started_at_us or 0), f"{before} overlaps {after}"
 
 
 def check_inputs(
-    messages: Sequence[Message], inputs: Sequence[Input], posted: Sequence[Input]
+    messages: Sequence[Message], inputs: Sequence[Input], posted: Sequence[Input],
+    events: Sequence[Event],
 ) -> None:
-    """Each posted input is one user message; per mode in arrival order; a steer only at a turn
-    start or right after tool results, a queued input only at a turn start (M2, M3)."""
+    """Each posted input is one user message of the run that read it; a turn reads what it
+    took in arrival order; a steer joins only at a turn start or right after a step's tool
+    results, a queued input only at a turn start (M2, M3)."""
     assert sorted(i.input_id for i in inputs) == sorted(i.input_id for i in posted)
-    by_input: dict[str, list[int]] = {}
+    at: dict[str, list[int]] = {}
     for index, m in enumerate(messages):
         if m.input_id is not None:
             assert m.role == "user", m
-            by_input.setdefault(m.input_id, []).append(index)
+            at.setdefault(m.input_id, []).append(index)
+    taken = {
+        e.data["run_public_id"]: e.data["inputs"] for e in events
+        if e.type == "turn_status" and e.data["status"] == "running"
+    }
+    started_with: dict[str, list[str]] = {}
     for item in inputs:
         assert item.state.value == "materialized", item
-        assert len(by_input.get(item.input_id, [])) == 1, f"{item.input_id} written {by_input}"
-        index = by_input[item.input_id][0]
+        assert len(at.get(item.input_id, [])) == 1, f"{item.input_id} written at {at}"
+        index = at[item.input_id][0]
         m = messages[index]
+        assert m.run_id is not None, m
         assert m.run_id == item.run_id, (m, item)
         before = index - 1
         while (before >= 0 and messages[before].input_id is not None
@@ -392,26 +416,40 @@ def check_inputs(
             assert turn_start, f"queued input {item.content!r} joined its turn mid-way"
         else:
             assert turn_start or after_results, f"steer {item.content!r} after {prev}"
+        if turn_start:
+            started_with.setdefault(m.run_id, []).append(item.input_id)
+        else:
+            assert item.input_id not in taken[m.run_id], f"{item} read twice by {m.run_id}"
+    position: dict[str, int] = {i.input_id: i.queue_position for i in inputs}
+    for run_id, ids in started_with.items():
+        ordered = sorted(ids, key=lambda i: at[i][0])
+        assert ordered == taken[run_id], f"run {run_id} took {taken[run_id]}, wrote {ordered}"
+        assert ordered == sorted(ids, key=lambda i: position[i]), f"{run_id} read out of order"
     for mode in ("queue", "steer"):
         order = sorted((i for i in inputs if i.delivery_mode.value == mode),
                        key=lambda i: i.queue_position)
-        seqs = [messages[by_input[i.input_id][0]].seq for i in order]
+        seqs = [at[i.input_id][0] for i in order]
         assert seqs == sorted(seqs), f"{mode} inputs out of arrival order"
 
 
-def check_stops(messages: Sequence[Message], runs: Sequence[Run], calls: Sequence[GateCall]) -> None:
-    """A stopped run answers nothing, and the calls it cut off are answered ``cancelled``."""
-    status = {r.run_id: r for r in runs}
+def check_stops(
+    messages: Sequence[Message], runs: Sequence[Run], calls: Sequence[GateCall]
+) -> None:
+    """A stopped run answers nothing; the calls it cut off are answered ``cancelled`` (C6)."""
+    by_id = {r.run_id: r for r in runs}
     for m in messages:
-        run = status.get(m.run_id) if m.run_id is not None else None
-        if m.role == "assistant" and not m.tool_calls and run is not None:
-            assert run.status is RunStatus.COMPLETED, f"stopped {run.run_id} answered: {m}"
+        run = by_id.get(m.run_id) if m.run_id is not None else None
+        if m.role == "assistant" and not m.tool_calls:
+            assert run is None or run.status is RunStatus.COMPLETED, f"{run} answered: {m}"
         if m.role == "tool" and m.meta.get("status") == "cancelled":
-            assert run is not None and run.status is RunStatus.STOPPED, m
+            assert run is not None, m
+            assert run.status is RunStatus.STOPPED, (run, m)
     for run in runs:
         if run.status is RunStatus.STOPPED:
             assert run.failure_code == "stopped", run
-    results = {(m.run_id, m.tool_call_id): m for m in messages if m.role == "tool"}
+    results: dict[tuple[str | None, str | None], Message] = {
+        (m.run_id, m.tool_call_id): m for m in messages if m.role == "tool"
+    }
     for call in calls:
         assert call.outcome != "pending", call
         result = results.get((call.run_id, call.call_id))
@@ -429,7 +467,7 @@ def check_events(events: Sequence[Event], runs: Sequence[Run], suppressed: bool)
     final = {r.run_id: r.status.value for r in runs}
     started: dict[str, str] = {}
     ended: dict[str, str] = {}
-    held = False
+    held = False  # a stop came after the last person's post
     for e in events:
         if e.type == "stop_requested":
             held = True
@@ -442,75 +480,177 @@ def check_events(events: Sequence[Event], runs: Sequence[Run], suppressed: bool)
             )
         elif e.type == "turn_status":
             ended[e.data["run_public_id"]] = e.data["status"]
-        elif (e.type == "turn_yielded" and e.data["reason"] == "suppressed"
-              and not KNOWN_BUG_STOPPING_TURN_RESUPPRESSES):
+        elif e.type == "turn_yielded" and e.data["reason"] == "suppressed":
             assert held, f"{e} although a person posted after the last stop"
     assert started.keys() == final.keys()
     assert ended == final
-    if held or not KNOWN_BUG_STOPPING_TURN_RESUPPRESSES:
-        assert suppressed == held, (
-            f"suppressed={suppressed} but the journal says {'a stop' if held else 'a person'} "
-            "came last"
-        )
+    assert suppressed == held, f"suppressed={suppressed}, but a stop came last={held}"
 
 
 def observe(
     messages: Sequence[Message], runs: Sequence[Run], inputs: Sequence[Input],
     calls: Sequence[GateCall], example: Example,
-) -> None:
-    """What the example got to (``--hypothesis-show-statistics``)."""
-    for run in runs:
-        event(f"run: {run.trigger.value} {run.status.value}")
-    for call in calls:
-        event(f"gate: {call.outcome}")
-    seqs = {m.input_id: i for i, m in enumerate(messages) if m.input_id is not None}
-    for item in inputs:
-        index = seqs[item.input_id]
-        prev = messages[index - 1] if index else None
-        where = "after results" if prev is not None and prev.role == "tool" else "at a turn start"
-        event(f"{item.delivery_mode.value} materialised {where}")
-    event(f"compaction: {example.compactions} accepted, {example.refusals} refused")
+) -> list[str]:
+    """What the example got to, for ``--hypothesis-show-statistics``."""
+    seen = [f"run: {run.trigger.value} {run.status.value}" for run in runs]
+    seen += [f"gate: {call.outcome}" for call in calls]
+    modes = {i.input_id: i.delivery_mode.value for i in inputs}
+    for index, m in enumerate(messages):
+        if m.input_id is not None:
+            prev = messages[index - 1] if index else None
+            joined = prev is not None and prev.role == "tool" and prev.run_id == m.run_id
+            where = "after a step's results" if joined else "at a turn start"
+            seen.append(f"{modes[m.input_id]} materialised {where}")
+    seen.append(f"compaction refused: {example.refusals > 0}")
+    return seen
 
 
-async def run_example(script: Sequence[Action]) -> None:
-    harness = Harness()
+@contextlib.asynccontextmanager
+async def opened(harness: Harness) -> AsyncIterator[tuple[Runtime, str]]:
+    """A runtime on a fresh SQLite file, and a conversation with an active goal."""
     with tempfile.TemporaryDirectory(prefix="tidings-interleave-") as directory:
         async with Runtime.open(
             str(Path(directory) / "tidings.db"), models=[harness], tools=[harness.tool()],
             config=CONFIG, store_options={"synchronous": "NORMAL"},
         ) as rt:
             conversation = await rt.create_conversation(OWNER, PROFILE, title="interleavings")
-            conversation_id = conversation.conversation_id
-            await rt.set_goal(conversation_id, "active", "keep the gates busy")
-            example = Example(rt, conversation_id, harness)
-            for action in script:
-                await example.apply(action)
-            await example.drain()
-            await example.compact(was_idle=True)  # idle now: compaction must be accepted
-            messages, runs, inputs, events, suppressed = await snapshot(rt, conversation_id)
-            check_pairing(messages)
-            check_runs(runs)
-            check_inputs(messages, inputs, example.posted)
-            check_stops(messages, runs, harness.calls)
-            check_events(events, runs, suppressed)
-            observe(messages, runs, inputs, harness.calls, example)
+            await rt.set_goal(conversation.conversation_id, "active", "keep the gates busy")
+            yield rt, conversation.conversation_id
+
+
+async def run_example(script: Sequence[Action]) -> Outcome:
+    harness = Harness()
+    async with opened(harness) as (rt, conversation_id):
+        example = Example(rt, conversation_id, harness)
+        for action in script:
+            await example.apply(action)
+        await example.drain()
+        await example.compact(was_idle=True)
+        conversation = await rt.conversation(conversation_id)
+        outcome = Outcome(
+            await rt.transcript(conversation_id),
+            await rt.runs(conversation_id),
+            await rt.inputs(conversation_id),
+            await rt.events(conversation_id),
+            conversation.suppressed,
+            [],
+        )
+        check_pairing(outcome.messages)
+        check_runs(outcome.runs)
+        check_inputs(outcome.messages, outcome.inputs, example.posted, outcome.events)
+        check_stops(outcome.messages, outcome.runs, harness.calls)
+        check_events(outcome.events, outcome.runs, outcome.suppressed)
+        outcome.seen.extend(
+            observe(outcome.messages, outcome.runs, outcome.inputs, harness.calls, example)
+        )
+        return outcome
 
 
 @settings(
-    max_examples=25,
+    max_examples=int(os.environ.get("TIDINGS_INTERLEAVINGS_EXAMPLES", "25")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(script=st.lists(actions, max_size=20))
+@given(script=st.lists(actions, min_size=4, max_size=24))
 def test_c1_c6_c7_m2_m3_random_interleavings_keep_pairing_and_one_turn_at_a_time(
     script: list[Action],
 ) -> None:
-    asyncio.run(run_example(script))
+    for seen in asyncio.run(run_example(script)).seen:
+        event(seen)
 
 
 @pytest.mark.parametrize("directive", ["call:1", "call:2"])
-def test_m3_steer_during_a_pending_tool_joins_after_its_results(directive: str) -> None:
-    """The hand-written interleaving the property explores at random: a steer posted while a
-    tool is pending is materialised right after the step's results, in the same run."""
+def test_m3_steer_during_a_pending_tool_joins_right_after_its_results(
+    directive: Directive,
+) -> None:
+    """The interleaving the property draws at random, written out: a steer posted while the
+    step's tools are pending is read by the same run, right after their results."""
     script: list[Action] = [Post(directive, "queue"), Post("text", "steer"), Settle()]
-    asyncio.run(run_example(script))
+    outcome = asyncio.run(run_example(script))
+    calls = 2 if directive == "call:2" else 1
+    assert [
+        (m.role, m.meta.get("is_error") if m.role == "tool" else m.content.split(" #")[0])
+        for m in outcome.messages
+    ] == [
+        ("user", directive),
+        ("assistant", ""),
+        *[("tool", False)] * calls,
+        ("user", "text"),
+        ("assistant", "plain answer"),
+        ("user", "summary of everything"),  # the closing compaction
+    ]
+    assert len({m.run_id for m in outcome.messages if m.run_id is not None}) == 1
+
+
+# -- two interleavings the property found, written out ------------------------------------
+
+
+async def test_c6_a_post_between_stop_and_the_stopped_turns_end_lifts_suppression() -> None:
+    harness = Harness()
+    async with opened(harness) as (rt, conversation_id):
+        await rt.post(conversation_id, "call:1")
+        await Example(rt, conversation_id, harness).progress()
+        assert harness.blocked()
+        await rt.stop(conversation_id)
+        # Lands before the stopped turn's last commit (nothing was awaited since the stop).
+        await rt.post(conversation_id, "carry on")
+        await rt.settle(conversation_id)
+        await rt.checkpoint(conversation_id)
+        await rt.settle(conversation_id)
+        runs = await rt.runs(conversation_id)
+        assert [(r.trigger.value, r.status.value) for r in runs][:2] == [
+            ("person", "stopped"), ("person", "completed")
+        ]
+        assert not (await rt.conversation(conversation_id)).suppressed
+        assert [r.trigger.value for r in runs][2:] == ["goal"]
+
+
+class HeldHarness(Harness):
+    """The harness, but the model waits for ``release`` before it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        self.asked.set()
+        await self.release.wait()
+        return await super().complete(request, on_delta=on_delta)
+
+
+async def test_c6_a_stop_during_the_first_commit_ends_the_run_stopped() -> None:
+    harness = HeldHarness()
+    async with opened(harness) as (rt, conversation_id):
+        await rt.post(conversation_id, "call:1")
+        await asyncio.wait_for(harness.asked.wait(), WAIT)
+        # Hold SQLite's single writer, so that the stop's unit and then the turn's first
+        # commit (its input and its tool call) commit in one group, in that order: the stop
+        # cancels the turn while it awaits a commit that has already happened.
+        inside, unblock = threading.Event(), threading.Event()
+
+        def hold(tx: Tx) -> None:
+            inside.set()
+            unblock.wait(WAIT)
+
+        held = asyncio.ensure_future(rt.store.transact(hold))
+        await asyncio.to_thread(inside.wait, WAIT)
+        stopping = asyncio.ensure_future(rt.stop(conversation_id))
+        await asyncio.sleep(0)  # the stop's unit is queued
+        harness.release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)  # the model answered; the turn's commit is queued
+        unblock.set()
+        await held
+        assert len(await stopping) == 1
+        await rt.settle(conversation_id)
+        runs = await rt.runs(conversation_id)
+        assert [(r.status.value, r.failure_code) for r in runs] == [("stopped", "stopped")]
+        messages = await rt.transcript(conversation_id)
+        assert [(m.role, m.meta.get("status")) for m in messages] == [
+            ("user", None), ("assistant", None), ("tool", "cancelled")
+        ]
+        assert harness.calls == []  # the gate never ran
+        await rt.compact(conversation_id)  # the slot is free

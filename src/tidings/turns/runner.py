@@ -322,13 +322,28 @@ class TurnRunner:
             cx.save()
             return result, cx.appended
 
-        result, appended = await self.store.transact(unit, route=plan.conversation_id)
+        submitted = asyncio.ensure_future(self.store.transact(unit, route=plan.conversation_id))
+        try:
+            result, appended = await asyncio.shield(submitted)
+        except asyncio.CancelledError:
+            # A stop cannot recall a submitted unit: learn whether it committed, so that the
+            # stopped turn's own commit builds on what is durable, then stop.
+            try:
+                _, appended = await submitted
+            except Exception:
+                pass  # it did not commit
+            else:
+                self._committed(plan, progress, appended)
+            raise
+        self._committed(plan, progress, appended)
+        return result
+
+    def _committed(self, plan: TurnPlan, progress: _Progress, appended: list[Message]) -> None:
         self.history.extend(
             plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
         )
         progress.pending = []
         progress.notice_written = progress.notice_written or plan.notice is not None
-        return result
 
     def _materialize_pending(self, cx: ConversationTx, plan: TurnPlan, progress: _Progress) -> None:
         """Write the inputs read so far, and the turn's own notice, once."""
@@ -415,9 +430,9 @@ class TurnRunner:
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
-            if failure.status is RunStatus.STOPPED and failure.code == "stopped":
-                cx.update(suppressed=True)
-            elif failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
+            # A stop's suppression was written by the stop itself (a person's post since then
+            # has lifted it, and that stands).
+            if failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
                 cx.update(awaiting_person=True)
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
