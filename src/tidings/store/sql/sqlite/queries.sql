@@ -438,3 +438,34 @@ SELECT :conversation_id, json_extract(value, '$.seq'), json_extract(value, '$.ty
 SELECT * FROM events
  WHERE conversation_id = :conversation_id AND seq > :after_seq
  ORDER BY seq LIMIT :limit;
+
+-- ============================================================================================
+-- Result envelopes (R1-R4)
+-- ============================================================================================
+
+-- insert_result --
+INSERT INTO result_envelopes (result_id, conversation_id, task_key, run_id, status,
+                              failure_code, size_bytes, key_version, nonce, ciphertext,
+                              created_at_us, expires_at_us)
+VALUES (:result_id, :conversation_id, :task_key, :run_id, :status, :failure_code, :size_bytes,
+        :key_version, :nonce, :ciphertext, :now_us, :expires_at_us);
+
+-- get_result --
+-- Owner-scoped: another conversation's id reads exactly like an unknown one. Expired rows are
+-- gone for readers even before the sweeper removes them.
+SELECT * FROM result_envelopes
+ WHERE result_id = :result_id AND conversation_id = :conversation_id
+   AND expires_at_us > :now_us;
+
+-- list_results --
+SELECT result_id, conversation_id, task_key, run_id, status, failure_code, size_bytes,
+       created_at_us, expires_at_us
+  FROM result_envelopes
+ WHERE conversation_id = :conversation_id AND expires_at_us > :now_us
+   AND result_id > :after
+ ORDER BY result_id LIMIT :limit;
+
+-- purge_results --
+DELETE FROM result_envelopes
+ WHERE result_id IN (SELECT result_id FROM result_envelopes
+                      WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);

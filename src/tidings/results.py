@@ -1,0 +1,370 @@
+"""Result envelopes (SPEC R1-R4): background output kept encrypted, owner-scoped, bounded, paged.
+
+- **Encrypted at rest (R1).** Each envelope is sealed with AES-256-GCM under a key derived
+  (HKDF-SHA256) from the master key and the owning conversation, with a fresh random 96-bit
+  nonce. The associated data binds the ciphertext to its result id and conversation, so a row
+  copied onto another id or conversation does not open. The master key comes from the
+  environment or a key file and is never written to the database.
+- **Bounded (R1).** At most 2 MiB of plaintext; more is refused with a terminal failure receipt
+  (an envelope with status ``failed`` and code ``result_too_large`` that holds no data). Every
+  envelope has a deadline (7 days by default) after which readers no longer see it and the
+  sweeper deletes it.
+- **Owner scope (R2).** Only the owning conversation reads or lists its envelopes; any other
+  caller gets :class:`UnknownResultError`, exactly as for an id that never existed.
+- **Paging (R3).** Pages are bounded in bytes and never split a UTF-8 code point: a page ends at
+  a code point boundary, and the next page starts where it ended.
+- **Stated lifetime (R4).** A :class:`ResultRef` says whether it is ``durable`` (in the
+  database until its deadline) or ``process_local`` (held in this process's memory, gone after
+  a restart). Reading a result never starts work.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from tidings.clock import Clock, to_us
+from tidings.errors import InvalidInputError, TidingsError
+from tidings.policy import check_id
+from tidings.store import Row, Store, Tx
+from tidings.types import ConversationId, new_id
+
+MASTER_KEY_ENV = "TIDINGS_MASTER_KEY"
+MASTER_KEY_FILE_ENV = "TIDINGS_MASTER_KEY_FILE"
+KEY_VERSION = 1
+_NONCE_BYTES = 12
+
+
+class UnknownResultError(TidingsError):
+    """No such result is visible to this conversation."""
+
+    code = "unknown_result"
+
+    def __init__(self, result_id: str) -> None:
+        # The same words whether the id never existed, expired, or belongs to someone else.
+        super().__init__(f"no result {result_id!r}")
+        self.result_id = result_id
+
+
+class MasterKeyError(TidingsError):
+    """The master key is missing or malformed; results cannot be sealed or opened."""
+
+    code = "master_key_unavailable"
+
+
+class ResultCorruptError(TidingsError):
+    """A stored envelope failed authentication: it was altered or sealed under another key."""
+
+    code = "result_corrupt"
+
+
+class Lifetime(enum.StrEnum):
+    DURABLE = "durable"
+    PROCESS_LOCAL = "process_local"
+
+
+@dataclass(frozen=True, slots=True)
+class MasterKey:
+    """32 bytes from which every envelope key is derived. Never stored in the database."""
+
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise MasterKeyError("the master key must be 32 bytes")
+
+    def __repr__(self) -> str:  # never print the secret
+        return "MasterKey(<32 bytes>)"
+
+    @classmethod
+    def generate(cls) -> MasterKey:
+        return cls(secrets.token_bytes(32))
+
+    @classmethod
+    def parse(cls, text: str) -> MasterKey:
+        """32 bytes written as 64 hex digits or as base64."""
+        text = text.strip()
+        try:
+            raw = bytes.fromhex(text) if len(text) == 64 else base64.b64decode(text, validate=True)
+        except (ValueError, binascii.Error):
+            raise MasterKeyError("the master key is neither 64 hex digits nor base64") from None
+        return cls(raw)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> MasterKey:
+        """From ``TIDINGS_MASTER_KEY``, or the file named by ``TIDINGS_MASTER_KEY_FILE``."""
+        env = os.environ if environ is None else environ
+        if env.get(MASTER_KEY_ENV):
+            return cls.parse(env[MASTER_KEY_ENV])
+        if env.get(MASTER_KEY_FILE_ENV):
+            try:
+                return cls.parse(Path(env[MASTER_KEY_FILE_ENV]).read_text("utf-8"))
+            except OSError as exc:
+                raise MasterKeyError(f"cannot read the master key file: {exc.strerror}") from None
+        raise MasterKeyError(f"set {MASTER_KEY_ENV} or {MASTER_KEY_FILE_ENV}")
+
+    def envelope_key(self, conversation_id: str, version: int = KEY_VERSION) -> AESGCM:
+        hkdf = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None,
+            info=f"tidings result envelope v{version}\x00{conversation_id}".encode(),
+        )
+        return AESGCM(hkdf.derive(self.secret))
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsConfig:
+    limit_bytes: int = 2 * 1024 * 1024
+    retention: timedelta = timedelta(days=7)
+    page_limit_bytes: int = 64 * 1024
+    purge_batch: int = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRef:
+    """A reference the model or a caller can hold: what it is and how long it lives."""
+
+    result_id: str
+    conversation_id: ConversationId
+    lifetime: Lifetime
+    status: str
+    size_bytes: int
+    expires_at_us: int | None
+    failure_code: str | None = None
+    task_key: str | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.lifetime is Lifetime.DURABLE
+
+
+@dataclass(frozen=True, slots=True)
+class ResultPage:
+    """``text`` is bytes ``[offset, next_offset)`` of the result, decoded; ``next_offset`` is
+    None on the last page."""
+
+    result_id: str
+    offset: int
+    next_offset: int | None
+    size_bytes: int
+    text: str
+
+
+def utf8_boundary(data: bytes, end: int) -> int:
+    """The greatest position <= ``end`` that does not fall inside a UTF-8 code point."""
+    end = min(end, len(data))
+    if end == len(data) or (data[end] & 0xC0) != 0x80:
+        return end
+    # ``end`` is a continuation byte (0b10xxxxxx): step back to its code point's lead byte,
+    # which is at most three bytes back in valid UTF-8.
+    back = end
+    while back > 0 and end - back < 3 and (data[back] & 0xC0) == 0x80:
+        back -= 1
+    return end if (data[back] & 0xC0) == 0x80 else back
+
+
+def page_bounds(data: bytes, offset: int, limit: int) -> tuple[int, int]:
+    """The byte range of the page starting at ``offset``: at most ``limit`` bytes, ending at a
+    code point boundary (at least one whole code point, so paging always moves on)."""
+    if offset < 0 or offset > len(data):
+        raise InvalidInputError(f"offset {offset} is outside the result ({len(data)} bytes)")
+    if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+        raise InvalidInputError(f"offset {offset} is inside a UTF-8 code point")
+    if limit < 4:
+        raise InvalidInputError("a page holds at least 4 bytes")
+    end = min(len(data), offset + limit)
+    cut = utf8_boundary(data, end)
+    if cut <= offset:  # a run of continuation bytes (not UTF-8): never stall
+        cut = end
+    return offset, cut
+
+
+class Results:
+    """Sealing, reading, listing and purging result envelopes."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        master_key: MasterKey,
+        config: ResultsConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or ResultsConfig()
+        self._key = master_key
+        self._local: dict[str, tuple[ResultRef, bytes]] = {}
+
+    # -- sealing ------------------------------------------------------------------------------
+
+    def seal(
+        self,
+        tx: Tx,
+        conversation_id: str,
+        data: bytes,
+        *,
+        task_key: str | None = None,
+        run_id: str | None = None,
+    ) -> ResultRef:
+        """Store ``data`` for ``conversation_id`` inside the caller's unit.
+
+        Data over the limit is not stored: a ``failed`` receipt with ``result_too_large`` takes
+        its place, and says how large the data was.
+        """
+        check_id(conversation_id, "conversation id")
+        result_id = new_id("res")
+        now = self.clock.now_us()
+        expires = now + to_us(self.config.retention)
+        if len(data) > self.config.limit_bytes:
+            status, code, nonce, sealed = "failed", "result_too_large", None, None
+        else:
+            status, code = "stored", None
+            nonce = secrets.token_bytes(_NONCE_BYTES)
+            sealed = self._key.envelope_key(conversation_id).encrypt(
+                nonce, data, _aad(result_id, conversation_id)
+            )
+        tx.run_later(
+            "insert_result", result_id=result_id, conversation_id=conversation_id,
+            task_key=task_key, run_id=run_id, status=status, failure_code=code,
+            size_bytes=len(data), key_version=KEY_VERSION, nonce=nonce, ciphertext=sealed,
+            now_us=now, expires_at_us=expires,
+        )
+        return ResultRef(result_id, ConversationId(conversation_id), Lifetime.DURABLE, status,
+                         len(data), expires, code, task_key)
+
+    async def put(
+        self,
+        conversation_id: str,
+        data: bytes,
+        *,
+        task_key: str | None = None,
+        run_id: str | None = None,
+    ) -> ResultRef:
+        """:meth:`seal` in a unit of its own."""
+        return await self.store.transact(
+            lambda tx: self.seal(tx, conversation_id, data, task_key=task_key, run_id=run_id),
+            route=conversation_id,
+        )
+
+    def keep_local(self, conversation_id: str, data: bytes, *, task_key: str | None = None
+                   ) -> ResultRef:
+        """Hold a result in this process only (it is gone after a restart, and says so)."""
+        check_id(conversation_id, "conversation id")
+        if len(data) > self.config.limit_bytes:
+            ref = ResultRef(new_id("res"), ConversationId(conversation_id),
+                            Lifetime.PROCESS_LOCAL, "failed", len(data), None,
+                            "result_too_large", task_key)
+            self._local[ref.result_id] = (ref, b"")
+            return ref
+        ref = ResultRef(new_id("res"), ConversationId(conversation_id), Lifetime.PROCESS_LOCAL,
+                        "stored", len(data), None, None, task_key)
+        self._local[ref.result_id] = (ref, data)
+        return ref
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def get(self, conversation_id: str, result_id: str) -> tuple[ResultRef, bytes]:
+        """The reference and the plaintext, for the owning conversation only."""
+        check_id(conversation_id, "conversation id")
+        check_id(result_id, "result id")
+        local = self._local.get(result_id)
+        if local is not None:
+            if local[0].conversation_id != conversation_id:
+                raise UnknownResultError(result_id)
+            return local
+        now = self.clock.now_us()
+        row = await self.store.read(
+            lambda tx: tx.one("get_result", result_id=result_id,
+                              conversation_id=conversation_id, now_us=now)
+        )
+        if row is None:
+            raise UnknownResultError(result_id)
+        ref = _ref(row)
+        if row["status"] != "stored":
+            return ref, b""
+        try:
+            data = self._key.envelope_key(conversation_id, int(row["key_version"])).decrypt(
+                bytes(row["nonce"]), bytes(row["ciphertext"]), _aad(result_id, conversation_id)
+            )
+        except InvalidTag:
+            raise ResultCorruptError(
+                f"result {result_id!r} failed authentication (altered, or another key)"
+            ) from None
+        return ref, data
+
+    async def page(
+        self, conversation_id: str, result_id: str, *, offset: int = 0,
+        limit_bytes: int | None = None,
+    ) -> ResultPage:
+        """One page of a result's text, bounded in bytes, never splitting a code point."""
+        limit = self.config.page_limit_bytes if limit_bytes is None else limit_bytes
+        ref, data = await self.get(conversation_id, result_id)
+        start, end = page_bounds(data, offset, limit)
+        return ResultPage(
+            result_id=ref.result_id,
+            offset=start,
+            next_offset=end if end < len(data) else None,
+            size_bytes=len(data),
+            text=data[start:end].decode("utf-8", "replace"),
+        )
+
+    async def list(
+        self, conversation_id: str, *, after: str = "", limit: int = 100
+    ) -> list[ResultRef]:
+        """The owning conversation's results (durable and process-local), oldest first."""
+        check_id(conversation_id, "conversation id")
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        now = self.clock.now_us()
+        rows = await self.store.read(
+            lambda tx: tx.all("list_results", conversation_id=conversation_id, now_us=now,
+                              after=after, limit=limit)
+        )
+        refs = [_ref(r) for r in rows]
+        refs += [ref for ref, _ in self._local.values()
+                 if ref.conversation_id == conversation_id and ref.result_id > after]
+        refs.sort(key=lambda r: r.result_id)
+        return refs[:limit]
+
+    # -- the sweeper --------------------------------------------------------------------------
+
+    async def purge(self) -> int:
+        """Delete envelopes past their deadline; returns how many."""
+        purged = 0
+        now = self.clock.now_us()
+        while True:
+            batch = await self.store.transact(
+                lambda tx: tx.execute("purge_results", now_us=now,
+                                      limit=self.config.purge_batch)
+            )
+            purged += batch
+            if batch < self.config.purge_batch:
+                return purged
+
+
+def _aad(result_id: str, conversation_id: str) -> bytes:
+    return f"{result_id}\x00{conversation_id}".encode()
+
+
+def _ref(row: Row) -> ResultRef:
+    return ResultRef(
+        result_id=row["result_id"],
+        conversation_id=ConversationId(row["conversation_id"]),
+        lifetime=Lifetime.DURABLE,
+        status=row["status"],
+        size_bytes=int(row["size_bytes"]),
+        expires_at_us=int(row["expires_at_us"]),
+        failure_code=row["failure_code"],
+        task_key=row["task_key"],
+    )
