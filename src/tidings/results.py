@@ -179,7 +179,7 @@ def page_bounds(data: bytes, offset: int, limit: int) -> tuple[int, int]:
     code point boundary (at least one whole code point, so paging always moves on)."""
     if offset < 0 or offset > len(data):
         raise InvalidInputError(f"offset {offset} is outside the result ({len(data)} bytes)")
-    if offset < len(data) and (data[offset] & 0xC0) == 0x80:
+    if utf8_boundary(data, offset) != offset:
         raise InvalidInputError(f"offset {offset} is inside a UTF-8 code point")
     if limit < 4:
         raise InvalidInputError("a page holds at least 4 bytes")
