@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from tidings import Clock, ManualClock, Outbox
 from tidings.models.base import Model
+from tidings.results import MasterKey
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import open_store
 from tidings.tools.registry import Tool
@@ -135,9 +136,11 @@ class RuntimeFactory:
         tools: Sequence[Tool] = (),
         clock: Clock | None = None,
         config: RuntimeConfig | None = None,
+        master_key: MasterKey | None = None,
     ) -> Runtime:
         return await self._stack.enter_async_context(
-            Runtime.open(self.backend.url, models=models, tools=tools, clock=clock, config=config)
+            Runtime.open(self.backend.url, models=models, tools=tools, clock=clock,
+                         config=config, master_key=master_key)
         )
 
     async def aclose(self) -> None:

@@ -36,6 +36,17 @@ from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model, ModelError, ModelErrorKind, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig, SweepReport
+from tidings.results import (
+    Lifetime,
+    MasterKey,
+    MasterKeyError,
+    ResultCorruptError,
+    ResultPage,
+    ResultRef,
+    Results,
+    ResultsConfig,
+    UnknownResultError,
+)
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
@@ -100,7 +111,10 @@ __all__ = (
     "InstanceNotRunningError",
     "InvalidInputError",
     "Lease",
+    "Lifetime",
     "ManualClock",
+    "MasterKey",
+    "MasterKeyError",
     "Message",
     "Model",
     "ModelError",
@@ -121,6 +135,11 @@ __all__ = (
     "Published",
     "QueueStats",
     "ReconcileReport",
+    "ResultCorruptError",
+    "ResultPage",
+    "ResultRef",
+    "Results",
+    "ResultsConfig",
     "Rule",
     "Run",
     "RunStatus",
@@ -145,6 +164,7 @@ __all__ = (
     "Tx",
     "UnknownConversationError",
     "UnknownOperationError",
+    "UnknownResultError",
     "UnknownRunError",
     "__version__",
     "open_store",

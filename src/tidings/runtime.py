@@ -20,14 +20,17 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from tidings.clock import Clock, SystemClock
+from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
+from tidings.errors import TidingsError
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
+from tidings.results import MasterKey, Results, ResultsConfig
 from tidings.store import Store, open_store
 from tidings.tools.registry import Tool, ToolRegistry
 from tidings.turns.runner import TurnConfig, TurnRunner
@@ -57,6 +60,8 @@ class RuntimeConfig:
     turns: TurnConfig = field(default_factory=TurnConfig)
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     door: DoorConfig = field(default_factory=DoorConfig)
+    results: ResultsConfig = field(default_factory=ResultsConfig)
+    results_sweep_interval: timedelta = timedelta(minutes=1)
 
 
 class Runtime:
@@ -70,6 +75,7 @@ class Runtime:
         tools: Iterable[Tool] = (),
         clock: Clock | None = None,
         config: RuntimeConfig | None = None,
+        master_key: MasterKey | None = None,
         owns_store: bool = False,
     ) -> None:
         self.store = store
@@ -88,6 +94,10 @@ class Runtime:
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, self.config.coordinator
         )
+        self._results = (
+            None if master_key is None
+            else Results(store, self.clock, master_key, self.config.results)
+        )
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -102,18 +112,29 @@ class Runtime:
         tools: Iterable[Tool] = (),
         clock: Clock | None = None,
         config: RuntimeConfig | None = None,
+        master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit."""
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(
-            store, models=models, tools=tools, clock=clock, config=config, owns_store=True
+            store, models=models, tools=tools, clock=clock, config=config,
+            master_key=master_key, owns_store=True,
         )
         try:
             await runtime.start()
             yield runtime
         finally:
             await runtime.close()
+
+    @property
+    def results(self) -> Results:
+        """Result envelopes; they need the master key (``master_key=`` or the environment)."""
+        if self._results is None:
+            self._results = Results(
+                self.store, self.clock, MasterKey.from_environment(), self.config.results
+            )
+        return self._results
 
     @property
     def instance_id(self) -> str:
@@ -125,6 +146,7 @@ class Runtime:
         self._tasks = [
             asyncio.create_task(self.outbox.run(), name="tidings-outbox"),
             asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
+            asyncio.create_task(self._purge_results(), name="tidings-results"),
         ]
         # Work a previous instance left behind is found at once, not at the first sweep.
         await self.coordinator.sweep()
@@ -148,6 +170,18 @@ class Runtime:
         finally:
             if self._owns_store:
                 await self.store.close()
+
+    async def _purge_results(self) -> None:
+        """The sweeper of expired result envelopes (R1); idle when no key is configured."""
+        interval = to_us(self.config.results_sweep_interval) / 1e6
+        while True:
+            await asyncio.sleep(interval)
+            if self._results is None:
+                continue
+            try:
+                await self._results.purge()
+            except TidingsError as exc:
+                log.warning("purging expired results failed: %s", exc)
 
     # -- conversations ------------------------------------------------------------------------
 

@@ -12,9 +12,10 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from tests.conftest import Backend
+from tests.conftest import Backend, RuntimeFactory
 from tidings.clock import ManualClock
 from tidings.errors import InvalidInputError
+from tidings.models.scripted import ScriptedModel
 from tidings.results import (
     Lifetime,
     MasterKey,
@@ -26,6 +27,7 @@ from tidings.results import (
     page_bounds,
 )
 from tidings.store import Store, open_store
+from tidings.types import Profile
 
 OWNER = "conv_owner"
 OTHER = "conv_other"
@@ -219,3 +221,15 @@ def test_r3_page_bounds_never_split_and_always_advance() -> None:
         page_bounds(data, 2, 4)                   # inside "€"
     junk = b"\x80" * 10                           # not UTF-8 at all: still moves on
     assert page_bounds(junk, 0, 4) == (0, 4)
+
+
+async def test_r2_runtime_results_are_scoped_to_their_conversation(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[ScriptedModel()], master_key=KEY)
+    mine = (await rt.create_conversation("alice", Profile(model="scripted"))).conversation_id
+    theirs = (await rt.create_conversation("bob", Profile(model="scripted"))).conversation_id
+    ref = await rt.results.put(mine, b"alice's build log")
+    assert (await rt.results.get(mine, ref.result_id))[1] == b"alice's build log"
+    with pytest.raises(UnknownResultError):
+        await rt.results.get(theirs, ref.result_id)
