@@ -25,6 +25,7 @@ import binascii
 import enum
 import os
 import secrets
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -129,6 +130,7 @@ class ResultsConfig:
     retention: timedelta = timedelta(days=7)
     page_limit_bytes: int = 64 * 1024
     purge_batch: int = 1_000
+    opened_cache: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,8 @@ class Results:
         self.config = config or ResultsConfig()
         self._key = master_key
         self._local: dict[str, tuple[ResultRef, bytes]] = {}
+        # Recently opened envelopes, so paging through one decrypts it once (bounded).
+        self._opened: OrderedDict[tuple[str, str], tuple[ResultRef, bytes]] = OrderedDict()
 
     # -- sealing ------------------------------------------------------------------------------
 
@@ -309,7 +313,7 @@ class Results:
     ) -> ResultPage:
         """One page of a result's text, bounded in bytes, never splitting a code point."""
         limit = self.config.page_limit_bytes if limit_bytes is None else limit_bytes
-        ref, data = await self.get(conversation_id, result_id)
+        ref, data = await self._opened_result(conversation_id, result_id)
         start, end = page_bounds(data, offset, limit)
         return ResultPage(
             result_id=ref.result_id,
@@ -318,6 +322,21 @@ class Results:
             size_bytes=len(data),
             text=data[start:end].decode("utf-8", "replace"),
         )
+
+    async def _opened_result(
+        self, conversation_id: str, result_id: str
+    ) -> tuple[ResultRef, bytes]:
+        key = (conversation_id, result_id)
+        cached = self._opened.pop(key, None)
+        now = self.clock.now_us()
+        if cached is None or (
+            cached[0].expires_at_us is not None and cached[0].expires_at_us <= now
+        ):
+            cached = await self.get(conversation_id, result_id)
+        self._opened[key] = cached
+        while len(self._opened) > self.config.opened_cache:
+            self._opened.popitem(last=False)
+        return cached
 
     async def list(
         self, conversation_id: str, *, after: str = "", limit: int = 100

@@ -101,10 +101,15 @@ class PostgresTx(Tx):
     together, in one pipeline (one round trip), before the next statement that needs an
     answer or at the end of the unit."""
 
-    def __init__(self, queries: dict[str, Query], conn: psycopg.Connection[Row]) -> None:
+    def __init__(
+        self, queries: dict[str, Query], conn: psycopg.Connection[Row], *, binary: bool = False
+    ) -> None:
         super().__init__(queries)
         self._conn = conn
         self._later: list[_Later] = []
+        # Reads take results in binary: no text round trip for numbers, and bytea (result
+        # envelopes) arrives as bytes instead of twice its size in hex.
+        self._binary = binary
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
@@ -112,7 +117,7 @@ class PostgresTx(Tx):
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         self.flush()
-        cursor = self._conn.execute(statement, params)
+        cursor = self._conn.execute(statement, params, binary=self._binary)
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
 
@@ -446,7 +451,7 @@ class PostgresStore(Store):
                     conn.read_only = True
                     try:
                         with conn.transaction():
-                            return unit(PostgresTx(self.queries, conn))
+                            return unit(PostgresTx(self.queries, conn, binary=True))
                     finally:
                         if not conn.closed:
                             conn.read_only = False

@@ -19,3 +19,6 @@ CREATE TABLE IF NOT EXISTS result_envelopes (
 CREATE INDEX IF NOT EXISTS result_envelopes_conversation
     ON result_envelopes (conversation_id, created_at_us);
 CREATE INDEX IF NOT EXISTS result_envelopes_expiry ON result_envelopes (expires_at_us);
+
+-- Ciphertext does not compress: store it out of line without trying (EXTERNAL, not EXTENDED).
+ALTER TABLE result_envelopes ALTER COLUMN ciphertext SET STORAGE EXTERNAL;
