@@ -141,6 +141,18 @@ def check_signal_payload(payload: Any) -> None:
     walk(payload, 1)
 
 
+def fenced_json(value: object) -> str:
+    """``value`` as one line of JSON that no content can break out of.
+
+    ASCII only (control characters, line breaks and every non-ASCII character are escaped), with
+    ``<``, ``>`` and ``&`` escaped too: whatever the value holds -- a fake closing tag, a line
+    that starts with "SYSTEM:", invalid UTF-8 already replaced -- it stays one JSON value inside
+    the fence it is placed in, and reads as data.
+    """
+    text = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 # -- the door ----------------------------------------------------------------------------------
 
 

@@ -9,12 +9,12 @@ as an instruction.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
 from tidings.models.base import PromptMessage, ToolCall
+from tidings.policy import fenced_json
 from tidings.types import Delivery, Message
 
 FACTS_TAG = "runtime_facts"
@@ -32,20 +32,13 @@ class PromptBlock:
     content: str
 
 
-def _fenced_json(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
-    # ensure_ascii already escapes control characters and non-ASCII; these three would let a
-    # payload imitate markup.
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-
-
 def runtime_facts(deliveries: Sequence[Delivery]) -> PromptBlock | None:
     """The dynamic-suffix block for a batch of claimed signals, in journal order."""
     if not deliveries:
         return None
     ordered = sorted(deliveries, key=lambda d: (d.queue_seq, d.seq))
     facts = [
-        _fenced_json(
+        fenced_json(
             {
                 "event_id": d.event_id,
                 "seq": d.seq,
