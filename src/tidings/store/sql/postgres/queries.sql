@@ -498,3 +498,47 @@ SELECT result_id, conversation_id, task_key, run_id, status, failure_code, size_
 DELETE FROM result_envelopes
  WHERE result_id IN (SELECT result_id FROM result_envelopes
                       WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);
+
+-- ============================================================================================
+-- The task journal (T2-T9)
+-- ============================================================================================
+
+-- insert_task --
+INSERT INTO tasks (task_id, conversation_id, task_key, run_id, call_id, command, notify,
+                   lifetime, state, handed_off, instance_id, started_at_us)
+VALUES (:task_id, :conversation_id, :task_key, :run_id, :call_id, :command, :notify,
+        :lifetime, 'running', :handed_off, :instance_id, :now_us);
+
+-- get_task --
+SELECT * FROM tasks WHERE conversation_id = :conversation_id AND task_key = :task_key;
+
+-- finish_task --
+-- The terminal state is recorded once; its event id is assigned with it and never changes.
+UPDATE tasks
+   SET state = :state, exit_code = :exit_code, signal = :signal, event_id = :event_id,
+       result_id = :result_id, stdout_bytes = :stdout_bytes, stderr_bytes = :stderr_bytes,
+       excerpt = :excerpt, excerpt_truncated = :excerpt_truncated, duration_ms = :duration_ms,
+       ended_at_us = :now_us
+ WHERE task_id = :task_id AND state = 'running';
+
+-- set_task_flags --
+UPDATE tasks
+   SET committed = :committed, handed_off = :handed_off, delivered = :delivered,
+       consumed = :consumed, cancelled = :cancelled,
+       reported_in_tool_result = :reported_in_tool_result,
+       continuation_error = :continuation_error, notification_seq = :notification_seq
+ WHERE task_id = :task_id;
+
+-- undelivered_tasks --
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND state <> 'running'
+   AND delivered = 0 AND cancelled = 0
+ ORDER BY ended_at_us, task_id;
+
+-- unconsumed_tasks --
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND delivered = 1 AND consumed = 0
+ ORDER BY notification_seq;
+
+-- running_tasks_of --
+SELECT * FROM tasks WHERE instance_id = :instance_id AND state = 'running';

@@ -1,0 +1,246 @@
+"""The task journal (T2-T9): task states and notification flags, changed only inside a unit
+that holds the task's conversation (:class:`~tidings.transcript.ConversationTx`).
+
+Every transition that can make a notification eligible -- the terminal state recorded, the
+originating tool call's result committed, the task handed off -- ends by calling
+:func:`deliver_due` in the same transaction. So whichever of "process ended" and "tool result
+committed" lands last delivers the notification, and the conversation lock makes it exactly
+once. Delivery writes the notice and sets ``delivered`` together, and only at a safe point: while
+any tool call of the conversation is open, nothing is delivered (the turn that holds the call
+delivers at its next safe point, and the sweep re-finds what is left).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from tidings.store import Row
+from tidings.tasks.notify import (
+    NotificationFlags,
+    Notify,
+    ProcessFacts,
+    TaskState,
+    is_eligible,
+    render,
+)
+from tidings.transcript import ConversationTx
+from tidings.types import ConversationId, new_id
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One journal row."""
+
+    task_id: str
+    conversation_id: ConversationId
+    task_key: str
+    run_id: str | None
+    call_id: str | None
+    command: str
+    notify: Notify
+    lifetime: str
+    state: TaskState
+    exit_code: int | None
+    signal: str | None
+    event_id: str | None
+    committed: bool
+    handed_off: bool
+    delivered: bool
+    consumed: bool
+    cancelled: bool
+    reported_in_tool_result: bool
+    continuation_error: str | None
+    notification_seq: int | None
+    result_id: str | None
+    stdout_bytes: int
+    stderr_bytes: int
+    excerpt: bytes
+    excerpt_truncated: bool
+    duration_ms: int | None
+
+    @property
+    def flags(self) -> NotificationFlags:
+        return NotificationFlags(
+            state=self.state, event_id=self.event_id, notify=self.notify,
+            committed=self.committed, handed_off=self.handed_off, delivered=self.delivered,
+            cancelled=self.cancelled, reported_in_tool_result=self.reported_in_tool_result,
+        )
+
+
+def task_from_row(row: Row) -> TaskRecord:
+    excerpt = row["excerpt"]
+    return TaskRecord(
+        task_id=row["task_id"],
+        conversation_id=ConversationId(row["conversation_id"]),
+        task_key=row["task_key"],
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        command=row["command"],
+        notify=Notify(row["notify"]),
+        lifetime=row["lifetime"],
+        state=TaskState(row["state"]),
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        event_id=row["event_id"],
+        committed=bool(row["committed"]),
+        handed_off=bool(row["handed_off"]),
+        delivered=bool(row["delivered"]),
+        consumed=bool(row["consumed"]),
+        cancelled=bool(row["cancelled"]),
+        reported_in_tool_result=bool(row["reported_in_tool_result"]),
+        continuation_error=row["continuation_error"],
+        notification_seq=row["notification_seq"],
+        result_id=row["result_id"],
+        stdout_bytes=int(row["stdout_bytes"]),
+        stderr_bytes=int(row["stderr_bytes"]),
+        excerpt=b"" if excerpt is None else bytes(excerpt),
+        excerpt_truncated=bool(row["excerpt_truncated"]),
+        duration_ms=row["duration_ms"],
+    )
+
+
+def start(
+    cx: ConversationTx,
+    *,
+    task_key: str,
+    command: str,
+    instance_id: str,
+    run_id: str | None = None,
+    call_id: str | None = None,
+    notify: Notify = Notify.ON_EXIT,
+    lifetime: str = "conversation",
+    handed_off: bool = True,
+) -> str:
+    """Record a started task; returns its id. A task_key is unique in its conversation."""
+    task_id = new_id("task")
+    cx.tx.run_later(
+        "insert_task", task_id=task_id, conversation_id=cx.conversation_id, task_key=task_key,
+        run_id=run_id, call_id=call_id, command=command, notify=notify.value,
+        lifetime=lifetime, handed_off=int(handed_off), instance_id=instance_id,
+        now_us=cx.now_us,
+    )
+    return task_id
+
+
+def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
+    row = cx.tx.one("get_task", conversation_id=cx.conversation_id, task_key=task_key)
+    return None if row is None else task_from_row(row)
+
+
+def finish(
+    cx: ConversationTx,
+    task: TaskRecord,
+    *,
+    state: TaskState,
+    exit_code: int | None = None,
+    signal: str | None = None,
+    result_id: str | None = None,
+    stdout_bytes: int = 0,
+    stderr_bytes: int = 0,
+    excerpt: bytes = b"",
+    excerpt_truncated: bool = False,
+    duration_ms: int | None = None,
+) -> TaskRecord:
+    """Record the terminal state and its stable event id (once), then deliver what is due."""
+    if not state.terminal:
+        raise ValueError("finish records a terminal state")
+    if task.state.terminal:
+        return task  # recorded already: the first terminal state stands
+    finished = replace(
+        task, state=state, exit_code=exit_code, signal=signal, event_id=new_id("evt"),
+        result_id=result_id, stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes,
+        excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
+    )
+    cx.tx.run_later(
+        "finish_task", task_id=task.task_id, state=state.value, exit_code=exit_code,
+        signal=signal, event_id=finished.event_id, result_id=result_id,
+        stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes, excerpt=excerpt,
+        excerpt_truncated=int(excerpt_truncated), duration_ms=duration_ms, now_us=cx.now_us,
+        expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
+    )
+    return _deliver_if_due(cx, finished)
+
+
+def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    """The originating tool call's first result is committed (call in that same unit)."""
+    return _deliver_if_due(cx, _set(cx, replace(task, committed=True)))
+
+
+def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    """The model read the terminal state in a tool result (``wait``, ``task_status``): no
+    notification is owed any more (T8). Has no effect once one was delivered."""
+    if task.delivered or task.reported_in_tool_result:
+        return task
+    return _set(cx, replace(task, reported_in_tool_result=True))
+
+
+def cancel(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    """No notification, ever (its run was stopped)."""
+    return task if task.cancelled else _set(cx, replace(task, cancelled=True))
+
+
+def consume(cx: ConversationTx, tasks: Sequence[TaskRecord]) -> None:
+    """The model step that saw these notifications succeeded and is being committed (T5)."""
+    for task in tasks:
+        if task.delivered and not task.consumed:
+            _set(cx, replace(task, consumed=True, continuation_error=None))
+
+
+def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str) -> None:
+    """The step failed: delivered stays, consumed does not, and the error is kept (T5)."""
+    for task in tasks:
+        if task.delivered and not task.consumed:
+            _set(cx, replace(task, continuation_error=error[:500]))
+
+
+def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
+    rows = cx.tx.all("unconsumed_tasks", conversation_id=cx.conversation_id)
+    return [task_from_row(r) for r in rows]
+
+
+def deliver_due(cx: ConversationTx) -> list[TaskRecord]:
+    """Deliver every eligible, undelivered notification of the conversation, if no tool call
+    is open (a safe point). Returns what was delivered; recovery by event id (T6): a task
+    whose notice was written is ``delivered`` in the same commit, so it is never written twice.
+    """
+    rows = cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)
+    delivered = []
+    for row in rows:
+        task = task_from_row(row)
+        after = _deliver_if_due(cx, task)
+        if after.delivered:
+            delivered.append(after)
+    return delivered
+
+
+def _deliver_if_due(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    if not is_eligible(task.flags) or cx.open_tool_calls():
+        return task
+    assert task.event_id is not None
+    text, meta = render(ProcessFacts(
+        task_key=task.task_key, event_id=task.event_id, state=task.state,
+        exit_code=task.exit_code, signal=task.signal, duration_ms=task.duration_ms or 0,
+        stdout_bytes=task.stdout_bytes, stderr_bytes=task.stderr_bytes,
+        result_id=task.result_id, result_lifetime=None if task.result_id is None else "durable",
+        excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
+    ))
+    seq = cx.append_user(text, run_id=task.run_id, meta=meta)
+    cx.record_event(
+        "task_status",
+        {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
+         "delivered": True, "message_seq": seq},
+        task.run_id,
+    )
+    return _set(cx, replace(task, delivered=True, notification_seq=seq))
+
+
+def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    cx.tx.run_later(
+        "set_task_flags", task_id=task.task_id, committed=int(task.committed),
+        handed_off=int(task.handed_off), delivered=int(task.delivered),
+        consumed=int(task.consumed), cancelled=int(task.cancelled),
+        reported_in_tool_result=int(task.reported_in_tool_result),
+        continuation_error=task.continuation_error, notification_seq=task.notification_seq,
+    )
+    return task

@@ -1,0 +1,204 @@
+"""T2-T8 in the journal, on both backends: a notification is delivered once, by whichever of
+"process ended" and "tool result committed" lands last, only at a safe point, and never twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+import pytest_asyncio
+
+from tests.conftest import Backend
+from tidings.clock import ManualClock
+from tidings.conversations import Conversations
+from tidings.models.base import ToolCall
+from tidings.store import Store, Tx, open_store
+from tidings.tasks import journal
+from tidings.tasks.journal import TaskRecord
+from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
+from tidings.transcript import ConversationTx
+from tidings.types import Message, Profile
+
+T = TypeVar("T")
+
+
+@pytest_asyncio.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    opened = await open_store(backend.url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+class Journal:
+    def __init__(self, store: Store, clock: ManualClock, conversation_id: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.conv = conversation_id
+
+    async def unit(self, body: Callable[[ConversationTx], T]) -> T:
+        def run(tx: Tx) -> T:
+            cx = ConversationTx.lock(tx, self.conv, self.clock)
+            result = body(cx)
+            cx.save()
+            return result
+
+        return await self.store.transact(run, route=self.conv)
+
+    async def call_and_start(self, call_id: str, task_key: str) -> None:
+        def body(cx: ConversationTx) -> None:
+            cx.append_user("build it")
+            cx.append_assistant("", tool_calls=[ToolCall(call_id, "shell", {"cmd": "make"})])
+            journal.start(cx, task_key=task_key, command="make", instance_id="inst_test",
+                          call_id=call_id)
+
+        await self.unit(body)
+
+    async def task(self, task_key: str) -> TaskRecord:
+        found = await self.unit(lambda cx: journal.get(cx, task_key))
+        assert found is not None
+        return found
+
+    async def finish(self, task_key: str, state: TaskState = TaskState.EXITED) -> TaskRecord:
+        def body(cx: ConversationTx) -> TaskRecord:
+            task = journal.get(cx, task_key)
+            assert task is not None
+            return journal.finish(cx, task, state=state, exit_code=0, stdout_bytes=5,
+                                  excerpt=b"done\n")
+
+        return await self.unit(body)
+
+    async def result_committed(self, call_id: str, task_key: str) -> TaskRecord:
+        def body(cx: ConversationTx) -> TaskRecord:
+            cx.append_tool_result(call_id, f"started {task_key}", tool_name="shell")
+            task = journal.get(cx, task_key)
+            assert task is not None
+            return journal.mark_committed(cx, task)
+
+        return await self.unit(body)
+
+    async def transcript(self) -> list[Message]:
+        return await Conversations(self.store, self.clock).transcript(self.conv)
+
+
+async def new_journal(store: Store, clock: ManualClock) -> Journal:
+    conv = await Conversations(store, clock).create("alice", Profile(model="m"))
+    return Journal(store, clock, conv.conversation_id)
+
+
+def notifications(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.meta.get("kind") == NOTIFICATION_KIND]
+
+
+def assert_after_result(messages: list[Message], call_id: str) -> None:
+    [note] = notifications(messages)
+    result = next(m for m in messages if m.tool_call_id == call_id)
+    assert note.seq > result.seq
+
+
+async def test_t3_process_ends_before_the_result_commits_one_notification_after_it(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    finished = await j.finish("build")
+    assert finished.event_id is not None
+    assert not finished.delivered  # not committed yet: nothing between the call and its result
+    assert notifications(await j.transcript()) == []
+    after = await j.result_committed("call_1", "build")
+    assert after.delivered
+    messages = await j.transcript()
+    assert_after_result(messages, "call_1")
+    assert notifications(messages)[0].meta["event_id"] == finished.event_id
+
+
+async def test_t3_result_commits_before_the_process_ends_one_notification_after_it(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    committed = await j.result_committed("call_1", "build")
+    assert not committed.delivered  # still running
+    finished = await j.finish("build")
+    assert finished.delivered
+    assert_after_result(await j.transcript(), "call_1")
+
+
+async def test_t4_open_call_of_another_step_defers_delivery_to_the_safe_point(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    await j.result_committed("call_1", "build")
+    await j.unit(lambda cx: cx.append_assistant(
+        "", tool_calls=[ToolCall("call_2", "shell", {"cmd": "ls"})]))
+    finished = await j.finish("build")
+    assert not finished.delivered  # call_2 is open: not a safe point
+    delivered = await j.unit(lambda cx: (
+        cx.append_tool_result("call_2", "a b c", tool_name="shell"), journal.deliver_due(cx))[1])
+    assert [t.task_key for t in delivered] == ["build"]
+    messages = await j.transcript()
+    assert_after_result(messages, "call_2")
+
+
+async def test_t6_delivery_is_never_repeated(store: Store, clock: ManualClock) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    await j.finish("build")
+    await j.result_committed("call_1", "build")
+    again = await j.unit(journal.deliver_due)
+    assert again == []
+    assert len(notifications(await j.transcript())) == 1
+
+
+async def test_t2_first_terminal_state_and_event_id_stand(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    first = await j.finish("build", TaskState.TIMED_OUT)
+    second = await j.finish("build", TaskState.EXITED)
+    assert second.state is TaskState.TIMED_OUT
+    assert second.event_id == first.event_id
+    assert (await j.task("build")).state is TaskState.TIMED_OUT
+
+
+async def test_t8_terminal_state_read_in_a_tool_result_is_not_notified(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+
+    def reported(cx: ConversationTx) -> None:
+        task = journal.get(cx, "build")
+        assert task is not None
+        journal.mark_reported(cx, task)
+
+    await j.unit(reported)
+    await j.finish("build")
+    await j.result_committed("call_1", "build")
+    assert notifications(await j.transcript()) == []
+    assert not (await j.task("build")).delivered
+
+
+async def test_t5_consumed_only_when_handled_and_errors_kept(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+    await j.call_and_start("call_1", "build")
+    await j.finish("build")
+    await j.result_committed("call_1", "build")
+    pending = await j.unit(journal.unconsumed)
+    assert [t.task_key for t in pending] == ["build"]
+    await j.unit(lambda cx: journal.keep_unconsumed(cx, pending, "model_unavailable"))
+    kept = await j.task("build")
+    assert kept.delivered
+    assert not kept.consumed
+    assert kept.continuation_error == "model_unavailable"
+    await j.unit(lambda cx: journal.consume(cx, pending))
+    done = await j.task("build")
+    assert done.consumed
+    assert done.continuation_error is None
+    assert await j.unit(journal.unconsumed) == []
