@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from tidings.errors import (
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start
 from tidings.store import Row, Store, Tx
+from tidings.tasks import journal
 from tidings.transcript import (
     ConversationTx,
     conversation_from_row,
@@ -345,7 +347,12 @@ class Coordinator:
             recover_interrupted(cx)
             cx.release_slot(token_held)
         cfg = self.turn_config
+        # A safe point with no turn running: notifications that came due while a turn held
+        # the slot (or before a crash) are delivered now, then read like any other (T4, T6).
+        delivered = journal.deliver_due(cx) if slot_free else []
         inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
+        if delivered:
+            state = dataclasses.replace(state, notifications=True)
         decision = decide_start(state, kinds)
         if record and decision.yielded:
             for kind, reason in decision.yielded:
@@ -360,7 +367,9 @@ class Coordinator:
             self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
             if state.ready_signals else None
         )
-        if decision.trigger is StartKind.WAKE and (lease is None or not lease.deliveries):
+        if decision.trigger is StartKind.WAKE and not state.notifications and (
+            lease is None or not lease.deliveries
+        ):
             # Another claimer (or the budget) took them: the wake-up was stale (C4).
             return Begin(None, StartDecision(None, "nothing_to_do"), None)
         tx.run_later(
@@ -429,6 +438,7 @@ class Coordinator:
             agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
             kernel_inputs=any(i.origin.is_kernel for i in inputs),
             ready_signals=ready,
+            notifications=slot_free and bool(row.get("unconsumed_notifications")),
         )
 
     def ready_signals(self, tx: Tx, conversation_id: str, now_us: int) -> bool:

@@ -207,6 +207,7 @@ class StartState:
     agent_inputs: bool
     kernel_inputs: bool
     ready_signals: bool
+    notifications: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +245,9 @@ def decide_start(state: StartState, kinds: frozenset[StartKind]) -> StartDecisio
         )
         if state.kernel_inputs:
             trigger, reason = (None, held) if held else (StartKind.MAIL, None)
-        elif state.ready_signals:
+        elif state.ready_signals or state.notifications:
+            # A fact the runtime learned (a signal, a task's delivered notification) continues
+            # the conversation automatically, unless that is suppressed or awaits a person.
             trigger, reason = (None, held) if held else (StartKind.WAKE, None)
         elif StartKind.GOAL in kinds:
             if held:

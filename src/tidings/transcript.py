@@ -331,6 +331,16 @@ class ConversationTx:
         return int(self.row["queued_inputs"])
 
     @property
+    def undelivered_notifications(self) -> bool:
+        """Whether an ended task's notification waited undelivered when the unit began."""
+        return bool(self.row.get("undelivered_notifications"))
+
+    @property
+    def unconsumed_notifications(self) -> bool:
+        """Whether a delivered notification waited unconsumed when the unit began."""
+        return bool(self.row.get("unconsumed_notifications"))
+
+    @property
     def signal_backlog(self) -> int:
         """Unacknowledged signals of the conversation when it was locked."""
         return int(self.row.get("signal_backlog") or 0)

@@ -141,8 +141,13 @@ def finish(
     excerpt: bytes = b"",
     excerpt_truncated: bool = False,
     duration_ms: int | None = None,
+    deliver: bool = True,
 ) -> TaskRecord:
-    """Record the terminal state and its stable event id (once), then deliver what is due."""
+    """Record the terminal state and its stable event id (once), then deliver what is due.
+
+    ``deliver`` False leaves the delivery to the holder of the conversation's slot (a turn is
+    running: it delivers at its own next safe point, or as it ends).
+    """
     if not state.terminal:
         raise ValueError("finish records a terminal state")
     if task.state.terminal:
@@ -159,7 +164,7 @@ def finish(
         excerpt_truncated=int(excerpt_truncated), duration_ms=duration_ms, now_us=cx.now_us,
         expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
     )
-    return _deliver_if_due(cx, finished)
+    return _deliver_if_due(cx, finished) if deliver else finished
 
 
 def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
@@ -195,6 +200,9 @@ def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str)
 
 
 def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
+    """Delivered notifications not yet handled (as of the unit's start, and its own writes)."""
+    if not cx.unconsumed_notifications:
+        return []
     rows = cx.tx.all("unconsumed_tasks", conversation_id=cx.conversation_id)
     return [task_from_row(r) for r in rows]
 
@@ -204,6 +212,8 @@ def deliver_due(cx: ConversationTx) -> list[TaskRecord]:
     is open (a safe point). Returns what was delivered; recovery by event id (T6): a task
     whose notice was written is ``delivered`` in the same commit, so it is never written twice.
     """
+    if not cx.undelivered_notifications:
+        return []
     rows = cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)
     delivered = []
     for row in rows:

@@ -46,6 +46,7 @@ from tidings.models.base import (
 )
 from tidings.outbox import Outbox
 from tidings.store import Store, Tx
+from tidings.tasks import journal
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
@@ -226,17 +227,17 @@ class TurnRunner:
             outputs = await asyncio.gather(
                 *(self._execute(plan, offered, call) for call in calls)
             )
-            steers = await self._commit(plan, progress, functools.partial(
+            joined = await self._commit(plan, progress, functools.partial(
                 self._write_results, plan=plan, progress=progress, outputs=outputs
             ))
             progress.open_calls = []
-            progress.taken.update(i.input_id for i in steers)
+            progress.taken.update(m.input_id for m in joined if m.input_id is not None)
             for call, output in zip(calls, outputs, strict=True):
                 messages.append(
                     PromptMessage("tool", output.content, tool_call_id=call.call_id,
                                   tool_name=call.name)
                 )
-            messages += [_input_message(i) for i in steers]
+            messages += [prompt_message(m) for m in joined]
 
     # -- the model ----------------------------------------------------------------------------
 
@@ -378,29 +379,42 @@ class TurnRunner:
         plan: TurnPlan,
         progress: _Progress,
         outputs: Sequence[ToolOutput],
-    ) -> list[Input]:
+    ) -> list[Message]:
+        """The step's results, then -- the safe point -- the task notifications that are due
+        and the steers (M3, T4). Returns the user-role messages that joined."""
         for call, output in zip(progress.open_calls, outputs, strict=True):
             cx.append_tool_result(
                 call.call_id, output.content, tool_name=call.name, run_id=plan.run_id,
                 meta={"is_error": output.is_error, **output.meta},
             )
-        # The safe point: the step's results are in; steers join right after them (M3).
+        joined_from = len(cx.appended)
+        for output in outputs:
+            task_key = output.meta.get("task_key")
+            if isinstance(task_key, str):
+                task = journal.get(cx, task_key)
+                if task is not None:
+                    journal.mark_committed(cx, task)
+        journal.deliver_due(cx)
         steers = [
             s for s in cx.queued_steers(self.config.inputs_per_turn)
             if s.input_id not in progress.taken
         ]
         for steer in steers:
             cx.materialize(steer, plan.run_id)
-        return steers
+        return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
     async def _finish_completed(
         self, plan: TurnPlan, progress: _Progress, reply: ModelReply
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
             self._materialize_pending(cx, plan, progress)
+            # Every notification delivered so far was in this turn's request: handled (T5).
+            journal.consume(cx, journal.unconsumed(cx))
             cx.append_assistant(reply.text, run_id=plan.run_id, meta={"model": progress.model})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
+            # Tasks that ended during the turn are delivered now, for the next turn.
+            progress.more_work = bool(journal.deliver_due(cx))
             run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
             if cx.conversation.awaiting_person and plan.trigger is StartKind.PERSON:
                 cx.update(awaiting_person=False)
@@ -430,6 +444,10 @@ class TurnRunner:
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
+            # Delivered stays, consumed does not; the error is kept with them (T5).
+            kept = journal.unconsumed(cx)
+            journal.keep_unconsumed(cx, kept, failure.code)
+            progress.more_work = bool(journal.deliver_due(cx)) or bool(kept)
             # A stop's suppression was written by the stop itself (a person's post since then
             # has lifted it, and that stands).
             if failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
@@ -467,8 +485,10 @@ class TurnRunner:
         cx.release_slot(plan.slot_token)
         # Read under the lock, before the slot is released: what it shows was committed
         # before, and whatever it misses will find the slot free.
-        progress.more_work = cx.queued_count > 0 or (
-            cx.signal_backlog > 0 and self._ready_signals(cx)
+        progress.more_work = (
+            progress.more_work
+            or cx.queued_count > 0
+            or (cx.signal_backlog > 0 and self._ready_signals(cx))
         )
         return run
 

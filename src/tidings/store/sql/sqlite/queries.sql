@@ -269,13 +269,25 @@ RETURNING *;
 -- get_conversation --
 -- With the conversation's unacknowledged signal count, so that most turns need not look for
 -- ready signals at all.
-SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog
+SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id AND t.state <> 'running'
+                  AND t.delivered = 0 AND t.cancelled = 0) AS undelivered_notifications,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id
+                  AND t.delivered = 1 AND t.consumed = 0) AS unconsumed_notifications
   FROM conversations c LEFT JOIN signal_queues q ON q.conversation_id = c.conversation_id
  WHERE c.conversation_id = :conversation_id;
 
 -- lock_conversation --
 -- SQLite has one writer at a time: reading the row inside the write transaction is the lock.
-SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog
+SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id AND t.state <> 'running'
+                  AND t.delivered = 0 AND t.cancelled = 0) AS undelivered_notifications,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id
+                  AND t.delivered = 1 AND t.consumed = 0) AS unconsumed_notifications
   FROM conversations c LEFT JOIN signal_queues q ON q.conversation_id = c.conversation_id
  WHERE c.conversation_id = :conversation_id;
 
@@ -316,6 +328,14 @@ SELECT i.conversation_id
 UNION
 SELECT conversation_id FROM conversations
  WHERE slot_token IS NOT NULL AND slot_deadline_us <= :now_us
+UNION
+SELECT t.conversation_id
+  FROM tasks t JOIN conversations c ON c.conversation_id = t.conversation_id
+ WHERE ((t.state <> 'running' AND t.delivered = 0 AND t.cancelled = 0 AND t.committed = 1
+         AND t.handed_off = 1 AND t.notify = 'on_exit' AND t.reported_in_tool_result = 0)
+        OR (t.delivered = 1 AND t.consumed = 0))
+   AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
 UNION
 SELECT d.conversation_id
   FROM signal_deliveries d JOIN conversations c ON c.conversation_id = d.conversation_id

@@ -1,0 +1,131 @@
+"""Background tasks end to end: a tool starts a process, the journal records it, its end is
+sealed as a result envelope and recorded in the journal, and the conversation is woken.
+
+The process's end is one unit on the task's conversation: the output sealed (R1), the terminal
+state recorded with its event id (T2), and -- if the conversation's slot is free and the
+notification is due -- the notice delivered (T3, T4). When a turn holds the slot, that turn
+delivers at its next safe point instead. After the commit, the coordinator is asked for a
+turn; the wake-up is a hint, and the sweep re-finds what it misses.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidings.clock import Clock
+from tidings.results import Results
+from tidings.store import Store, Tx
+from tidings.tasks import journal
+from tidings.tasks.notify import EXCERPT_LIMIT_BYTES, Notify, TaskState
+from tidings.tasks.supervisor import ProcessOutcome, ProcessSpec, ProcessState, Supervisor
+from tidings.tools.registry import ToolContext
+from tidings.transcript import ConversationTx
+from tidings.types import ConversationId
+
+log = logging.getLogger("tidings.tasks")
+
+_STATES = {
+    ProcessState.EXITED: TaskState.EXITED,
+    ProcessState.FAILED: TaskState.FAILED,
+    ProcessState.TIMED_OUT: TaskState.TIMED_OUT,
+    ProcessState.KILLED: TaskState.KILLED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StartedTask:
+    task_key: str
+    pid: int | None
+
+
+class BackgroundTasks:
+    """Starts background processes for tools and journals how they end."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        supervisor: Supervisor,
+        instance_id: str,
+        *,
+        results: Callable[[], Results | None],
+        wake: Callable[[ConversationId], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.supervisor = supervisor
+        self.instance_id = instance_id
+        self._results = results
+        self._wake = wake
+
+    async def start(
+        self,
+        context: ToolContext,
+        spec: ProcessSpec,
+        *,
+        notify: Notify = Notify.ON_EXIT,
+        lifetime: str = "conversation",
+    ) -> StartedTask:
+        """Journal the task, then start its process. The tool's result (which names the task
+        key) is committed by the turn; that commit marks the task ``committed``."""
+        task_key = f"bg-{secrets.token_hex(4)}"
+        conversation_id = context.conversation_id
+
+        def record(tx: Tx) -> None:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            journal.start(
+                cx, task_key=task_key, command=spec.describe(), instance_id=self.instance_id,
+                run_id=context.run_id, call_id=context.call_id, notify=notify,
+                lifetime=lifetime,
+            )
+            cx.save()
+
+        await self.store.transact(record, route=conversation_id)
+
+        async def ended(outcome: ProcessOutcome) -> None:
+            await self._ended(conversation_id, task_key, outcome)
+
+        running = await self.supervisor.start(spec, task_key=task_key, on_exit=ended)
+        return StartedTask(task_key, running.pid)
+
+    async def _ended(
+        self, conversation_id: ConversationId, task_key: str, outcome: ProcessOutcome
+    ) -> None:
+        results = self._results()
+        output = outcome.stdout.head + outcome.stdout.tail
+        excerpt = outcome.stdout.excerpt(EXCERPT_LIMIT_BYTES)
+        if outcome.stderr.total_bytes:
+            excerpt = (excerpt + b"\n[stderr]\n" + outcome.stderr.excerpt(EXCERPT_LIMIT_BYTES // 2))
+
+        def record(tx: Tx) -> bool:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            task = journal.get(cx, task_key)
+            if task is None:
+                return False
+            ref = None if results is None else results.seal(
+                tx, conversation_id, output, task_key=task_key, run_id=task.run_id
+            )
+            after = journal.finish(
+                cx, task, state=_STATES[outcome.state], exit_code=outcome.exit_code,
+                signal=outcome.signal_name, result_id=None if ref is None else ref.result_id,
+                stdout_bytes=outcome.stdout.total_bytes, stderr_bytes=outcome.stderr.total_bytes,
+                excerpt=excerpt[:EXCERPT_LIMIT_BYTES * 2],
+                excerpt_truncated=outcome.stdout.truncated or len(excerpt) > EXCERPT_LIMIT_BYTES,
+                duration_ms=int(outcome.duration.total_seconds() * 1000),
+                deliver=cx.slot_free(),
+            )
+            cx.save()
+            return after.delivered or not cx.slot_free()
+
+        try:
+            woken = await self.store.transact(record, route=conversation_id)
+        except Exception:
+            # Nothing is lost: the task stays running in the journal and becomes ``lost`` when
+            # this instance is reconciled.
+            log.exception("could not record the end of task %s", task_key)
+            return
+        if woken:
+            self._wake(conversation_id)
