@@ -30,9 +30,12 @@ from tidings.errors import TidingsError
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
-from tidings.results import MasterKey, Results, ResultsConfig
+from tidings.results import MasterKey, MasterKeyError, Results, ResultsConfig
 from tidings.store import Store, open_store
+from tidings.tasks.service import BackgroundTasks
+from tidings.tasks.supervisor import Supervisor
 from tidings.tools.registry import Tool, ToolRegistry
+from tidings.tools.shell import shell_tool
 from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,
@@ -94,10 +97,23 @@ class Runtime:
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, self.config.coordinator
         )
+        if master_key is None:
+            with contextlib.suppress(MasterKeyError):
+                master_key = MasterKey.from_environment()
         self._results = (
             None if master_key is None
             else Results(store, self.clock, master_key, self.config.results)
         )
+        self.supervisor = Supervisor(clock=self.clock)
+        self.tasks = BackgroundTasks(
+            store, self.clock, self.supervisor, self.outbox.instance_id,
+            results=lambda: self._results,
+            wake=lambda conversation_id: self.coordinator.request(
+                conversation_id, StartKind.WAKE, record=False
+            ),
+        )
+        if "shell" not in self.tools:
+            self.tools.register(shell_tool(self.supervisor, self.tasks))
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -161,6 +177,7 @@ class Runtime:
         self._closed = True
         try:
             await self.coordinator.close()
+            await self.supervisor.close()
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:

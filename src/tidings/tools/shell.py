@@ -1,0 +1,67 @@
+"""The built-in ``shell`` tool (A5, T1): run a command in the foreground with a timeout, or start
+it as a background task whose end comes back as a notification.
+
+Foreground: the tool waits (bounded by ``timeout_s``) and returns the exit facts and a bounded
+excerpt of the output. Background: it returns the ``task_key`` at once; the process's end is
+journalled, its output sealed as a result envelope, and the conversation told at a safe point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from tidings.errors import InvalidInputError
+from tidings.tasks.service import BackgroundTasks
+from tidings.tasks.supervisor import ProcessSpec, Supervisor
+from tidings.tools.registry import Tool, ToolContext, ToolOutput
+
+MAX_TIMEOUT_S = 3600.0
+FOREGROUND_EXCERPT_BYTES = 8 * 1024
+
+PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "A shell command line."},
+        "background": {
+            "type": "boolean",
+            "description": "Start it as a background task and return its task_key at once.",
+        },
+        "timeout_s": {"type": "number", "description": "Seconds before it is killed."},
+    },
+    "required": ["command"],
+}
+
+
+def shell_tool(supervisor: Supervisor, tasks: BackgroundTasks) -> Tool:
+    async def run(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        command = arguments.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidInputError("command must be a non-empty string")
+        timeout_s = arguments.get("timeout_s", 600 if arguments.get("background") else 60)
+        if not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise InvalidInputError(f"timeout_s must be between 0 and {MAX_TIMEOUT_S:.0f}")
+        spec = ProcessSpec(command=command, shell=True,
+                           timeout=timedelta(seconds=float(timeout_s)))
+        if arguments.get("background"):
+            started = await tasks.start(context, spec)
+            return ToolOutput(
+                f"started background task {started.task_key}; you will be told when it ends",
+                meta={"task_key": started.task_key},
+            )
+        running = await supervisor.start(spec, task_key=f"fg-{context.run_id}-{context.call_id}")
+        try:
+            outcome = await running.wait()
+        except BaseException:
+            running.kill()  # the turn was stopped: the foreground process goes with it
+            raise
+        excerpt = outcome.stdout.excerpt(FOREGROUND_EXCERPT_BYTES).decode("utf-8", "replace")
+        status = (
+            f"exit {outcome.exit_code}" if outcome.exit_code is not None
+            else outcome.state.value + (f" ({outcome.signal_name})" if outcome.signal else "")
+        )
+        return ToolOutput(f"{status}\n{excerpt}", is_error=not outcome.succeeded)
+
+    return Tool("shell", "Run a shell command (foreground, or as a background task).", run,
+                parameters=PARAMETERS)
