@@ -164,7 +164,9 @@ class Runtime:
             asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
             asyncio.create_task(self._purge_results(), name="tidings-results"),
         ]
-        # Work a previous instance left behind is found at once, not at the first sweep.
+        # Work a previous instance left behind is found at once, not at the first sweep: its
+        # tasks are lost (their processes died with it), its conversations looked at again.
+        await self.tasks.reconcile_lost()
         await self.coordinator.sweep()
 
     async def close(self) -> None:
@@ -189,16 +191,17 @@ class Runtime:
                 await self.store.close()
 
     async def _purge_results(self) -> None:
-        """The sweeper of expired result envelopes (R1); idle when no key is configured."""
+        """The slow sweep: expired result envelopes (R1), and tasks of instances that died
+        while this one runs (T9)."""
         interval = to_us(self.config.results_sweep_interval) / 1e6
         while True:
             await asyncio.sleep(interval)
-            if self._results is None:
-                continue
             try:
-                await self._results.purge()
+                await self.tasks.reconcile_lost()
+                if self._results is not None:
+                    await self._results.purge()
             except TidingsError as exc:
-                log.warning("purging expired results failed: %s", exc)
+                log.warning("the slow sweep failed: %s", exc)
 
     # -- conversations ------------------------------------------------------------------------
 

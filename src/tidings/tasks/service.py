@@ -129,3 +129,32 @@ class BackgroundTasks:
             return
         if woken:
             self._wake(conversation_id)
+
+    async def reconcile_lost(self, *, limit: int = 500) -> int:
+        """Tasks whose instance is gone are ``lost`` -- never a success, never re-run (T9).
+
+        Their notification is delivered like any other (at a safe point), so the model learns
+        that the outcome is unknown. Returns how many were marked.
+        """
+        rows = await self.store.read(
+            lambda tx: tx.all("orphaned_tasks", instance_id=self.instance_id, limit=limit)
+        )
+        marked = 0
+        for row in rows:
+            conversation_id = ConversationId(row["conversation_id"])
+            task_key = str(row["task_key"])
+
+            def lose(tx: Tx, conversation_id: str = conversation_id,
+                     task_key: str = task_key) -> bool:
+                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+                task = journal.get(cx, task_key)
+                if task is None or task.state is not TaskState.RUNNING:
+                    return False
+                journal.finish(cx, task, state=TaskState.LOST, deliver=cx.slot_free())
+                cx.save()
+                return True
+
+            if await self.store.transact(lose, route=conversation_id):
+                marked += 1
+                self._wake(conversation_id)
+        return marked

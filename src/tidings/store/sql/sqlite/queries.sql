@@ -533,3 +533,13 @@ SELECT * FROM tasks
 
 -- running_tasks_of --
 SELECT * FROM tasks WHERE instance_id = :instance_id AND state = 'running';
+
+-- orphaned_tasks --
+-- Tasks still running in the journal whose instance is gone (stopped, or reconciled after it
+-- died): their processes died with it.
+SELECT t.conversation_id, t.task_key
+  FROM tasks t JOIN instances i ON i.instance_id = t.instance_id
+ WHERE t.state = 'running' AND t.instance_id <> :instance_id
+   AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
+ ORDER BY t.started_at_us
+ LIMIT :limit;
