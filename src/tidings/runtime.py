@@ -36,6 +36,7 @@ from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.registry import Tool, ToolRegistry
 from tidings.tools.shell import shell_tool
+from tidings.tools.tasks import task_tools
 from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,
@@ -112,8 +113,10 @@ class Runtime:
                 conversation_id, StartKind.WAKE, record=False
             ),
         )
-        if "shell" not in self.tools:
-            self.tools.register(shell_tool(self.supervisor, self.tasks))
+        for builtin in (shell_tool(self.supervisor, self.tasks),
+                        *task_tools(store, lambda: self._results)):
+            if builtin.name not in self.tools:  # a host's own tool of that name wins
+                self.tools.register(builtin)
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False

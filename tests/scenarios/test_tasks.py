@@ -5,9 +5,12 @@ and is consumed by the turn that saw it."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 
 from tests.conftest import RuntimeFactory
+from tidings.models.base import ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
@@ -117,3 +120,41 @@ async def test_t1_foreground_shell_returns_output_in_the_result(runtimes: Runtim
     assert result.content.startswith("exit 0")
     assert "a b c" in result.content
     assert notes(messages) == []
+
+
+class Waiter:
+    """Starts a background task, then waits for it with the ``wait`` tool (T8)."""
+
+    name = "waiter"
+
+    async def complete(self, request: ModelRequest, *, on_delta: object = None) -> ModelReply:
+        newest = request.messages[-1]
+        if newest.role == "user" and newest.meta.get("kind") != NOTIFICATION_KIND:
+            return ModelReply("", (ToolCall("c1", "shell", {
+                "command": "sleep 0.2; echo waited", "background": True}),))
+        if newest.role == "tool" and newest.tool_name == "shell":
+            key = re.search(r"task (bg-[0-9a-f]+)", newest.content)
+            assert key is not None
+            return ModelReply("", (ToolCall("c2", "wait", {"task_key": key.group(1),
+                                                           "timeout_s": 10}),))
+        if newest.role == "tool" and newest.tool_name == "wait":
+            state = json.loads(newest.content)["state"]
+            return ModelReply(f"It {state}.")
+        return ModelReply("unexpected notification")
+
+
+async def test_t8_a_task_the_model_waited_for_gets_no_notification(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[Waiter()])
+    conv = (await rt.create_conversation(
+        "alice", Profile(model="waiter", tools=("shell", "wait"))
+    )).conversation_id
+    await rt.post(conv, "deploy and wait")
+    await wait_for_runs(rt, conv, 1)
+    await asyncio.sleep(0.5)  # any late notification would have been delivered by now
+    await rt.settle(conv)
+    messages = await rt.transcript(conv)
+    assert messages[-1].content == "It exited."
+    assert notes(messages) == []
+    assert len(await rt.runs(conv)) == 1

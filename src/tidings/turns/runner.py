@@ -389,11 +389,14 @@ class TurnRunner:
             )
         joined_from = len(cx.appended)
         for output in outputs:
+            # A result that showed a task's end to the model: no notification follows (T8).
+            reported = output.meta.get("reported_task_key")
+            if isinstance(reported, str) and (task := journal.get(cx, reported)) is not None:
+                journal.mark_reported(cx, task)
+        for output in outputs:
             task_key = output.meta.get("task_key")
-            if isinstance(task_key, str):
-                task = journal.get(cx, task_key)
-                if task is not None:
-                    journal.mark_committed(cx, task)
+            if isinstance(task_key, str) and (task := journal.get(cx, task_key)) is not None:
+                journal.mark_committed(cx, task)
         journal.deliver_due(cx)
         steers = [
             s for s in cx.queued_steers(self.config.inputs_per_turn)

@@ -1,0 +1,140 @@
+"""Built-in tools over tasks and results (A5): ``task_status``, ``wait``, ``task_output``,
+``tool_result_get``, ``tool_result_list``.
+
+A tool result that shows a task's terminal state to the model carries ``reported_task_key`` in
+its meta; the turn marks the task reported in the unit that commits that result, so no
+completion notification follows for it (T8). Reading never starts work (R4), and every read is
+scoped to the calling conversation (R2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tidings.errors import InvalidInputError
+from tidings.results import Results, UnknownResultError
+from tidings.store import Store
+from tidings.tasks.journal import TaskRecord, task_from_row
+from tidings.tasks.notify import TaskState
+from tidings.tools.registry import Tool, ToolContext, ToolOutput
+
+MAX_WAIT_S = 60.0
+_POLL_S = 0.05
+
+
+def _key(arguments: Mapping[str, Any], name: str = "task_key") -> str:
+    value = arguments.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{name} must be a non-empty string")
+    return value
+
+
+def _facts(task: TaskRecord) -> dict[str, Any]:
+    return {
+        "task_key": task.task_key,
+        "state": task.state.value,
+        "succeeded": task.state is TaskState.EXITED and task.exit_code == 0,
+        "exit_code": task.exit_code,
+        "signal": task.signal,
+        "duration_ms": task.duration_ms,
+        "stdout_bytes": task.stdout_bytes,
+        "stderr_bytes": task.stderr_bytes,
+        "result_id": task.result_id,
+    }
+
+
+def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool]:
+    async def read_task(context: ToolContext, task_key: str) -> TaskRecord:
+        row = await store.read(lambda tx: tx.one(
+            "get_task", conversation_id=context.conversation_id, task_key=task_key))
+        if row is None:
+            raise InvalidInputError(f"no task {task_key!r} in this conversation")
+        return task_from_row(row)
+
+    def report(task: TaskRecord) -> ToolOutput:
+        meta: dict[str, Any] = {}
+        if task.state.terminal:
+            meta["reported_task_key"] = task.task_key
+        return ToolOutput(json.dumps(_facts(task)), meta=meta)
+
+    async def task_status(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        return report(await read_task(context, _key(arguments)))
+
+    async def wait(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        task_key = _key(arguments)
+        timeout = arguments.get("timeout_s", 30)
+        if not isinstance(timeout, int | float) or not 0 <= timeout <= MAX_WAIT_S:
+            raise InvalidInputError(f"timeout_s must be between 0 and {MAX_WAIT_S:.0f}")
+        deadline = time.monotonic() + float(timeout)
+        while True:
+            task = await read_task(context, task_key)
+            if task.state.terminal or time.monotonic() >= deadline:
+                return report(task)
+            await asyncio.sleep(_POLL_S)
+
+    def need_results() -> Results:
+        opened = results()
+        if opened is None:
+            raise InvalidInputError("results are not available: no master key is configured")
+        return opened
+
+    async def page(context: ToolContext, result_id: str, arguments: Mapping[str, Any]
+                   ) -> ToolOutput:
+        offset = arguments.get("offset", 0)
+        if not isinstance(offset, int):
+            raise InvalidInputError("offset must be an integer")
+        try:
+            found = await need_results().page(context.conversation_id, result_id,
+                                              offset=offset)
+        except UnknownResultError:
+            return ToolOutput(f"no result {result_id!r}", is_error=True)
+        return ToolOutput(json.dumps({
+            "result_id": found.result_id, "offset": found.offset,
+            "next_offset": found.next_offset, "size_bytes": found.size_bytes,
+            "text": found.text,
+        }))
+
+    async def task_output(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        task = await read_task(context, _key(arguments))
+        if task.result_id is None:
+            return ToolOutput(json.dumps({"task_key": task.task_key, "state": task.state.value,
+                                          "output": None}))
+        return await page(context, task.result_id, arguments)
+
+    async def tool_result_get(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        return await page(context, _key(arguments, "result_id"), arguments)
+
+    async def tool_result_list(context: ToolContext, arguments: Mapping[str, Any]
+                               ) -> ToolOutput:
+        refs = await need_results().list(context.conversation_id)
+        return ToolOutput(json.dumps([
+            {"result_id": r.result_id, "task_key": r.task_key, "status": r.status,
+             "size_bytes": r.size_bytes, "lifetime": r.lifetime.value,
+             "expires_at_us": r.expires_at_us}
+            for r in refs
+        ]))
+
+    key_schema = {"type": "object", "properties": {"task_key": {"type": "string"}},
+                  "required": ["task_key"]}
+    return [
+        Tool("task_status", "The state of a background task.", task_status,
+             parameters=key_schema, read_only=True),
+        Tool("wait", "Wait (at most timeout_s, 60 at most) for a background task to end.",
+             wait, parameters={"type": "object", "properties": {
+                 "task_key": {"type": "string"}, "timeout_s": {"type": "number"}},
+                 "required": ["task_key"]}, read_only=True),
+        Tool("task_output", "A page of a background task's output.", task_output,
+             parameters={"type": "object", "properties": {
+                 "task_key": {"type": "string"}, "offset": {"type": "integer"}},
+                 "required": ["task_key"]}, read_only=True),
+        Tool("tool_result_get", "A page of a stored result.", tool_result_get,
+             parameters={"type": "object", "properties": {
+                 "result_id": {"type": "string"}, "offset": {"type": "integer"}},
+                 "required": ["result_id"]}, read_only=True),
+        Tool("tool_result_list", "This conversation's stored results.", tool_result_list,
+             read_only=True),
+    ]
