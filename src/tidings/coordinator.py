@@ -37,7 +37,7 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.outbox import Outbox
-from tidings.policy import StartDecision, StartState, check_id, decide_start
+from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
 from tidings.transcript import (
@@ -550,9 +550,16 @@ class Coordinator:
             def finish(tx: Tx) -> int:
                 cx = ConversationTx.lock(tx, conversation_id, self.clock)
                 cx.require_slot(token)
+                # Summarising never erases a long-running task: the hand-off carries every
+                # active or unhandled task by reference (T7).
+                tasks = journal.open_references(cx)
+                handoff = summary if not tasks else (
+                    f"{summary}\n<task_references>{fenced_json(tasks)}</task_references>"
+                )
                 seq = cx.append_user(
-                    summary, meta={"kind": "compaction_summary",
-                                   "summarized_through": history[-1].seq if history else 0},
+                    handoff, meta={"kind": "compaction_summary",
+                                   "summarized_through": history[-1].seq if history else 0,
+                                   "task_keys": [t["task_key"] for t in tasks]},
                 )
                 cx.start_history_at(seq - 1)
                 cx.record_event(

@@ -158,3 +158,37 @@ async def test_t8_a_task_the_model_waited_for_gets_no_notification(
     assert messages[-1].content == "It exited."
     assert notes(messages) == []
     assert len(await rt.runs(conv)) == 1
+
+
+async def test_t7_compaction_carries_running_tasks_into_the_handoff(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = ScriptedModel(
+        rules=[
+            Rule({"text_contains": "long job"}, {"tool_calls": [{"name": "shell", "arguments": {
+                "command": "sleep 0.6; echo long done", "background": True}}]}),
+            Rule({"tool_result": "shell"}, {"text": "Started."}),
+            Rule({"meta_kind": "compaction"}, {"text": "Summary: a long job was started."}),
+            Rule({"meta_kind": "task_notification"}, {"text": "The long job is done."}),
+        ],
+        default={"text": "ok"},
+    )
+    rt = await runtimes(models=[model])
+    conv = (await rt.create_conversation("alice", Profile(model="scripted", tools=("shell",)))
+            ).conversation_id
+    await rt.post(conv, "start the long job")
+    await wait_for_runs(rt, conv, 1)
+    task_key = re.search(r"task (bg-[0-9a-f]+)", (await rt.transcript(conv))[2].content)
+    assert task_key is not None
+    seq = await rt.compact(conv)
+    summary = (await rt.transcript(conv))[seq - 1]
+    assert summary.meta["kind"] == "compaction_summary"
+    assert summary.meta["task_keys"] == [task_key.group(1)]
+    assert task_key.group(1) in summary.content
+    # The task still comes back after the compaction, once.
+    deadline = time.monotonic() + 20
+    while (await rt.transcript(conv))[-1].content != "The long job is done.":
+        assert time.monotonic() < deadline
+        await rt.settle(conv)
+        await asyncio.sleep(0.05)
+    assert len(notes(await rt.transcript(conv))) == 1

@@ -254,3 +254,13 @@ def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
         continuation_error=task.continuation_error, notification_seq=task.notification_seq,
     )
     return task
+
+
+def open_references(cx: ConversationTx) -> list[dict[str, object]]:
+    """The tasks a compaction must not erase (T7): running, or with a notification still owed
+    or unhandled -- as references the hand-off carries."""
+    return [
+        {"task_key": r["task_key"], "state": r["state"], "event_id": r["event_id"],
+         "result_id": r["result_id"], "notification_delivered": bool(r["delivered"])}
+        for r in cx.tx.all("open_tasks", conversation_id=cx.conversation_id)
+    ]

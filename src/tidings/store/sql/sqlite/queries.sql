@@ -543,3 +543,13 @@ SELECT t.conversation_id, t.task_key
    AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
  ORDER BY t.started_at_us
  LIMIT :limit;
+
+-- open_tasks --
+-- What a compaction must carry into its hand-off (T7): tasks still running, and tasks whose
+-- notification is owed or was delivered but not yet handled.
+SELECT task_key, state, event_id, result_id, delivered, consumed FROM tasks
+ WHERE conversation_id = :conversation_id
+   AND (state = 'running' OR (delivered = 1 AND consumed = 0)
+        OR (delivered = 0 AND cancelled = 0 AND notify = 'on_exit'
+            AND reported_in_tool_result = 0))
+ ORDER BY started_at_us;
