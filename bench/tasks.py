@@ -1,4 +1,4 @@
-"""The background-task benchmark (issue #4). So far: result envelopes.
+"""The background-task benchmark (issue #4): wake latency and result envelopes.
 
     python bench/tasks.py [--quick] [--backend sqlite|postgres|both] [--postgres-dsn DSN]
 
@@ -9,9 +9,12 @@ Measured now, on each backend:
    plaintext per second for the round trip, and for sealing+storing and reading+paging apart.
    The baseline is the raw speed of AES-256-GCM on the same 2 MiB, measured in the same run.
 
-Not measured yet (the tasks and notifications of issue #4 are not built): the wake latency from a
-process's exit to its notification and to the woken turn's model call. Their keys
-(``sqlite_wake_ratio_p50``, ``pg_wake_ratio_p50``) are printed as null until they are.
+2. wake -- a conversation's model starts ``sleep 0.05`` as a background task and ends its turn;
+   when the process exits, the runtime records it, delivers the notification and wakes the
+   conversation. Measured from the process's exit (as the supervisor saw it) to (a) the
+   notification's commit and (b) the woken turn's model call; p50 and p99, with 1 task at a
+   time and with 200 concurrent tasks (200 conversations). ``wake_ratio_p50`` is (b)'s p50
+   over one raw single-row SQLite commit (synchronous=FULL) measured in the same run.
 
 Progress goes to stderr; stdout gets a table and, last, one JSON line with every figure.
 """
@@ -26,6 +29,8 @@ import json
 import os
 import secrets
 import shutil
+import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -41,9 +46,13 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings.clock import SystemClock
+from tidings.coordinator import CoordinatorConfig
+from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.results import MasterKey, ResultsConfig
 from tidings.results import Results as Envelopes
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import Store, open_store
+from tidings.types import Profile
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 ENVELOPE_BYTES = 2 * 1024 * 1024
@@ -56,10 +65,12 @@ out = Console(highlight=False, width=120)
 class Plan:
     name: str
     rounds: int
+    serial_tasks: int
+    concurrent_tasks: int
 
 
-QUICK = Plan("quick", rounds=30)
-FULL = Plan("full", rounds=150)
+QUICK = Plan("quick", rounds=30, serial_tasks=30, concurrent_tasks=200)
+FULL = Plan("full", rounds=150, serial_tasks=150, concurrent_tasks=200)
 
 
 def payload() -> bytes:
@@ -136,6 +147,128 @@ async def envelope(backend: str, dsn: str, plan: Plan) -> dict[str, Any]:
         }
 
 
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Starter:
+    """Starts ``sleep`` in the background on a person's word; notes when a notification is
+    read. Everything else is answered at once."""
+
+    name = "starter"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        newest = request.messages[-1]
+        if newest.meta.get("kind") == "task_notification":
+            self.seen[str(newest.meta["task_key"])] = now_us()
+            return ModelReply("noted")
+        if newest.role == "user":
+            return ModelReply("", (ToolCall("c", "shell", {
+                "command": "sleep 0.05", "background": True}),))
+        return ModelReply("started")
+
+
+def raw_sqlite_commit_us(seconds: float) -> float:
+    folder = tempfile.mkdtemp(prefix="tidings-bench-raw-")
+    try:
+        conn = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE raw (id INTEGER PRIMARY KEY, v TEXT)")
+        samples: list[float] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
+            conn.execute("COMMIT")
+            samples.append(time.perf_counter() - t0)
+        conn.close()
+        return statistics.median(samples) * 1e6
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        if backend == "sqlite":
+            folder = tempfile.mkdtemp(prefix="tidings-bench-wake-")
+            stack.callback(shutil.rmtree, folder, True)
+            url = os.path.join(folder, "wake.db")
+        else:
+            name = f"tidings_bench_wake_{uuid.uuid4().hex[:8]}"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+
+            def drop() -> None:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+            stack.callback(drop)
+            url = pg_url(dsn, name)
+        model = Starter()
+        config = RuntimeConfig(coordinator=CoordinatorConfig(max_concurrent_turns=256))
+        rt = await stack.enter_async_context(Runtime.open(url, models=[model], config=config))
+        exits: dict[str, int] = {}
+        ended = rt.tasks._ended
+
+        async def timed_end(conversation_id: Any, task_key: str, outcome: Any) -> None:
+            exits[task_key] = outcome.ended_at_us
+            await ended(conversation_id, task_key, outcome)
+
+        rt.tasks._ended = timed_end  # type: ignore[method-assign]
+        profile = Profile(model="starter", tools=("shell",))
+        count = tasks if concurrent else 1
+        convs = [(await rt.create_conversation("bench", profile)).conversation_id
+                 for _ in range(count)]
+
+        async def one(conv: str) -> None:
+            noted_before = sum(1 for m in await rt.transcript(conv) if m.content == "noted")
+            await rt.post(conv, "go")
+            deadline = time.monotonic() + 60
+            while True:
+                # Done when the model has read this task's notification (in a woken turn, or
+                # in the same turn when the process ended before its result committed).
+                await rt.settle(conv)
+                messages = await rt.transcript(conv)
+                noted = sum(1 for m in messages if m.content == "noted")
+                if noted > noted_before:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the notification of {conv} was never read")
+                await asyncio.sleep(0.005)
+
+        if concurrent:
+            await asyncio.gather(*(one(c) for c in convs))
+        else:
+            for _ in range(tasks):
+                await one(convs[0])
+        committed: list[float] = []
+        called: list[float] = []
+        for conv in convs:
+            for m in await rt.transcript(conv):
+                key = m.meta.get("task_key") if m.meta.get("kind") == "task_notification" else None
+                if isinstance(key, str) and key in exits and key in model.seen:
+                    committed.append(m.created_at_us - exits[key])
+                    called.append(model.seen[key] - exits[key])
+        committed.sort()
+        called.sort()
+
+        def pct(xs: list[float], q: float) -> float:
+            return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+        return {
+            "tasks": len(called),
+            "committed_p50_us": pct(committed, 0.5), "committed_p99_us": pct(committed, 0.99),
+            "called_p50_us": pct(called, 0.5), "called_p99_us": pct(called, 0.99),
+        }
+
+
 async def main_async(args: argparse.Namespace) -> int:
     plan = QUICK if args.quick else FULL
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
@@ -143,12 +276,23 @@ async def main_async(args: argparse.Namespace) -> int:
     results = Results()
     data = payload()
     results.figures["raw_aes_gcm_mb_s"] = raw_aes_mb_s(data, plan.rounds)
+    results.figures["raw_sqlite_commit_us"] = raw_sqlite_commit_us(1.0)
     for backend in backends:
         prefix = "sqlite" if backend == "sqlite" else "pg"
         figure = await guarded(results, f"{prefix}_envelope",
                                functools.partial(envelope, backend, args.postgres_dsn, plan))
         if figure is not None:
             results.figures[f"{prefix}_envelope"] = figure
+        for label, concurrent, count in (("1", False, plan.serial_tasks),
+                                         (str(plan.concurrent_tasks), True,
+                                          plan.concurrent_tasks)):
+            figure = await guarded(
+                results, f"{prefix}_wake_{label}",
+                functools.partial(wake, backend, args.postgres_dsn, count, concurrent),
+            )
+            if figure is not None:
+                results.figures[f"{prefix}_wake_{label}"] = figure
+    raw_us = results.figures["raw_sqlite_commit_us"]
     envelope_rates = [
         results.figures[f"{p}_envelope"]["round_trip_mb_s"]
         for p in ("sqlite", "pg") if f"{p}_envelope" in results.figures
@@ -158,8 +302,9 @@ async def main_async(args: argparse.Namespace) -> int:
         "sqlite_envelope_mb_s": results.figures.get("sqlite_envelope", {}).get("round_trip_mb_s"),
         "pg_envelope_mb_s": results.figures.get("pg_envelope", {}).get("round_trip_mb_s"),
         "raw_aes_gcm_mb_s": results.figures["raw_aes_gcm_mb_s"],
-        "sqlite_wake_ratio_p50": None,
-        "pg_wake_ratio_p50": None,
+        "sqlite_wake_ratio_p50": _ratio(results.figures.get("sqlite_wake_1"), raw_us),
+        "pg_wake_ratio_p50": _ratio(results.figures.get("pg_wake_1"), raw_us),
+        "raw_sqlite_commit_us": raw_us,
     }
     title = f"result envelopes (2 MiB, {PAGE_BYTES // 1024} KiB pages), {plan.name} plan"
     table = Table(title=title)
@@ -173,8 +318,23 @@ async def main_async(args: argparse.Namespace) -> int:
         table.add_row(label, fmt(values[0], 1), fmt(values[1], 1), goal or "")
     table.add_row("raw AES-256-GCM encrypt+decrypt, MB/s (baseline)",
                   fmt(results.figures["raw_aes_gcm_mb_s"], 1), "", "")
-    table.add_row("wake latency (tasks not built yet)", "-", "-", "")
     out.print(table)
+    wake_table = Table(title=f"wake latency from the process's exit (µs), raw SQLite commit "
+                             f"{raw_us:,.0f} µs")
+    for column in ("figure", "SQLite", "PostgreSQL", "goal"):
+        wake_table.add_column(column, justify="left" if column == "figure" else "right")
+    for label in ("1", str(plan.concurrent_tasks)):
+        for key, what in (("committed", "notification committed"),
+                          ("called", "woken model call")):
+            for q in ("p50", "p99"):
+                values = [results.figures.get(f"{p}_wake_{label}", {}).get(f"{key}_{q}_us")
+                          for p in ("sqlite", "pg")]
+                wake_table.add_row(f"{label} task(s): {what} {q}", fmt(values[0]),
+                                   fmt(values[1]), "")
+    wake_table.add_row("wake_ratio_p50 (1 task, model call p50 / raw commit)",
+                       fmt(summary["sqlite_wake_ratio_p50"], 1),
+                       fmt(summary["pg_wake_ratio_p50"], 1), "<= 5")
+    out.print(wake_table)
     seconds = time.perf_counter() - started
     out.print(f"total {seconds:.0f}s")
     line = {**summary, "seconds": round(seconds, 1), "errors": results.errors,
@@ -183,6 +343,10 @@ async def main_async(args: argparse.Namespace) -> int:
                          "revision": source_revision()}}
     print(json.dumps(line))
     return 1 if results.errors else 0
+
+
+def _ratio(figure: dict[str, Any] | None, raw_us: float) -> float | None:
+    return None if figure is None else float(figure["called_p50_us"]) / raw_us
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
