@@ -215,13 +215,9 @@ async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str
         config = RuntimeConfig(coordinator=CoordinatorConfig(max_concurrent_turns=256))
         rt = await stack.enter_async_context(Runtime.open(url, models=[model], config=config))
         exits: dict[str, int] = {}
-        ended = rt.tasks._ended
-
-        async def timed_end(conversation_id: Any, task_key: str, outcome: Any) -> None:
-            exits[task_key] = outcome.ended_at_us
-            await ended(conversation_id, task_key, outcome)
-
-        rt.tasks._ended = timed_end  # type: ignore[method-assign]
+        rt.tasks.observers.append(
+            lambda task_key, outcome: exits.__setitem__(task_key, outcome.ended_at_us)
+        )
         profile = Profile(model="starter", tools=("shell",))
         count = tasks if concurrent else 1
         convs = [(await rt.create_conversation("bench", profile)).conversation_id

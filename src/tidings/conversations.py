@@ -13,15 +13,15 @@ from typing import TypeVar
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
 from tidings.policy import check_id, check_text
-from tidings.store import Store, Tx
-from tidings.transcript import (
-    ConversationTx,
+from tidings.records import (
     conversation_from_row,
     encode_profile,
     event_from_row,
     message_from_row,
     run_from_row,
 )
+from tidings.store import Store, Tx
+from tidings.transcript import ConversationTx
 from tidings.types import (
     Conversation,
     ConversationStatus,

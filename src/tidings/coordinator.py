@@ -38,14 +38,10 @@ from tidings.errors import (
 )
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
+from tidings.records import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
-from tidings.transcript import (
-    ConversationTx,
-    conversation_from_row,
-    input_from_row,
-    run_from_row,
-)
+from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import (
     Conversation,

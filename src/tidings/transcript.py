@@ -13,7 +13,6 @@ Strict pairing is enforced by the store, not by good manners: while a tool call 
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,139 +22,26 @@ from tidings.clock import Clock
 from tidings.errors import PairingViolationError, SlotLostError, UnknownConversationError
 from tidings.models.base import ToolCall
 from tidings.policy import read_order
+from tidings.records import (
+    conversation_from_row,
+    encode_profile,
+    input_from_row,
+    message_from_row,
+)
 from tidings.store import Row, Tx
 from tidings.types import (
     Author,
-    AuthorKind,
     Conversation,
     ConversationId,
-    ConversationStatus,
     DeliveryMode,
-    Event,
-    GoalStatus,
     Input,
     InputId,
     InputState,
     Message,
-    MessageId,
     Origin,
-    Profile,
-    Run,
     RunId,
-    RunStatus,
-    StartKind,
     new_id,
 )
-
-
-def encode_profile(profile: Profile) -> str:
-    return json.dumps(
-        {
-            "model": profile.model,
-            "fallbacks": list(profile.fallbacks),
-            "tools": list(profile.tools),
-            "approval_mode": profile.approval_mode,
-            "system": profile.system,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def decode_profile(text: str) -> Profile:
-    """A profile from its JSON (cached: every unit of a conversation reads the same text)."""
-    data = json.loads(text)
-    return Profile(
-        model=data["model"],
-        fallbacks=tuple(data.get("fallbacks", ())),
-        tools=tuple(data.get("tools", ())),
-        approval_mode=data.get("approval_mode", "never"),
-        system=data.get("system", ""),
-    )
-
-
-def conversation_from_row(row: Row) -> Conversation:
-    return Conversation(
-        conversation_id=ConversationId(row["conversation_id"]),
-        owner=row["owner"],
-        title=row["title"],
-        profile=decode_profile(row["profile"]),
-        status=ConversationStatus(row["status"]),
-        goal_status=GoalStatus(row["goal_status"]),
-        goal_text=row["goal_text"],
-        suppressed=bool(row["suppressed"]),
-        awaiting_person=bool(row["awaiting_person"]),
-        created_at_us=int(row["created_at_us"]),
-    )
-
-
-def input_from_row(row: Row) -> Input:
-    sender = row["sender_conversation_id"]
-    run_public_id = row["run_public_id"]
-    return Input(
-        input_id=InputId(row["input_id"]),
-        conversation_id=ConversationId(row["conversation_id"]),
-        queue_position=int(row["queue_position"]),
-        origin=Origin(row["origin"]),
-        authored_by=Author(
-            AuthorKind(row["author_kind"]), row["author_handle"], row["author_display_name"]
-        ),
-        sender_conversation_id=None if sender is None else ConversationId(sender),
-        run_public_id=None if run_public_id is None else RunId(run_public_id),
-        task_key=row["task_key"],
-        delivery_mode=DeliveryMode(row["delivery_mode"]),
-        content=row["content"],
-        meta=json.loads(row["meta"]),
-        state=InputState(row["state"]),
-        run_id=None if row["run_id"] is None else RunId(row["run_id"]),
-        accepted_at_us=int(row["accepted_at_us"]),
-    )
-
-
-def run_from_row(row: Row) -> Run:
-    return Run(
-        run_id=RunId(row["run_id"]),
-        conversation_id=ConversationId(row["conversation_id"]),
-        trigger=StartKind(row["trigger"]),
-        status=RunStatus(row["status"]),
-        model=row["model"],
-        failure_code=row["failure_code"],
-        steps=int(row["steps"]),
-        created_at_us=int(row["created_at_us"]),
-        started_at_us=row["started_at_us"],
-        ended_at_us=row["ended_at_us"],
-    )
-
-
-def message_from_row(row: Row) -> Message:
-    origin = row["origin"]
-    return Message(
-        conversation_id=ConversationId(row["conversation_id"]),
-        seq=int(row["seq"]),
-        message_id=MessageId(row["message_id"]),
-        run_id=None if row["run_id"] is None else RunId(row["run_id"]),
-        role=row["role"],
-        content=row["content"],
-        tool_calls=tuple(json.loads(row["tool_calls"])) if row["tool_calls"] else (),
-        tool_call_id=row["tool_call_id"],
-        tool_name=row["tool_name"],
-        origin=None if origin is None else Origin(origin),
-        input_id=None if row["input_id"] is None else InputId(row["input_id"]),
-        meta=json.loads(row["meta"]),
-        created_at_us=int(row["created_at_us"]),
-    )
-
-
-def event_from_row(row: Row) -> Event:
-    return Event(
-        conversation_id=ConversationId(row["conversation_id"]),
-        seq=int(row["seq"]),
-        type=row["type"],
-        run_id=None if row["run_id"] is None else RunId(row["run_id"]),
-        data=json.loads(row["data"]),
-        at_us=int(row["at_us"]),
-    )
 
 
 def _json(value: Any) -> str:

@@ -46,14 +46,9 @@ from tidings import (
 )
 from tidings.mail.door import RESERVED_META_KEYS
 from tidings.models.base import DeltaCallback
+from tidings.records import event_from_row, input_from_row, message_from_row, run_from_row
 from tidings.runtime import Runtime, RuntimeConfig
-from tidings.transcript import (
-    ConversationTx,
-    event_from_row,
-    input_from_row,
-    message_from_row,
-    run_from_row,
-)
+from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"

@@ -27,8 +27,9 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.policy import check_id, check_text, encode_json
+from tidings.records import input_from_row
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx, input_from_row
+from tidings.transcript import ConversationTx
 from tidings.types import (
     Author,
     AuthorKind,

@@ -60,6 +60,8 @@ class BackgroundTasks:
         self.instance_id = instance_id
         self._results = results
         self._wake = wake
+        self.observers: list[Callable[[str, ProcessOutcome], None]] = []
+        """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
 
     async def start(
         self,
@@ -94,6 +96,11 @@ class BackgroundTasks:
     async def _ended(
         self, conversation_id: ConversationId, task_key: str, outcome: ProcessOutcome
     ) -> None:
+        for observe in self.observers:
+            try:
+                observe(task_key, outcome)
+            except Exception:
+                log.exception("a task observer failed")
         results = self._results()
         output = outcome.stdout.head + outcome.stdout.tail
         excerpt = outcome.stdout.excerpt(EXCERPT_LIMIT_BYTES)

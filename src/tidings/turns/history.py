@@ -16,8 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tidings.models.base import PromptMessage
+from tidings.records import message_from_row
 from tidings.store import Store
-from tidings.transcript import message_from_row
 from tidings.turns.context import history_window, prompt_message
 from tidings.types import Message
 
