@@ -117,6 +117,7 @@ class Runtime:
                         *task_tools(store, lambda: self._results)):
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
+        self.runner.tasks = self.tasks
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False

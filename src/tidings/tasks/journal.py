@@ -123,6 +123,15 @@ def start(
     return task_id
 
 
+def record_process(
+    cx: ConversationTx, task: TaskRecord, *, pid: int, host: str, identity: str | None
+) -> None:
+    """Where the task's process runs: found again, and stopped, if its runtime dies (T9)."""
+    cx.tx.run_later(
+        "set_task_process", task_id=task.task_id, pid=pid, host=host, process_started=identity
+    )
+
+
 def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
     row = cx.tx.one("get_task", conversation_id=cx.conversation_id, task_key=task_key)
     return None if row is None else task_from_row(row)
@@ -165,6 +174,22 @@ def finish(
         expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
     )
     return _deliver_if_due(cx, finished) if deliver else finished
+
+
+def of_run(cx: ConversationTx, run_id: str) -> list[TaskRecord]:
+    """The tasks a run started."""
+    rows = cx.tx.all("tasks_of_run", conversation_id=cx.conversation_id, run_id=run_id)
+    return [task_from_row(r) for r in rows]
+
+
+def hand_off(cx: ConversationTx, task: TaskRecord, *, deliver: bool = True) -> TaskRecord:
+    """The turn that owned a turn-lifetime task hands its notification to the conversation:
+    it is delivered like any other, now if it is due (M4's synthesis round, or as the turn
+    ends)."""
+    if task.handed_off:
+        return task
+    handed = _set(cx, replace(task, handed_off=True))
+    return _deliver_if_due(cx, handed) if deliver else handed
 
 
 def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:

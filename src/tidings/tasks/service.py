@@ -10,9 +10,10 @@ turn; the wake-up is a hint, and the sweep re-finds what it misses.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidings.clock import Clock
@@ -20,7 +21,15 @@ from tidings.results import Results
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.tasks.notify import EXCERPT_LIMIT_BYTES, Notify, TaskState
-from tidings.tasks.supervisor import ProcessOutcome, ProcessSpec, ProcessState, Supervisor
+from tidings.tasks.supervisor import (
+    HOST,
+    ProcessOutcome,
+    ProcessSpec,
+    ProcessState,
+    Supervisor,
+    kill_left_behind,
+    process_identity,
+)
 from tidings.tools.registry import ToolContext
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId
@@ -62,6 +71,7 @@ class BackgroundTasks:
         self._wake = wake
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
         """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
+        self._journalled: dict[str, asyncio.Future[None]] = {}
 
     async def start(
         self,
@@ -72,7 +82,14 @@ class BackgroundTasks:
         lifetime: str = "conversation",
     ) -> StartedTask:
         """Journal the task, then start its process. The tool's result (which names the task
-        key) is committed by the turn; that commit marks the task ``committed``."""
+        key) is committed by the turn; that commit marks the task ``committed``.
+
+        A ``conversation`` task's notification is handed off at once: it reaches the
+        conversation whenever it ends. A ``turn`` task belongs to its turn until the turn hands
+        it off -- in a synthesis round before its reply is final, or as the turn ends.
+        """
+        if lifetime not in ("turn", "conversation"):
+            raise ValueError(f"unknown task lifetime {lifetime!r}")
         task_key = f"bg-{secrets.token_hex(4)}"
         conversation_id = context.conversation_id
 
@@ -81,17 +98,56 @@ class BackgroundTasks:
             journal.start(
                 cx, task_key=task_key, command=spec.describe(), instance_id=self.instance_id,
                 run_id=context.run_id, call_id=context.call_id, notify=notify,
-                lifetime=lifetime,
+                lifetime=lifetime, handed_off=lifetime == "conversation",
             )
             cx.save()
 
         await self.store.transact(record, route=conversation_id)
+        self._journalled[task_key] = asyncio.get_running_loop().create_future()
 
         async def ended(outcome: ProcessOutcome) -> None:
-            await self._ended(conversation_id, task_key, outcome)
+            try:
+                await self._ended(conversation_id, task_key, outcome)
+            finally:
+                done = self._journalled.pop(task_key, None)
+                if done is not None and not done.done():
+                    done.set_result(None)
 
         running = await self.supervisor.start(spec, task_key=task_key, on_exit=ended)
+        if running.pid is not None and running.outcome is None:
+            pid, identity = running.pid, process_identity(running.pid)
+
+            def where(tx: Tx) -> None:
+                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+                task = journal.get(cx, task_key)
+                if task is not None:
+                    journal.record_process(cx, task, pid=pid, host=HOST, identity=identity)
+                cx.save()
+
+            try:
+                await self.store.transact(where, route=conversation_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Only the clean-up of a crash depends on it: the task itself goes on.
+                log.exception("could not record the process of task %s", task_key)
         return StartedTask(task_key, running.pid)
+
+    async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool:
+        """Wait until the ends of these tasks (those this runtime runs) are journalled, at
+        most ``within`` seconds. Returns whether all were."""
+        waiting = [self._journalled[k] for k in task_keys if k in self._journalled]
+        if not waiting:
+            return True
+        done, _ = await asyncio.wait(waiting, timeout=within)
+        return len(done) == len(waiting)
+
+    def kill(self, task_keys: Sequence[str]) -> None:
+        """Kill the processes of these tasks (their ends are journalled as ``killed``)."""
+        for task_key in task_keys:
+            running = self.supervisor.get(task_key)
+            if running is not None:
+                running.kill()
 
     async def _ended(
         self, conversation_id: ConversationId, task_key: str, outcome: ProcessOutcome
@@ -150,6 +206,13 @@ class BackgroundTasks:
         for row in rows:
             conversation_id = ConversationId(row["conversation_id"])
             task_key = str(row["task_key"])
+            # What the gone runtime left running is stopped, not adopted: its outcome cannot be
+            # known any more, and nothing re-runs it.
+            if (
+                row["pid"] is not None and row["host"] == HOST
+                and kill_left_behind(int(row["pid"]), row["process_started"])
+            ):
+                log.info("killed the process left behind by task %s", task_key)
 
             def lose(tx: Tx, conversation_id: str = conversation_id,
                      task_key: str = task_key) -> bool:
@@ -157,6 +220,9 @@ class BackgroundTasks:
                 task = journal.get(cx, task_key)
                 if task is None or task.state is not TaskState.RUNNING:
                     return False
+                # A turn-lifetime task's turn is over: its notification goes to the
+                # conversation.
+                task = journal.hand_off(cx, task, deliver=False)
                 journal.finish(cx, task, state=TaskState.LOST, deliver=cx.slot_free())
                 cx.save()
                 return True

@@ -29,6 +29,14 @@ PARAMETERS: Mapping[str, Any] = {
             "description": "Start it as a background task and return its task_key at once.",
         },
         "timeout_s": {"type": "number", "description": "Seconds before it is killed."},
+        "lifetime": {
+            "type": "string",
+            "enum": ["conversation", "turn"],
+            "description": (
+                "Background only. conversation (default): its end comes back later, in a turn "
+                "of its own. turn: this turn waits for it before its reply is final."
+            ),
+        },
     },
     "required": ["command"],
 }
@@ -44,11 +52,15 @@ def shell_tool(supervisor: Supervisor, tasks: BackgroundTasks) -> Tool:
             raise InvalidInputError(f"timeout_s must be between 0 and {MAX_TIMEOUT_S:.0f}")
         spec = ProcessSpec(command=command, shell=True,
                            timeout=timedelta(seconds=float(timeout_s)))
+        lifetime = arguments.get("lifetime", "conversation")
+        if lifetime not in ("conversation", "turn"):
+            raise InvalidInputError("lifetime must be 'conversation' or 'turn'")
         if arguments.get("background"):
-            started = await tasks.start(context, spec)
+            started = await tasks.start(context, spec, lifetime=lifetime)
+            when = "when it ends" if lifetime == "conversation" else "before this turn ends"
             return ToolOutput(
-                f"started background task {started.task_key}; you will be told when it ends",
-                meta={"task_key": started.task_key},
+                f"started background task {started.task_key}; you will be told {when}",
+                meta={"task_key": started.task_key, "lifetime": lifetime},
             )
         running = await supervisor.start(spec, task_key=f"fg-{context.run_id}-{context.call_id}")
         try:

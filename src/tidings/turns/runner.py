@@ -31,7 +31,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
@@ -47,6 +47,7 @@ from tidings.models.base import (
 from tidings.outbox import Outbox
 from tidings.store import Store, Tx
 from tidings.tasks import journal
+from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
@@ -81,6 +82,16 @@ class TurnConfig:
     retry_cap: timedelta = timedelta(seconds=8)
     model_timeout: timedelta = timedelta(seconds=120)
     slot_ttl: timedelta = timedelta(seconds=30)
+    task_drain: timedelta = timedelta(minutes=10)
+    """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
+
+
+class TurnTasks(Protocol):
+    """What a turn needs of the background tasks it started."""
+
+    async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool: ...
+
+    def kill(self, task_keys: Sequence[str]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +139,10 @@ class _Progress:
     taken: set[str] = field(default_factory=set)
     notice_written: bool = False
     more_work: bool = False
+    turn_tasks: list[str] = field(default_factory=list)
+    """Turn-lifetime tasks started by this turn, not yet drained."""
+    drained: list[str] = field(default_factory=list)
+    """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
 
 
 class TurnRunner:
@@ -142,9 +157,11 @@ class TurnRunner:
         clock: Clock,
         config: TurnConfig | None = None,
         *,
+        tasks: TurnTasks | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
+        self.tasks = tasks
         self.outbox = outbox
         self.models = models
         self.tools = tools
@@ -216,6 +233,13 @@ class TurnRunner:
                 replace(request, messages=tuple(messages)), profile, progress
             )
             if not reply.tool_calls:
+                if progress.turn_tasks:
+                    # The reply is not final while its turn-lifetime tasks are owed (M4).
+                    joined = await self._synthesis_round(plan, progress, reply)
+                    if joined is not None:
+                        messages.append(PromptMessage("assistant", reply.text))
+                        messages += [prompt_message(m) for m in joined]
+                        continue
                 return await self._finish_completed(plan, progress, reply)
             calls = list(reply.tool_calls)
 
@@ -238,6 +262,66 @@ class TurnRunner:
                                   tool_name=call.name)
                 )
             messages += [prompt_message(m) for m in joined]
+
+    async def _synthesis_round(
+        self, plan: TurnPlan, progress: _Progress, reply: ModelReply
+    ) -> list[Message] | None:
+        """Wait (bounded) for the turn's turn-lifetime tasks, then hand their notifications
+        to the turn: the reply so far is kept as an interim answer and the model is asked
+        again. None when there is nothing to tell (the reply is then final)."""
+        keys, progress.turn_tasks = progress.turn_tasks, []
+        progress.drained += keys
+        if self.tasks is not None:
+            await self.tasks.wait_journalled(keys, to_us(self.config.task_drain) / 1e6)
+        return await self._commit(plan, progress, functools.partial(
+            self._write_synthesis, plan=plan, progress=progress, text=reply.text, keys=keys
+        ))
+
+    def _write_synthesis(
+        self,
+        cx: ConversationTx,
+        plan: TurnPlan,
+        progress: _Progress,
+        text: str,
+        keys: Sequence[str],
+    ) -> list[Message] | None:
+        self._materialize_pending(cx, plan, progress)
+        owed = [
+            t for k in keys
+            if (t := journal.get(cx, k)) is not None and not t.handed_off
+            and is_eligible(replace(t.flags, handed_off=True))
+        ]
+        if not owed:
+            return None
+        cx.append_assistant(text, run_id=plan.run_id,
+                            meta={"model": progress.model, "interim": True})
+        joined_from = len(cx.appended)
+        for task in owed:
+            # Announced as accepted input of this run -- without an input id: not a new turn.
+            cx.record_event(
+                "input_accepted",
+                {"origin": "task_result", "run_public_id": plan.run_id,
+                 "task_key": task.task_key},
+                plan.run_id,
+            )
+            journal.hand_off(cx, task)
+        journal.deliver_due(cx)
+        return [m for m in cx.appended[joined_from:] if m.role == "user"]
+
+    def _settle_turn_tasks(
+        self, cx: ConversationTx, plan: TurnPlan, progress: _Progress, *, stopped: bool
+    ) -> None:
+        """As the turn ends: a stopped run's tasks owe nothing any more (their notifications
+        are cancelled); otherwise the turn-lifetime tasks still owed go to the conversation."""
+        if stopped:
+            for task in journal.of_run(cx, plan.run_id):
+                if not task.delivered:
+                    journal.cancel(cx, task)
+            return
+        for key in progress.turn_tasks + progress.drained:
+            owned = journal.get(cx, key)
+            if owned is not None:
+                journal.hand_off(cx, owned)
 
     # -- the model ----------------------------------------------------------------------------
 
@@ -397,6 +481,8 @@ class TurnRunner:
             task_key = output.meta.get("task_key")
             if isinstance(task_key, str) and (task := journal.get(cx, task_key)) is not None:
                 journal.mark_committed(cx, task)
+                if not task.handed_off and task_key not in progress.turn_tasks:
+                    progress.turn_tasks.append(task_key)
         journal.deliver_due(cx)
         steers = [
             s for s in cx.queued_steers(self.config.inputs_per_turn)
@@ -416,6 +502,7 @@ class TurnRunner:
             cx.append_assistant(reply.text, run_id=plan.run_id, meta={"model": progress.model})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
+            self._settle_turn_tasks(cx, plan, progress, stopped=False)
             # Tasks that ended during the turn are delivered now, for the next turn.
             progress.more_work = bool(journal.deliver_due(cx))
             run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
@@ -447,6 +534,9 @@ class TurnRunner:
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
+            self._settle_turn_tasks(
+                cx, plan, progress, stopped=failure.status is RunStatus.STOPPED
+            )
             # Delivered stays, consumed does not; the error is kept with them (T5).
             kept = journal.unconsumed(cx)
             journal.keep_unconsumed(cx, kept, failure.code)
@@ -457,7 +547,11 @@ class TurnRunner:
                 cx.update(awaiting_person=True)
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
-        return await self._commit(plan, progress, write)
+        run = await self._commit(plan, progress, write)
+        if failure.status is RunStatus.STOPPED and self.tasks is not None:
+            # A turn-lifetime task does not outlive its stopped turn.
+            self.tasks.kill(progress.turn_tasks + progress.drained)
+        return run
 
     def _end_run(
         self,

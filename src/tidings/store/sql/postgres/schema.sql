@@ -256,3 +256,11 @@ CREATE INDEX IF NOT EXISTS tasks_undelivered
     ON tasks (conversation_id) WHERE state <> 'running' AND delivered = 0 AND cancelled = 0;
 CREATE INDEX IF NOT EXISTS tasks_unconsumed
     ON tasks (conversation_id) WHERE delivered = 1 AND consumed = 0;
+
+-- Where a background task's process runs (T9).
+CREATE TABLE IF NOT EXISTS task_processes (
+    task_id text PRIMARY KEY REFERENCES tasks (task_id),
+    pid bigint NOT NULL,
+    host text NOT NULL,
+    process_started text
+);

@@ -536,13 +536,28 @@ SELECT * FROM tasks WHERE instance_id = :instance_id AND state = 'running';
 
 -- orphaned_tasks --
 -- Tasks still running in the journal whose instance is gone (stopped, or reconciled after it
--- died): their processes died with it.
-SELECT t.conversation_id, t.task_key
+-- died): their processes died with it, or were left behind (pid, host and start time say
+-- which).
+SELECT t.conversation_id, t.task_key, p.pid, p.host, p.process_started
   FROM tasks t JOIN instances i ON i.instance_id = t.instance_id
+  LEFT JOIN task_processes p ON p.task_id = t.task_id
  WHERE t.state = 'running' AND t.instance_id <> :instance_id
    AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
  ORDER BY t.started_at_us
  LIMIT :limit;
+
+-- set_task_process --
+-- Where the task's process runs, recorded once it has started.
+INSERT INTO task_processes (task_id, pid, host, process_started)
+VALUES (:task_id, :pid, :host, :process_started)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- tasks_of_run --
+-- The tasks a run started (its stop cancels their notifications; its end hands off the
+-- turn-lifetime ones).
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND run_id = :run_id
+ ORDER BY started_at_us, task_id;
 
 -- open_tasks --
 -- What a compaction must carry into its hand-off (T7): tasks still running, and tasks whose

@@ -266,3 +266,11 @@ CREATE INDEX IF NOT EXISTS tasks_undelivered
     ON tasks (conversation_id) WHERE state <> 'running' AND delivered = 0 AND cancelled = 0;
 CREATE INDEX IF NOT EXISTS tasks_unconsumed
     ON tasks (conversation_id) WHERE delivered = 1 AND consumed = 0;
+
+-- Where a background task's process runs (T9).
+CREATE TABLE IF NOT EXISTS task_processes (
+    task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    process_started TEXT
+);
