@@ -31,6 +31,7 @@ from tidings.errors import (
     UnknownConversationError,
     UnknownOperationError,
     UnknownRunError,
+    UnknownTaskError,
 )
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model, ModelError, ModelErrorKind, ModelReply, ModelRequest
@@ -166,6 +167,7 @@ __all__ = (
     "UnknownOperationError",
     "UnknownResultError",
     "UnknownRunError",
+    "UnknownTaskError",
     "__version__",
     "open_store",
 )

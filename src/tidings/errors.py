@@ -182,6 +182,16 @@ class UnknownRunError(TidingsError):
         self.run_id = run_id
 
 
+class UnknownTaskError(TidingsError):
+    """No such task in this conversation (a foreign one gets the same answer)."""
+
+    code = "unknown_task"
+
+    def __init__(self, task_key: str) -> None:
+        super().__init__(f"no task {task_key!r}")
+        self.task_key = task_key
+
+
 class ConversationClosedError(TidingsError):
     """The conversation does not take this input in its current status; nothing was written."""
 

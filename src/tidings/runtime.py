@@ -26,12 +26,20 @@ from typing import Any
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
-from tidings.errors import TidingsError
+from tidings.errors import InvalidInputError, TidingsError
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
-from tidings.results import MasterKey, MasterKeyError, Results, ResultsConfig
+from tidings.results import (
+    MasterKey,
+    MasterKeyError,
+    ResultPage,
+    ResultRef,
+    Results,
+    ResultsConfig,
+)
 from tidings.store import Store, open_store
+from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.registry import Tool, ToolRegistry
@@ -41,6 +49,7 @@ from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,
     Conversation,
+    DeadLetter,
     DeliveryMode,
     Event,
     GoalStatus,
@@ -48,6 +57,7 @@ from tidings.types import (
     Message,
     Origin,
     Profile,
+    QueueStats,
     Run,
     RunId,
     StartKind,
@@ -313,6 +323,67 @@ class Runtime:
 
     async def run(self, run_id: str, *, owner: str | None = None) -> Run:
         return await self.conversations.run(run_id, owner=owner)
+
+    async def list_conversations(
+        self, owner: str, *, after: str = "", limit: int = 100
+    ) -> list[Conversation]:
+        """The owner's conversations, by id (page with the last id)."""
+        return await self.conversations.list_owned(owner, after=after, limit=limit)
+
+    # -- tasks and results (owner-scoped) -----------------------------------------------------
+
+    async def task_list(
+        self, conversation_id: str, *, owner: str | None = None, before_us: int | None = None,
+        limit: int = 100,
+    ) -> list[TaskRecord]:
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.tasks.list(conversation_id, before_us=before_us, limit=limit)
+
+    async def task(
+        self, conversation_id: str, task_key: str, *, owner: str | None = None
+    ) -> TaskRecord:
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.tasks.get(conversation_id, task_key)
+
+    async def result_list(
+        self, conversation_id: str, *, owner: str | None = None, after: str = "",
+        limit: int = 100,
+    ) -> list[ResultRef]:
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.results.list(conversation_id, after=after, limit=limit)
+
+    async def result_page(
+        self, conversation_id: str, result_id: str, *, owner: str | None = None,
+        offset: int = 0, limit_bytes: int | None = None,
+    ) -> ResultPage:
+        """One page of a result; another owner's conversation, or another conversation's
+        result, is answered exactly like an unknown id (R2)."""
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.results.page(
+            conversation_id, result_id, offset=offset, limit_bytes=limit_bytes
+        )
+
+    # -- signals ------------------------------------------------------------------------------
+
+    async def signal_stats(
+        self, conversation_id: str | None = None, *, owner: str | None = None
+    ) -> QueueStats:
+        """Backlog, oldest age, retries, dead letters: of one conversation, or of all (an
+        operator's view: without ``owner``)."""
+        if conversation_id is not None:
+            await self.conversations.get(conversation_id, owner=owner)
+        elif owner is not None:
+            raise InvalidInputError("totals over every conversation are for operators")
+        return await self.outbox.stats(conversation_id)
+
+    async def dead_letters(
+        self, conversation_id: str | None = None, *, owner: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        if conversation_id is not None:
+            await self.conversations.get(conversation_id, owner=owner)
+        elif owner is not None:
+            raise InvalidInputError("dead letters of every conversation are for operators")
+        return await self.outbox.dead_letters(conversation_id, limit=limit)
 
     async def settle(self, conversation_id: str) -> None:
         """Wait until this process has nothing pending or running for the conversation."""

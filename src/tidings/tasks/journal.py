@@ -58,6 +58,8 @@ class TaskRecord:
     excerpt: bytes
     excerpt_truncated: bool
     duration_ms: int | None
+    started_at_us: int = 0
+    ended_at_us: int | None = None
 
     @property
     def flags(self) -> NotificationFlags:
@@ -97,6 +99,8 @@ def task_from_row(row: Row) -> TaskRecord:
         excerpt=b"" if excerpt is None else bytes(excerpt),
         excerpt_truncated=bool(row["excerpt_truncated"]),
         duration_ms=row["duration_ms"],
+        started_at_us=int(row["started_at_us"]),
+        ended_at_us=row["ended_at_us"],
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidings.clock import Clock
+from tidings.errors import InvalidInputError, UnknownTaskError
 from tidings.results import Results
 from tidings.store import Store, Tx
 from tidings.tasks import journal
@@ -141,6 +142,26 @@ class BackgroundTasks:
             return True
         done, _ = await asyncio.wait(waiting, timeout=within)
         return len(done) == len(waiting)
+
+    async def list(
+        self, conversation_id: str, *, before_us: int | None = None, limit: int = 100
+    ) -> list[journal.TaskRecord]:
+        """A conversation's tasks, newest first (page with the last one's ``started_at_us``)."""
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        rows = await self.store.read(lambda tx: tx.all(
+            "conversation_tasks", conversation_id=conversation_id,
+            before_us=2**62 if before_us is None else before_us, limit=limit,
+        ))
+        return [journal.task_from_row(r) for r in rows]
+
+    async def get(self, conversation_id: str, task_key: str) -> journal.TaskRecord:
+        row = await self.store.read(
+            lambda tx: tx.one("get_task", conversation_id=conversation_id, task_key=task_key)
+        )
+        if row is None:
+            raise UnknownTaskError(task_key)
+        return journal.task_from_row(row)
 
     def kill(self, task_keys: Sequence[str]) -> None:
         """Kill the processes of these tasks (their ends are journalled as ``killed``)."""

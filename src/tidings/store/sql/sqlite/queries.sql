@@ -568,3 +568,10 @@ SELECT task_key, state, event_id, result_id, delivered, consumed FROM tasks
         OR (delivered = 0 AND cancelled = 0 AND notify = 'on_exit'
             AND reported_in_tool_result = 0))
  ORDER BY started_at_us;
+
+-- conversation_tasks --
+-- A conversation's tasks, newest first, for the API (paged by start time).
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND started_at_us < :before_us
+ ORDER BY started_at_us DESC, task_id DESC
+ LIMIT :limit;
