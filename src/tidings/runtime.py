@@ -28,6 +28,7 @@ from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import InvalidInputError, TidingsError
 from tidings.mail.door import Door, DoorConfig
+from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
 from tidings.results import (
@@ -99,6 +100,7 @@ class Runtime:
             dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
         )
         self.tools = ToolRegistry(tools)
+        self.metrics = Metrics()
         self.outbox = Outbox(store, clock=self.clock, config=self.config.outbox)
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, self.config.door)
@@ -128,6 +130,7 @@ class Runtime:
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
         self.runner.tasks = self.tasks
+        self.runner.metrics = self.tasks.metrics = self.metrics
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False

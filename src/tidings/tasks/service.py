@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownTaskError
+from tidings.metrics import Metrics
 from tidings.results import Results
 from tidings.store import Store, Tx
 from tidings.tasks import journal
@@ -63,6 +64,7 @@ class BackgroundTasks:
         *,
         results: Callable[[], Results | None],
         wake: Callable[[ConversationId], None],
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -70,6 +72,7 @@ class BackgroundTasks:
         self.instance_id = instance_id
         self._results = results
         self._wake = wake
+        self.metrics = metrics
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
         """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
         self._journalled: dict[str, asyncio.Future[None]] = {}
@@ -211,6 +214,17 @@ class BackgroundTasks:
             # this instance is reconciled.
             log.exception("could not record the end of task %s", task_key)
             return
+        if self.metrics is not None:
+            self.metrics.observe(
+                "tidings_task_end_recorded_seconds",
+                "From a background process's exit to its end (and notification, when due) "
+                "committed.",
+                max(0, self.clock.now_us() - outcome.ended_at_us) / 1e6,
+            )
+            self.metrics.count(
+                "tidings_tasks_ended_total", "Background tasks ended, by state.",
+                labels={"state": outcome.state.value},
+            )
         if woken:
             self._wake(conversation_id)
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
+from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
     ModelError,
@@ -158,10 +159,12 @@ class TurnRunner:
         config: TurnConfig | None = None,
         *,
         tasks: TurnTasks | None = None,
+        metrics: Metrics | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
+        self.metrics = metrics
         self.outbox = outbox
         self.models = models
         self.tools = tools
@@ -205,6 +208,12 @@ class TurnRunner:
             if reason is None:
                 raise
             run = finishing.result()
+        if self.metrics is not None and run.ended_at_us is not None:
+            self.metrics.observe(
+                "tidings_turn_seconds", "Turn latency, from the slot taken to the run's end.",
+                (run.ended_at_us - plan.started_at_us) / 1e6,
+                {"status": run.status.value, "trigger": plan.trigger.value},
+            )
         return TurnOutcome(run, more_work=progress.more_work)
 
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
@@ -357,6 +366,11 @@ class TurnRunner:
                     {"model": name, "kind": error.kind.value, "attempt": attempt,
                      "error": error.message[:200]}
                 )
+                if self.metrics is not None:
+                    self.metrics.count(
+                        "tidings_model_errors_total", "Failed model calls, by kind.",
+                        labels={"model": name, "kind": error.kind.value},
+                    )
                 if error.kind is ModelErrorKind.PERMANENT:
                     raise _TurnFailed(RunStatus.FAILED, error.failure_code, errors)
                 if error.kind is ModelErrorKind.UNAVAILABLE:
