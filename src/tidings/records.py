@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 
+from tidings.errors import InvalidInputError
 from tidings.store import Row
 from tidings.types import (
     Author,
@@ -32,7 +33,15 @@ from tidings.types import (
 )
 
 
+APPROVAL_MODES = ("never", "writes", "always")
+AUTOMATIC_TOOLS = ("read_only", "all")
+
+
 def encode_profile(profile: Profile) -> str:
+    if profile.approval_mode not in APPROVAL_MODES:
+        raise InvalidInputError(f"approval_mode must be one of {', '.join(APPROVAL_MODES)}")
+    if profile.automatic_tools not in AUTOMATIC_TOOLS:
+        raise InvalidInputError(f"automatic_tools must be one of {', '.join(AUTOMATIC_TOOLS)}")
     return json.dumps(
         {
             "model": profile.model,
@@ -40,6 +49,7 @@ def encode_profile(profile: Profile) -> str:
             "tools": list(profile.tools),
             "approval_mode": profile.approval_mode,
             "system": profile.system,
+            "automatic_tools": profile.automatic_tools,
         },
         ensure_ascii=False,
         separators=(",", ":"),
@@ -56,6 +66,7 @@ def decode_profile(text: str) -> Profile:
         tools=tuple(data.get("tools", ())),
         approval_mode=data.get("approval_mode", "never"),
         system=data.get("system", ""),
+        automatic_tools=data.get("automatic_tools", "read_only"),
     )
 
 

@@ -28,6 +28,7 @@ from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import InvalidInputError, TidingsError
 from tidings.mail.door import Door, DoorConfig
+from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
@@ -43,8 +44,10 @@ from tidings.store import Store, open_store
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
-from tidings.tools.registry import Tool, ToolRegistry
+from tidings.tools.registry import Tool, ToolContext, ToolRegistry
+from tidings.tools.restart import restart_tool
 from tidings.tools.shell import shell_tool
+from tidings.transcript import ConversationTx
 from tidings.tools.tasks import task_tools
 from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
@@ -56,6 +59,7 @@ from tidings.types import (
     GoalStatus,
     Input,
     Message,
+    Operation,
     Origin,
     Profile,
     QueueStats,
@@ -125,8 +129,16 @@ class Runtime:
                 conversation_id, StartKind.WAKE, record=False
             ),
         )
+        async def restart_from_tool(context: ToolContext, reason: str) -> Operation:
+            return await self.request_restart(
+                context.conversation_id, reason=reason, run_id=context.run_id,
+                call_id=context.call_id, idempotency_key=f"restart-{context.run_id}-"
+                f"{context.call_id}"[:200],
+            )
+
         for builtin in (shell_tool(self.supervisor, self.tasks),
-                        *task_tools(store, lambda: self._results)):
+                        *task_tools(store, lambda: self._results),
+                        restart_tool(restart_from_tool)):
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
         self.runner.tasks = self.tasks
@@ -134,6 +146,8 @@ class Runtime:
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self.restart_requested = asyncio.Event()
+        """Set when a restart was accepted: the host should close this runtime and exit (L2)."""
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -185,6 +199,8 @@ class Runtime:
         # tasks are lost (their processes died with it), its conversations looked at again.
         await self.tasks.reconcile_lost()
         await self.coordinator.sweep()
+        # Fully initialised: restarts that gone instances accepted are completed now (L2).
+        await complete_restarts(self.store, self.outbox, self.clock)
 
     async def close(self) -> None:
         """Stop running turns (committed as stopped), then the outbox, then the store.
@@ -306,6 +322,31 @@ class Runtime:
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
         return await self.coordinator.compact(conversation_id, owner=owner)
+
+    # -- restart (L2) -------------------------------------------------------------------------
+
+    async def request_restart(
+        self,
+        conversation_id: str,
+        *,
+        owner: str | None = None,
+        reason: str = "",
+        input_id: str | None = None,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Operation:
+        """Commit a restart of this runtime as accepted -- "accepted, not completed" -- and
+        ask the host to restart (:attr:`restart_requested`). The next instance, once fully
+        initialised, completes it and wakes the conversation with the correlated facts."""
+        request = RestartRequest(reason[:500], input_id, run_id, call_id)
+
+        def unit(cx: ConversationTx) -> Operation:
+            return accept_restart(cx, self.outbox, request, idempotency_key=idempotency_key)
+
+        operation = await self.conversations.change(conversation_id, unit, owner=owner)
+        self.restart_requested.set()
+        return operation
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -251,7 +251,11 @@ class Profile:
     fallbacks: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     approval_mode: str = "never"
+    """never | writes (tools that are not read-only wait for a person) | always (L5)."""
     system: str = "You are a helpful agent."
+    automatic_tools: str = "read_only"
+    """read_only: automatic turns (wake-ups, goal checkpoints) get only read-only tools (L4);
+    all: they get the profile's tools."""
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -219,6 +219,9 @@ class TurnRunner:
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
         profile = plan.profile
         offered = self.tools.offered(profile.tools)
+        if plan.trigger.automatic and profile.automatic_tools == "read_only":
+            # A wake-up reads and reports: no write, no new permission (L4).
+            offered = tuple(t for t in offered if t.read_only)
         messages = await self.history.window(
             plan.conversation_id, start_seq=plan.history_start_seq,
             last_seq=plan.last_message_seq,
@@ -539,11 +542,21 @@ class TurnRunner:
             self._materialize_pending(cx, plan, progress)
             # The database, not memory, says which of this run's calls are still open.
             for call in cx.open_tool_calls():
+                if failure.code == "shutdown":
+                    # The runtime went while the tool ran: whatever it did stands, unknown,
+                    # and it is not run again (L2, S9).
+                    text, status = (
+                        "outcome_unknown: the runtime shut down while this tool ran; it is "
+                        "not repeated", "outcome_unknown",
+                    )
+                else:
+                    text, status = (
+                        f"cancelled: the turn ended ({failure.code}) before this tool "
+                        "finished", "cancelled",
+                    )
                 cx.append_tool_result(
-                    call["call_id"],
-                    f"cancelled: the turn ended ({failure.code}) before this tool finished",
-                    tool_name=call["name"], run_id=plan.run_id,
-                    meta={"status": "cancelled", "is_error": True},
+                    call["call_id"], text, tool_name=call["name"], run_id=plan.run_id,
+                    meta={"status": status, "is_error": True},
                 )
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):

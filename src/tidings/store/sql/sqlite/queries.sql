@@ -48,8 +48,10 @@ UPDATE signal_deliveries
  WHERE state IN ('ready', 'leased') AND state = 'leased' AND lease_instance = :instance_id;
 
 -- orphan_operations --
+-- A restart is the exception (L2): it was asked for so that its instance would go; the next
+-- instance completes it.
 UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
- WHERE state = 'accepted' AND origin_instance = :instance_id
+ WHERE state = 'accepted' AND origin_instance = :instance_id AND kind <> 'restart'
 RETURNING operation_id;
 
 -- accept_operation --
@@ -575,3 +577,27 @@ SELECT * FROM tasks
  WHERE conversation_id = :conversation_id AND started_at_us < :before_us
  ORDER BY started_at_us DESC, task_id DESC
  LIMIT :limit;
+
+-- ============================================================================================
+-- Lifecycle (L2)
+-- ============================================================================================
+
+-- pending_restarts --
+-- Restarts accepted by instances that are gone: the next instance completes them.
+SELECT o.* FROM operations o JOIN instances i ON i.instance_id = o.origin_instance
+ WHERE o.kind = 'restart' AND o.state = 'accepted' AND o.origin_instance <> :instance_id
+   AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
+ ORDER BY o.accepted_at_us
+ LIMIT :limit;
+
+-- events_of_type --
+SELECT * FROM events
+ WHERE conversation_id = :conversation_id AND type = :type AND at_us >= :since_us
+ ORDER BY seq LIMIT :limit;
+
+-- interrupted_tasks --
+-- What an instance's end interrupted in one conversation: tasks it killed or lost.
+SELECT task_key, state, command FROM tasks
+ WHERE conversation_id = :conversation_id AND instance_id = :instance_id
+   AND state IN ('killed', 'lost') AND ended_at_us >= :since_us
+ ORDER BY started_at_us LIMIT :limit;

@@ -1,0 +1,129 @@
+"""L2-L4 through the runtime: a restart is an operation completed by the next instance, which
+wakes the asking conversation once; automatic turns get the read-only overlay."""
+
+from __future__ import annotations
+
+from tests.conftest import RuntimeFactory
+from tests.scenarios.test_tasks import wait_for_runs
+from tidings.models.base import ModelReply, ModelRequest
+from tidings.models.scripted import Rule, ScriptedModel
+from tidings.results import MasterKey
+from tidings.types import OperationState, Profile, RunStatus
+
+MODEL = ScriptedModel(
+    rules=[
+        Rule({"text_contains": "long job"},
+             {"tool_calls": [{"name": "shell", "arguments": {
+                 "command": "sleep 30", "background": True}}]}),
+        Rule({"text_contains": "restart please"},
+             {"tool_calls": [{"name": "restart", "arguments": {"reason": "new config"}}]}),
+        Rule({"suffix_contains": "restart_completed"}, {"text": "I am back after the restart."}),
+        Rule({"tool_result": "restart"}, {"text": "Restart accepted."}),
+        Rule({"tool_result": "shell"}, {"text": "Started."}),
+    ],
+    default={"text": "ok"},
+)
+PROFILE = Profile(model="scripted", tools=("shell", "restart", "task_status"))
+
+
+async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
+    runtimes: RuntimeFactory,
+) -> None:
+    key = MasterKey.generate()
+    first = await runtimes(models=[MODEL], master_key=key)
+    conv = (await first.create_conversation("alice", PROFILE)).conversation_id
+    await first.post(conv, "long job")
+    await wait_for_runs(first, conv, 1)
+    await first.post(conv, "restart please")
+    await wait_for_runs(first, conv, 2)
+    assert first.restart_requested.is_set()
+    answer = [m for m in await first.transcript(conv) if m.role == "tool"][-1]
+    assert "accepted, not completed" in answer.content
+    operation_id = answer.meta["operation_id"]
+    assert (await first.outbox.operation(operation_id)).state is OperationState.ACCEPTED
+    restart_run = (await first.runs(conv))[-1].run_id
+    await first.close()  # the host honours the request: this instance goes
+
+    second = await runtimes(models=[MODEL], master_key=key)
+    await wait_for_runs(second, conv, 3)
+    for _ in range(200):  # the killed task's notification may wake a turn of its own too
+        await second.settle(conv)
+        if any(m.content == "I am back after the restart." for m in await second.transcript(conv)):
+            break
+    operation = await second.outbox.operation(operation_id)
+    assert operation.state is OperationState.COMPLETED
+    completed = [e for e in await second.events(conv) if e.type == "restart_completed"]
+    assert len(completed) == 1
+    facts = completed[0].data
+    assert facts["requested"]["run_id"] == restart_run  # correlated with the asking call
+    assert facts["requested"]["reason"] == "new config"
+    assert facts["previous_instance"] != second.instance_id
+    # The background task the restart interrupted is reported honestly, never as success.
+    assert [t["state"] for t in facts["interrupted_tasks"]] == ["killed"]
+    runs = await second.runs(conv)
+    assert all(r.status is RunStatus.COMPLETED for r in runs)
+    transcript = await second.transcript(conv)
+    assert [m.content for m in transcript].count("I am back after the restart.") == 1
+    await second.close()
+
+    # Yet another instance finds nothing left to complete: exactly one completion turn.
+    third = await runtimes(models=[MODEL], master_key=key)
+    await third.settle(conv)
+    assert len(await third.runs(conv)) == len(runs)
+    assert len([e for e in await third.events(conv) if e.type == "restart_completed"]) == 1
+
+
+async def test_s9_unsettled_operations_of_a_gone_instance_are_unknown_but_restarts_wait(
+    runtimes: RuntimeFactory,
+) -> None:
+    first = await runtimes(models=[MODEL])
+    conv = (await first.create_conversation("alice", PROFILE)).conversation_id
+    other = await first.store.transact(lambda tx: first.outbox.accept(tx, "deploy", conv))
+    restart = await first.request_restart(conv, reason="operator")
+    await first.close()
+    second = await runtimes(models=[MODEL])
+    assert (await second.outbox.operation(other.operation_id)).state is (
+        OperationState.OUTCOME_UNKNOWN
+    )
+    assert (await second.outbox.operation(restart.operation_id)).state is (
+        OperationState.COMPLETED
+    )
+
+
+class _Recorder:
+    """A model that records the tools each request offered."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[str, ...]] = []
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.offered.append(tuple(t.name for t in request.tools))
+        return ModelReply(text="noted")
+
+
+async def test_l4_automatic_turns_get_the_read_only_overlay(runtimes: RuntimeFactory) -> None:
+    recorder = _Recorder()
+    rt = await runtimes(models=[recorder])
+    profile = Profile(model="recorder", tools=("shell", "restart", "task_status", "wait"))
+    conv = (await rt.create_conversation("alice", profile)).conversation_id
+    await rt.post(conv, "hello")
+    await wait_for_runs(rt, conv, 1)
+    await rt.store.transact(lambda tx: rt.outbox.publish(
+        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await wait_for_runs(rt, conv, 2)
+    person, woken = recorder.offered
+    assert person == ("shell", "restart", "task_status", "wait")
+    assert woken == ("task_status", "wait")  # no write, no new permission
+
+
+async def test_l4_overlay_can_be_switched_off_per_profile(runtimes: RuntimeFactory) -> None:
+    recorder = _Recorder()
+    rt = await runtimes(models=[recorder])
+    profile = Profile(model="recorder", tools=("shell", "task_status"), automatic_tools="all")
+    conv = (await rt.create_conversation("alice", profile)).conversation_id
+    await rt.store.transact(lambda tx: rt.outbox.publish(
+        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await wait_for_runs(rt, conv, 1)
+    assert recorder.offered == [("shell", "task_status")]
