@@ -32,7 +32,6 @@ from tidings.types import (
     StartKind,
 )
 
-
 APPROVAL_MODES = ("never", "writes", "always")
 AUTOMATIC_TOOLS = ("read_only", "all")
 

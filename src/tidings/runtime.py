@@ -27,8 +27,8 @@ from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import InvalidInputError, TidingsError
-from tidings.mail.door import Door, DoorConfig
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
+from tidings.mail.door import Door, DoorConfig
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
@@ -47,8 +47,8 @@ from tidings.tasks.supervisor import Supervisor
 from tidings.tools.registry import Tool, ToolContext, ToolRegistry
 from tidings.tools.restart import restart_tool
 from tidings.tools.shell import shell_tool
-from tidings.transcript import ConversationTx
 from tidings.tools.tasks import task_tools
+from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,

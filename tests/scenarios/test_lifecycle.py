@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
-from tidings.models.base import ModelReply, ModelRequest
+from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.results import MasterKey
 from tidings.types import OperationState, Profile, RunStatus
@@ -98,7 +98,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.offered: list[tuple[str, ...]] = []
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
         self.offered.append(tuple(t.name for t in request.tools))
         return ModelReply(text="noted")
 

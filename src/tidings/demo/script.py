@@ -1,0 +1,62 @@
+"""What the demo's person says and how its scripted model answers (A4: deterministic rules).
+
+The model starts real background commands through the built-in ``shell`` tool, ends its turn,
+and answers the notifications and the restart fact the runtime delivers later. Every answer is
+chosen by a rule on the newest message (or on the prompt's dynamic suffix), so the run is the
+same every time.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from datetime import timedelta
+
+from tidings.coordinator import CoordinatorConfig
+from tidings.models.scripted import Rule, ScriptedModel
+from tidings.runtime import RuntimeConfig
+from tidings.turns.runner import TurnConfig
+from tidings.types import Profile
+
+OWNER = "alice"
+PROFILE = Profile(model="scripted", tools=("shell",))
+
+BUILD_REQUEST = "Please build the release in the background."
+DEPLOY_REQUEST = "Deploy the release to staging in the background."
+BUILD_COMMAND = (
+    f"{shlex.quote(sys.executable)} -c "
+    + shlex.quote("import time; time.sleep(1); print('build ok')")
+)
+DEPLOY_COMMAND = "sleep 30"
+
+STARTED = "Started it in the background; I will tell you when it ends."
+BUILD_DONE = "The build finished successfully: build ok."
+INTERRUPTED = ("The deploy was interrupted before it finished; its outcome is unknown, so I "
+               "will not report it as done.")
+RESTARTED = "The runtime restarted as you asked; I am back, and nothing was run twice."
+
+MODEL = ScriptedModel(
+    rules=[
+        Rule({"text_contains": "build the release"},
+             {"tool_calls": [{"name": "shell", "arguments": {
+                 "command": BUILD_COMMAND, "background": True}}]}),
+        Rule({"text_contains": "Deploy the release"},
+             {"tool_calls": [{"name": "shell", "arguments": {
+                 "command": DEPLOY_COMMAND, "background": True, "timeout_s": 120}}]}),
+        Rule({"tool_result": "shell"}, {"text": STARTED}),
+        # Process facts are fenced JSON: a success is stated there, never inferred.
+        Rule({"meta_kind": "task_notification", "text_contains": '"succeeded":true'},
+             {"text": BUILD_DONE}),
+        Rule({"meta_kind": "task_notification"}, {"text": INTERRUPTED}),
+        Rule({"suffix_contains": "restart_completed"}, {"text": RESTARTED}),
+    ],
+    default={"text": "Noted."},
+)
+
+
+def demo_config() -> RuntimeConfig:
+    """Short sweeps and slot leases, so that what a wake-up missed is found within a second."""
+    return RuntimeConfig(
+        turns=TurnConfig(slot_ttl=timedelta(seconds=5)),
+        coordinator=CoordinatorConfig(sweep_interval=timedelta(seconds=1)),
+    )
