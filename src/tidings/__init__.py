@@ -10,6 +10,7 @@ from tidings.clock import Clock, ManualClock, SystemClock
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import (
+    ApprovalDecidedError,
     BacklogFullError,
     CommitOutcomeUnknownError,
     CompactionRefusedError,
@@ -28,6 +29,7 @@ from tidings.errors import (
     StaleLeaseError,
     StoreError,
     TidingsError,
+    UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
     UnknownRunError,
@@ -83,6 +85,7 @@ from tidings.types import (
 __version__ = "0.1.0"
 
 __all__ = (
+    "ApprovalDecidedError",
     "Author",
     "AuthorKind",
     "BacklogFullError",
@@ -163,6 +166,7 @@ __all__ = (
     "ToolRegistry",
     "TurnConfig",
     "Tx",
+    "UnknownApprovalError",
     "UnknownConversationError",
     "UnknownOperationError",
     "UnknownResultError",

@@ -192,6 +192,28 @@ class UnknownTaskError(TidingsError):
         self.task_key = task_key
 
 
+class UnknownApprovalError(TidingsError):
+    """No such approval in this conversation (a foreign one gets the same answer)."""
+
+    code = "unknown_approval"
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"no approval {approval_id!r}")
+        self.approval_id = approval_id
+
+
+class ApprovalDecidedError(TidingsError):
+    """The approval already has a terminal state that this decision would contradict; the
+    state stands and nothing was changed (L5)."""
+
+    code = "approval_decided"
+
+    def __init__(self, approval_id: str, status: str) -> None:
+        super().__init__(f"approval {approval_id!r} is already {status}")
+        self.approval_id = approval_id
+        self.status = status
+
+
 class ConversationClosedError(TidingsError):
     """The conversation does not take this input in its current status; nothing was written."""
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from tidings.approvals import Approval, ApprovalConfig, Approvals
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
@@ -81,6 +82,7 @@ class RuntimeConfig:
     door: DoorConfig = field(default_factory=DoorConfig)
     results: ResultsConfig = field(default_factory=ResultsConfig)
     results_sweep_interval: timedelta = timedelta(minutes=1)
+    approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
 
 
 class Runtime:
@@ -142,6 +144,8 @@ class Runtime:
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
         self.runner.tasks = self.tasks
+        self.approvals = Approvals(store, self.clock, self.config.approvals)
+        self.runner.approvals = self.approvals
         self.runner.metrics = self.tasks.metrics = self.metrics
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
@@ -322,6 +326,25 @@ class Runtime:
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
         return await self.coordinator.compact(conversation_id, owner=owner)
+
+    # -- approvals (L5) -----------------------------------------------------------------------
+
+    async def approvals_of(
+        self, conversation_id: str, *, owner: str | None = None, status: str = "",
+        limit: int = 100,
+    ) -> list[Approval]:
+        """The conversation's approvals, newest first (``status`` filters: ``pending``...)."""
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.approvals.list(conversation_id, status=status, limit=limit)
+
+    async def decide(
+        self, conversation_id: str, approval_id: str, *, approve: bool, decided_by: str,
+        owner: str | None = None,
+    ) -> Approval:
+        """A person's decision on a held tool call; see :mod:`tidings.approvals`."""
+        return await self.approvals.decide(
+            conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
+        )
 
     # -- restart (L2) -------------------------------------------------------------------------
 

@@ -52,6 +52,8 @@ class Tool:
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     read_only: bool = False
+    needs_approval: bool = False
+    """Every call waits for a person's decision, whatever the profile's approval mode (L5)."""
 
     @property
     def spec(self) -> ToolSpec:

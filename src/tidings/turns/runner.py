@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
+from tidings.approvals import Approvals, needs_approval
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
 from tidings.metrics import Metrics
@@ -159,11 +160,13 @@ class TurnRunner:
         config: TurnConfig | None = None,
         *,
         tasks: TurnTasks | None = None,
+        approvals: Approvals | None = None,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
+        self.approvals = approvals
         self.metrics = metrics
         self.outbox = outbox
         self.models = models
@@ -254,15 +257,22 @@ class TurnRunner:
                         continue
                 return await self._finish_completed(plan, progress, reply)
             calls = list(reply.tool_calls)
+            held = {
+                c.call_id: Approvals.new_id() for c in calls
+                if self._needs_approval(profile, offered, c)
+            }
 
             await self._commit(plan, progress, functools.partial(
-                self._write_calls, plan=plan, progress=progress, text=reply.text, calls=calls
+                self._write_calls, plan=plan, progress=progress, text=reply.text, calls=calls,
+                held=held,
             ))
             progress.open_calls = calls
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
-            outputs = await asyncio.gather(
-                *(self._execute(plan, offered, call) for call in calls)
-            )
+            outputs = await asyncio.gather(*(
+                self._execute(plan, offered, call) if call.call_id not in held
+                else self._execute_approved(plan, progress, offered, call, held[call.call_id])
+                for call in calls
+            ))
             joined = await self._commit(plan, progress, functools.partial(
                 self._write_results, plan=plan, progress=progress, outputs=outputs
             ))
@@ -410,6 +420,39 @@ class TurnRunner:
             output = replace(output, content=f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes]")
         return output
 
+    def _needs_approval(
+        self, profile: Profile, offered: Sequence[Tool], call: ToolCall
+    ) -> bool:
+        tool = next((t for t in offered if t.name == call.name), None)
+        return self.approvals is not None and tool is not None and (
+            tool.needs_approval or needs_approval(profile.approval_mode, read_only=tool.read_only)
+        )
+
+    async def _execute_approved(
+        self, plan: TurnPlan, progress: _Progress, offered: Sequence[Tool], call: ToolCall,
+        approval_id: str,
+    ) -> ToolOutput:
+        """Hold the call until a person decides (L5); run it only through the fence."""
+        assert self.approvals is not None
+        approvals = self.approvals
+        approval = await approvals.wait(approval_id)
+        meta = {"approval_id": approval_id, "approval": approval.status}
+        if approval.status == "denied":
+            return ToolOutput(f"denied by {approval.decided_by}: the tool was not run",
+                              is_error=True, meta=meta)
+        if approval.status != "approved":
+            return ToolOutput(f"approval {approval.status}: the tool was not run",
+                              is_error=True, meta=meta)
+        applied = await self._commit(
+            plan, progress, lambda cx: approvals.apply(cx, approval_id, plan.run_id)
+        )
+        if not applied:
+            return ToolOutput("this approval was applied already: nothing is applied twice",
+                              is_error=True, meta=meta)
+        output = await self._execute(plan, offered, call)
+        return replace(output, meta={**output.meta, "approval_id": approval_id,
+                                     "approval": "applied"})
+
     # -- commits ------------------------------------------------------------------------------
 
     async def _commit(
@@ -463,6 +506,7 @@ class TurnRunner:
         progress: _Progress,
         text: str,
         calls: Sequence[ToolCall],
+        held: Mapping[str, str],
     ) -> None:
         self._materialize_pending(cx, plan, progress)
         cx.append_assistant(text, tool_calls=calls, run_id=plan.run_id,
@@ -473,6 +517,19 @@ class TurnRunner:
              "calls": [{"call_id": c.call_id, "name": c.name} for c in calls]},
             plan.run_id,
         )
+        if held and self.approvals is not None:
+            for call in calls:
+                if call.call_id in held:
+                    self.approvals.request(
+                        cx, held[call.call_id], run_id=plan.run_id, call_id=call.call_id,
+                        tool_name=call.name, arguments=call.arguments,
+                    )
+            cx.record_event(
+                "turn_status",
+                {"run_public_id": plan.run_id, "status": "awaiting_approval",
+                 "approvals": list(held.values())},
+                plan.run_id,
+            )
 
     def _write_results(
         self,

@@ -630,3 +630,36 @@ SELECT task_key, state, command FROM tasks
  WHERE conversation_id = :conversation_id AND instance_id = :instance_id
    AND state IN ('killed', 'lost') AND ended_at_us >= :since_us
  ORDER BY started_at_us LIMIT :limit;
+
+-- ============================================================================================
+-- Approvals (L5)
+-- ============================================================================================
+
+-- insert_approval --
+INSERT INTO approvals (approval_id, conversation_id, run_id, call_id, tool_name, arguments,
+                       status, requested_at_us, expires_at_us)
+VALUES (:approval_id, :conversation_id, :run_id, :call_id, :tool_name, :arguments, 'pending',
+        :now_us, :expires_at_us);
+
+-- get_approval --
+SELECT * FROM approvals WHERE approval_id = :approval_id;
+
+-- decide_approval --
+-- Only a pending approval is decided: a terminal decision is never overwritten.
+UPDATE approvals SET status = :status, decided_by = :decided_by, decided_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'pending';
+
+-- apply_approval --
+-- The fence: an approval is applied once, by the holder of the run's slot.
+UPDATE approvals SET status = 'applied', applied_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'approved';
+
+-- expire_approval --
+UPDATE approvals SET status = 'expired', decided_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'pending';
+
+-- conversation_approvals --
+SELECT * FROM approvals
+ WHERE conversation_id = :conversation_id AND (:status = '' OR status = :status)
+ ORDER BY requested_at_us DESC, approval_id DESC
+ LIMIT :limit;

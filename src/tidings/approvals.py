@@ -1,0 +1,228 @@
+"""Approvals (L5): a tool call that needs a person's decision holds its run until one is made.
+
+- The approval is requested in the unit that commits the tool call, so a call that needs one
+  is never open without it.
+- A decision is terminal: ``pending`` becomes ``approved``, ``denied`` or ``expired`` once, by a
+  conditional update. Repeating the same decision is answered with the state as it is (a
+  duplicate approval applies nothing twice); a contradicting one -- a denial after the approval
+  was applied, an approval after a denial or an expiry -- is refused with
+  :class:`ApprovalDecidedError`, and the outcome stands.
+- Applying is fenced: ``approved`` becomes ``applied`` in a unit that also proves the turn still
+  holds its conversation's slot -- the capacity it runs in is reserved before anything is
+  applied -- and only the unit that made that transition runs the tool.
+- Runtime signals are never approvals: a decision enters only through :meth:`Approvals.decide`,
+  on behalf of a person who owns the conversation.
+
+Waiting is a hint plus a poll: a decision in this process wakes its waiter at once, one made
+by another instance is seen at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from tidings.clock import Clock, to_us
+from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
+from tidings.store import Row, Store, Tx
+from tidings.transcript import ConversationTx
+from tidings.types import ConversationId, new_id
+
+STATUSES = ("pending", "approved", "denied", "expired", "applied")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalConfig:
+    """How long a request waits for a person, and how often a waiter looks."""
+
+    ttl: timedelta = timedelta(hours=1)
+    poll: timedelta = timedelta(milliseconds=250)
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """One request for a person's decision on one tool call."""
+
+    approval_id: str
+    conversation_id: ConversationId
+    run_id: str
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    status: str
+    decided_by: str | None
+    requested_at_us: int
+    expires_at_us: int
+    decided_at_us: int | None
+    applied_at_us: int | None
+
+
+def approval_from_row(row: Row) -> Approval:
+    return Approval(
+        approval_id=row["approval_id"],
+        conversation_id=ConversationId(row["conversation_id"]),
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool_name=row["tool_name"],
+        arguments=json.loads(row["arguments"]),
+        status=row["status"],
+        decided_by=row["decided_by"],
+        requested_at_us=int(row["requested_at_us"]),
+        expires_at_us=int(row["expires_at_us"]),
+        decided_at_us=row["decided_at_us"],
+        applied_at_us=row["applied_at_us"],
+    )
+
+
+def needs_approval(approval_mode: str, *, read_only: bool) -> bool:
+    """Whether a profile's approval mode holds a call of this tool for a person (pure)."""
+    return approval_mode == "always" or (approval_mode == "writes" and not read_only)
+
+
+class Approvals:
+    """Requests, decisions, waits and the fenced application of approvals."""
+
+    def __init__(self, store: Store, clock: Clock, config: ApprovalConfig | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or ApprovalConfig()
+        self._decided: dict[str, asyncio.Event] = {}
+
+    # -- in the turn's units ------------------------------------------------------------------
+
+    @staticmethod
+    def new_id() -> str:
+        return new_id("appr")
+
+    def request(
+        self, cx: ConversationTx, approval_id: str, *, run_id: str, call_id: str,
+        tool_name: str, arguments: Mapping[str, Any],
+    ) -> None:
+        """Record a pending approval for a call being committed in this unit."""
+        cx.tx.run_later(
+            "insert_approval", approval_id=approval_id, conversation_id=cx.conversation_id,
+            run_id=run_id, call_id=call_id, tool_name=tool_name,
+            arguments=json.dumps(dict(arguments), ensure_ascii=False)[:16_384],
+            now_us=cx.now_us, expires_at_us=cx.now_us + to_us(self.config.ttl),
+        )
+        cx.record_event(
+            "approval_requested",
+            {"approval_id": approval_id, "run_public_id": run_id, "call_id": call_id,
+             "tool_name": tool_name},
+            run_id,
+        )
+
+    def apply(self, cx: ConversationTx, approval_id: str, run_id: str) -> bool:
+        """The fence: ``approved`` -> ``applied``, once. The caller's unit holds the slot."""
+        row = cx.tx.one("get_approval", approval_id=approval_id)
+        if row is None or row["status"] != "approved":
+            return False
+        cx.tx.execute("apply_approval", approval_id=approval_id, now_us=cx.now_us)
+        cx.record_event("approval_applied", {"approval_id": approval_id}, run_id)
+        return True
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    async def wait(self, approval_id: str) -> Approval:
+        """Wait until the approval is decided or has expired; returns it as it then is."""
+        event = self._decided.setdefault(approval_id, asyncio.Event())
+        poll = to_us(self.config.poll) / 1e6
+        try:
+            while True:
+                approval = await self.get(approval_id)
+                if approval.status != "pending":
+                    return approval
+                if self.clock.now_us() >= approval.expires_at_us:
+                    await self._expire(approval)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=poll)
+                event.clear()
+        finally:
+            self._decided.pop(approval_id, None)
+
+    async def _expire(self, approval: Approval) -> None:
+        def unit(tx: Tx) -> None:
+            cx = ConversationTx.lock(tx, approval.conversation_id, self.clock)
+            if cx.tx.execute("expire_approval", approval_id=approval.approval_id,
+                             now_us=cx.now_us):
+                cx.record_event("approval_decided",
+                                {"approval_id": approval.approval_id, "status": "expired"},
+                                approval.run_id)
+            cx.save()
+
+        await self.store.transact(unit, route=approval.conversation_id)
+
+    # -- a person's decision ------------------------------------------------------------------
+
+    async def decide(
+        self, conversation_id: str, approval_id: str, *, approve: bool, decided_by: str,
+        owner: str | None = None,
+    ) -> Approval:
+        """Approve or deny; see the module's rules. Unknown and foreign ids are the same."""
+        if not decided_by or len(decided_by) > 200:
+            raise InvalidInputError("decided_by names the person deciding (1-200 characters)")
+        wanted = "approved" if approve else "denied"
+
+        def unit(tx: Tx) -> Approval:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            row = tx.one("get_approval", approval_id=approval_id)
+            if row is None or row["conversation_id"] != conversation_id or (
+                owner is not None and cx.conversation.owner != owner
+            ):
+                raise UnknownApprovalError(approval_id)
+            current = approval_from_row(row)
+            if current.status == "pending" and cx.now_us >= current.expires_at_us:
+                tx.execute("expire_approval", approval_id=approval_id, now_us=cx.now_us)
+                cx.record_event("approval_decided",
+                                {"approval_id": approval_id, "status": "expired"},
+                                current.run_id)
+                cx.save()
+                return approval_from_row(tx.one("get_approval", approval_id=approval_id) or row)
+            if current.status == "pending":
+                tx.execute("decide_approval", approval_id=approval_id, status=wanted,
+                           decided_by=decided_by, now_us=cx.now_us)
+                cx.record_event("approval_decided",
+                                {"approval_id": approval_id, "status": wanted,
+                                 "decided_by": decided_by}, current.run_id)
+                cx.save()
+                return approval_from_row(tx.one("get_approval", approval_id=approval_id) or row)
+            return current
+
+        decided = await self.store.transact(unit, route=conversation_id)
+        event = self._decided.get(approval_id)
+        if event is not None:
+            event.set()
+        same = decided.status == wanted or (approve and decided.status == "applied")
+        if not same:
+            raise ApprovalDecidedError(approval_id, decided.status)
+        return decided
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def get(self, approval_id: str) -> Approval:
+        row = await self.store.read(lambda tx: tx.one("get_approval", approval_id=approval_id))
+        if row is None:
+            raise UnknownApprovalError(approval_id)
+        return approval_from_row(row)
+
+    async def list(
+        self, conversation_id: str, *, status: str = "", limit: int = 100
+    ) -> list[Approval]:
+        if status and status not in STATUSES:
+            raise InvalidInputError(f"status must be one of {', '.join(STATUSES)}")
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        rows = await self.store.read(lambda tx: tx.all(
+            "conversation_approvals", conversation_id=conversation_id, status=status,
+            limit=limit,
+        ))
+        return [approval_from_row(r) for r in rows]
+
+
+__all__ = ("Approval", "ApprovalConfig", "Approvals", "needs_approval")
