@@ -192,6 +192,15 @@ class UnknownTaskError(TidingsError):
         self.task_key = task_key
 
 
+class RuntimeLockedError(TidingsError):
+    """The runtime booted locked and waits for its master key; nothing was written (L1)."""
+
+    code = "runtime_locked"
+
+    def __init__(self) -> None:
+        super().__init__("the runtime is locked until its master key is unlocked")
+
+
 class UnknownApprovalError(TidingsError):
     """No such approval in this conversation (a foreign one gets the same answer)."""
 

@@ -27,7 +27,7 @@ from tidings.approvals import Approval, ApprovalConfig, Approvals
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
-from tidings.errors import InvalidInputError, TidingsError
+from tidings.errors import InvalidInputError, RuntimeLockedError, TidingsError
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail.door import Door, DoorConfig
 from tidings.metrics import Metrics
@@ -150,6 +150,8 @@ class Runtime:
         self._owns_store = owns_store
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self.locked = False
+        """True from a locked boot until :meth:`unlock` (L1)."""
         self.restart_requested = asyncio.Event()
         """Set when a restart was accepted: the host should close this runtime and exit (L2)."""
 
@@ -165,15 +167,20 @@ class Runtime:
         config: RuntimeConfig | None = None,
         master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None,
+        locked: bool = False,
     ) -> AsyncIterator[Runtime]:
-        """Open the database (migrating it), start a runtime on it, and close both on exit."""
+        """Open the database (migrating it), start a runtime on it, and close both on exit.
+
+        ``locked``: boot locked (L1) -- migrated, with its instance id, but claiming,
+        delivering and accepting nothing until :meth:`unlock` gives it the master key.
+        """
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(
             store, models=models, tools=tools, clock=clock, config=config,
             master_key=master_key, owns_store=True,
         )
         try:
-            await runtime.start()
+            await runtime.start(locked=locked)
             yield runtime
         finally:
             await runtime.close()
@@ -191,8 +198,28 @@ class Runtime:
     def instance_id(self) -> str:
         return self.outbox.instance_id
 
-    async def start(self) -> None:
-        """Register this instance, reconcile gone ones, and start following work."""
+    async def start(self, *, locked: bool = False) -> None:
+        """Register this instance, reconcile gone ones, and start following work -- or, when
+        ``locked``, wait for :meth:`unlock` before any of that (L1)."""
+        if locked:
+            self.locked = True
+            log.info("instance %s booted locked: waiting for the master key", self.instance_id)
+            return
+        await self._boot()
+
+    async def unlock(self, master_key: MasterKey) -> None:
+        """Give a locked runtime its master key; it then boots fully. Idempotent."""
+        if not self.locked or self._closed:
+            return
+        self._results = Results(self.store, self.clock, master_key, self.config.results)
+        self.locked = False
+        await self._boot()
+
+    def _require_unlocked(self) -> None:
+        if self.locked:
+            raise RuntimeLockedError()
+
+    async def _boot(self) -> None:
         await self.outbox.start()
         self._tasks = [
             asyncio.create_task(self.outbox.run(), name="tidings-outbox"),
@@ -283,6 +310,7 @@ class Runtime:
         When the conversation is idle here, the input and the start of its turn commit in
         one transaction.
         """
+        self._require_unlocked()
         admission = self.door.prepare(
             conversation_id,
             content,
@@ -318,6 +346,7 @@ class Runtime:
 
     async def checkpoint(self, conversation_id: str, *, owner: str | None = None) -> None:
         """A goal checkpoint: ask for an automatic turn toward the active goal."""
+        self._require_unlocked()
         await self.conversations.get(conversation_id, owner=owner)
         self.coordinator.request(conversation_id, StartKind.GOAL)
 
@@ -325,6 +354,7 @@ class Runtime:
         return await self.coordinator.stop(conversation_id, owner=owner)
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
+        self._require_unlocked()
         return await self.coordinator.compact(conversation_id, owner=owner)
 
     # -- approvals (L5) -----------------------------------------------------------------------
@@ -342,6 +372,7 @@ class Runtime:
         owner: str | None = None,
     ) -> Approval:
         """A person's decision on a held tool call; see :mod:`tidings.approvals`."""
+        self._require_unlocked()
         return await self.approvals.decide(
             conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
         )
@@ -362,6 +393,7 @@ class Runtime:
         """Commit a restart of this runtime as accepted -- "accepted, not completed" -- and
         ask the host to restart (:attr:`restart_requested`). The next instance, once fully
         initialised, completes it and wakes the conversation with the correlated facts."""
+        self._require_unlocked()
         request = RestartRequest(reason[:500], input_id, run_id, call_id)
 
         def unit(cx: ConversationTx) -> Operation:

@@ -3,11 +3,18 @@ wakes the asking conversation once; automatic turns get the read-only overlay.""
 
 from __future__ import annotations
 
-from tests.conftest import RuntimeFactory
+import asyncio
+
+import pytest
+
+from tests.conftest import Backend, RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
+from tidings.errors import RuntimeLockedError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
+from tidings.outbox import Outbox
 from tidings.results import MasterKey
+from tidings.runtime import Runtime
 from tidings.types import OperationState, Profile, RunStatus
 
 MODEL = ScriptedModel(
@@ -129,3 +136,41 @@ async def test_l4_overlay_can_be_switched_off_per_profile(runtimes: RuntimeFacto
         tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     await wait_for_runs(rt, conv, 1)
     assert recorder.offered == [("shell", "task_status")]
+
+
+async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
+    runtimes: RuntimeFactory, backend: Backend,
+) -> None:
+    key = MasterKey.generate()
+    first = await runtimes(models=[MODEL], master_key=key)
+    conv = (await first.create_conversation("alice", PROFILE)).conversation_id
+    restart = await first.request_restart(conv, reason="rotate")
+    await first.close()
+    async with Outbox.open(backend.url) as producer:  # another process learns a fact
+        await producer.store.transact(lambda tx: producer.publish(
+            tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+
+    async with Runtime.open(backend.url, models=[MODEL], locked=True) as locked:
+        assert locked.locked
+        assert locked.instance_id  # booted and migrated: it has its instance id
+        with pytest.raises(RuntimeLockedError):
+            await locked.post(conv, "hello")
+        with pytest.raises(RuntimeLockedError):
+            await locked.request_restart(conv)
+        await asyncio.sleep(0.3)
+        stats = await locked.signal_stats(conv)
+        assert (stats.ready, stats.leased) == (1, 0)  # nothing claimed
+        assert await locked.runs(conv) == []  # nothing delivered, no turn
+        assert (await locked.outbox.operation(restart.operation_id)).state is (
+            OperationState.ACCEPTED  # not completed by a locked instance
+        )
+        assert len(await locked.transcript(conv)) == 0  # reading is allowed
+
+        await locked.unlock(key)
+        assert not locked.locked
+        await wait_for_runs(locked, conv, 1)
+        assert (await locked.signal_stats(conv)).backlog == 0
+        assert (await locked.outbox.operation(restart.operation_id)).state is (
+            OperationState.COMPLETED
+        )
+        await locked.unlock(key)  # idempotent
