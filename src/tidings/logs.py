@@ -23,7 +23,7 @@ LOG_FORMAT_ENV = "TIDINGS_LOG_FORMAT"
 # The attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
-    | {"message", "asctime", "taskName"}
+    | {"message", "asctime", "taskName", "color_message"}  # uvicorn's ANSI-coloured twin
 )
 
 

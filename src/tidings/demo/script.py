@@ -22,7 +22,9 @@ OWNER = "alice"
 PROFILE = Profile(model="scripted", tools=("shell",))
 
 BUILD_REQUEST = "Please build the release in the background."
-DEPLOY_REQUEST = "Deploy the release to staging in the background."
+STAGING_REQUEST = "Deploy the release to staging in the background."
+PRODUCTION_REQUEST = ("Deploy the release to production in the background, then restart the "
+                      "runtime to apply the new config.")
 BUILD_COMMAND = (
     f"{shlex.quote(sys.executable)} -c "
     + shlex.quote("import time; time.sleep(1); print('build ok')")

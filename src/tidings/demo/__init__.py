@@ -1,0 +1,201 @@
+"""``tidings demo``: the whole mission, offline, on the embedded default, as a timeline.
+
+1. A person asks for a build; the scripted model starts it with ``shell`` (background) and
+   ends its turn.
+2. The build ends; its ``task_notification`` lands after the tool result, wakes the
+   conversation, and the answer consumes it.
+3. A crash mid-task: a child process running the runtime is SIGKILLed while its deploy runs;
+   a new instance finds the task ``lost`` and the model is told so, once.
+4. An authorized restart mid-task (L2): a child process commits a ``restart`` operation
+   ("accepted, not completed") and exits; the next instance completes it, and one
+   ``restart_completed`` turn answers, with the interrupted task reported honestly.
+5. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
+
+It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+
+from tidings.clock import SystemClock
+from tidings.demo import checks
+from tidings.demo.outbox_tour import outbox_tour
+from tidings.demo.restart import restart_child, run_child
+from tidings.demo.script import (
+    BUILD_REQUEST,
+    INTERRUPTED,
+    MODEL,
+    OWNER,
+    PROFILE,
+    RESTARTED,
+    demo_config,
+)
+from tidings.demo.timeline import Snapshot, Timeline, snapshot
+from tidings.results import MASTER_KEY_ENV, MasterKey
+from tidings.runtime import Runtime
+from tidings.store import open_store
+from tidings.tasks.notify import TaskState
+from tidings.types import RunStatus
+
+__all__ = ("restart_child", "run_demo")
+
+WAIT_S = 30.0
+
+
+def _now() -> int:
+    return SystemClock().now_us()
+
+
+async def _read(url: str, conversation_id: str) -> Snapshot:
+    store = await open_store(url)
+    try:
+        return await snapshot(store, conversation_id)
+    finally:
+        await store.close()
+
+
+async def _wait(
+    rt: Runtime, conversation_id: str, done: Callable[[Snapshot], bool], console: Console,
+    what: str,
+) -> Snapshot:
+    """Poll the database until ``done`` holds and no run is open (or give up, and say so)."""
+    deadline = time.monotonic() + WAIT_S
+    with console.status(f"[dim]{what}…"):
+        while True:
+            await rt.settle(conversation_id)
+            view = await snapshot(rt.store, conversation_id)
+            idle = all(r.status not in (RunStatus.RUNNING, RunStatus.QUEUED) for r in view.runs)
+            if idle and done(view):
+                return view
+            if time.monotonic() > deadline:
+                console.print(f"[red]  gave up after {WAIT_S:.0f}s {what}")
+                return view
+            await asyncio.sleep(0.05)
+
+
+def _handled(task_key: str) -> Callable[[Snapshot], bool]:
+    def check(view: Snapshot) -> bool:
+        return any(t.task_key == task_key and t.consumed for t in view.tasks)
+
+    return check
+
+
+async def run_demo(url: str, console: Console) -> bool:
+    """Run every phase on the database at ``url``; print the timeline and the checks."""
+    timeline = Timeline(console, _now())
+    key = MasterKey.generate()
+    child_env = {MASTER_KEY_ENV: key.secret.hex()}
+    config = demo_config()
+    console.print(f"[dim]database {url} · scripted model · offline[/]")
+
+    console.rule("[bold]1. A person asks; the model starts a background build and ends its turn")
+    opening = _now()
+    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+        timeline.note(opening, "host", f"runtime instance {rt.instance_id} up (pid {os.getpid()})")
+        conv = (await rt.create_conversation(OWNER, PROFILE, title="demo")).conversation_id
+        await rt.post(conv, BUILD_REQUEST)
+        await rt.settle(conv)
+        view = await snapshot(rt.store, conv)
+        timeline.show(view)
+        [build] = view.tasks
+        console.rule("[bold]2. The build ends; its notification wakes the conversation")
+        view = await _wait(rt, conv, _handled(build.task_key), console,
+                           "waiting for the background build to end")
+        timeline.show(view)
+        journal = next(t for t in view.tasks if t.task_key == build.task_key)
+        result = next(m.seq for m in view.messages if m.tool_call_id == journal.call_id)
+        console.print(f"  [dim]task journal: {journal.task_key} {journal.state.value}, "
+                      f"delivered={int(journal.delivered)} consumed={int(journal.consumed)}; "
+                      f"notice at seq {journal.notification_seq} > tool result at seq "
+                      f"{result}[/]", highlight=False)
+    timeline.note(_now(), "host", f"instance {rt.instance_id} shut down")
+
+    console.rule("[bold]3. A crash mid-task: the runtime process is killed with SIGKILL")
+    spawned = _now()
+    crashed, kill = await run_child(url, conv, crash=True, env=child_env)
+    try:
+        timeline.note(spawned, "host", f"child process {crashed.facts['pid']} starts instance "
+                      f"{crashed.facts['instance_id']}")
+        timeline.show(await _read(url, conv))
+    finally:
+        await kill()
+    timeline.note(_now(), "host", f"SIGKILL to process {crashed.facts['pid']} while "
+                  f"{crashed.facts['task_key']} runs: no shutdown code runs")
+    opening = _now()
+    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+        timeline.note(opening, "host", f"new instance {rt.instance_id} up; it reconciles the "
+                      "gone one")
+        view = await _wait(rt, conv, _handled(crashed.facts["task_key"]), console,
+                           "waiting for the lost task to be reported")
+        timeline.show(view)
+
+    console.rule("[bold]4. An authorized restart mid-task (L2)")
+    spawned = _now()
+    restarted, _ = await run_child(url, conv, crash=False, env=child_env)
+    exited = _now()
+    operation_id = str(restarted.facts["operation_id"])
+    timeline.note(spawned, "host", f"child process {restarted.facts['pid']} starts instance "
+                  f"{restarted.facts['instance_id']}")
+    timeline.show(await _read(url, conv))
+    timeline.note(exited, "host", f"the host honours the request: process "
+                  f"{restarted.facts['pid']} shuts its runtime down and exits "
+                  f"(code {restarted.returncode}); operation {operation_id} is still "
+                  f"{restarted.facts['operation_state']}")
+
+    def restart_done(view: Snapshot) -> bool:
+        return (_handled(restarted.facts["task_key"])(view)
+                and any(m.content == RESTARTED for m in view.messages))
+
+    opening = _now()
+    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+        timeline.note(opening, "host", f"new instance {rt.instance_id} up; once initialised it "
+                      "completes the restart")
+        view = await _wait(rt, conv, restart_done, console,
+                           "waiting for the restart's completion turn")
+        timeline.show(view)
+        operation = await rt.outbox.operation(operation_id)
+        console.print(f"  [dim]operation {operation_id}: accepted → {operation.state.value} "
+                      f"by instance {rt.instance_id}[/]", highlight=False)
+
+    console.rule("[bold]5. Underneath: the signal outbox")
+    results = await outbox_tour(url, console)
+
+    console.rule("[bold]Checks, made by reading the database")
+    store = await open_store(url)
+    try:
+        view = await snapshot(store, conv)
+        record = await checks.restart_record(store, conv, operation_id)
+    finally:
+        await store.close()
+    results = [
+        checks.notified_once(view),
+        checks.placed_after_result(view),
+        checks.never_between_call_and_result(view),
+        checks.consumed(view),
+        checks.build_succeeded(view, build.task_key),
+        checks.interrupted_honestly(view, crashed.facts["task_key"], "crash"),
+        checks.interrupted_honestly(view, restarted.facts["task_key"], "restart"),
+        checks.nothing_replayed(view),
+        checks.restart_completed_once(view, record, RESTARTED),
+        checks.runs_never_overlap(view),
+        checks.pairing_intact(view),
+        *results,
+    ]
+    for line in checks.render(results):
+        console.print(line, highlight=False)
+    failed = [c for c in results if not c.ok]
+    lost = sum(1 for t in view.tasks if t.state in (TaskState.LOST, TaskState.KILLED))
+    answered = sum(1 for m in view.messages if m.content == INTERRUPTED)
+    console.print(
+        f"\n{len(results) - len(failed)} of {len(results)} checks passed · "
+        f"{len(view.runs)} turns, {len(view.tasks)} tasks ({lost} interrupted, {answered} "
+        "reported as not done)",
+        style="bold green" if not failed else "bold red", highlight=False,
+    )
+    return not failed

@@ -1,0 +1,214 @@
+"""The demo's summary: the promise checked against what the database holds.
+
+Each check is a pure function over a :class:`~tidings.demo.timeline.Snapshot` (the transcript,
+the runs, the task journal and the event journal of one conversation, as the database holds
+them) and returns a :class:`Check`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+
+from rich.markup import escape
+
+from tidings.demo.timeline import Snapshot
+from tidings.lifecycle import RESTART_COMPLETED
+from tidings.store import Store, Tx
+from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
+from tidings.types import Message, RunStatus, StartKind
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the summary: ``ok`` and why."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+def _notes(messages: Iterable[Message]) -> list[Message]:
+    return [m for m in messages if m.meta.get("kind") == NOTIFICATION_KIND]
+
+
+def _owed(view: Snapshot) -> list[str]:
+    """Event ids of ended tasks that owe the model one notification."""
+    return [
+        t.event_id for t in view.tasks
+        if t.event_id is not None and t.state is not TaskState.RUNNING
+        and t.notify is Notify.ON_EXIT and not t.cancelled and not t.reported_in_tool_result
+    ]
+
+
+def notified_once(view: Snapshot) -> Check:
+    counts = Counter(str(m.meta.get("event_id")) for m in _notes(view.messages))
+    owed = _owed(view)
+    wrong = {e: counts.get(e, 0) for e in owed if counts.get(e, 0) != 1}
+    stray = [e for e in counts if e not in owed]
+    ok = bool(owed) and not wrong and not stray
+    detail = (f"{len(owed)} ended task(s), one task_notification per event id"
+              if ok else f"counts per event id {wrong or dict(counts)}, unowed {stray}")
+    return Check("every ended task notified exactly once", ok, detail)
+
+
+def placed_after_result(view: Snapshot) -> Check:
+    results = {m.tool_call_id: m.seq for m in view.messages if m.role == "tool"}
+    tasks = {t.task_key: t for t in view.tasks}
+    bad: list[int] = []
+    for note in _notes(view.messages):
+        task = tasks.get(str(note.meta.get("task_key")))
+        result_seq = None if task is None else results.get(task.call_id)
+        if result_seq is None or note.seq <= result_seq:
+            bad.append(note.seq)
+    ok = not bad
+    return Check("every notification after its task's tool result", ok,
+                 "each notice's seq is past its originating tool result" if ok
+                 else f"misplaced notices at seq {bad}")
+
+
+def never_between_call_and_result(view: Snapshot) -> Check:
+    by_seq = {m.seq: m for m in view.messages}
+    results = {m.tool_call_id: m.seq for m in view.messages if m.role == "tool"}
+    bad: list[int] = []
+    for m in view.messages:
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        last = max((results.get(c["call_id"], m.seq) for c in m.tool_calls), default=m.seq)
+        bad.extend(s for s in range(m.seq + 1, last + 1)
+                   if s in by_seq and by_seq[s].role != "tool")
+    ok = not bad
+    return Check("nothing placed between a tool call and its result", ok,
+                 "every call is followed directly by its results" if ok
+                 else f"messages inside an open call at seq {bad}")
+
+
+def consumed(view: Snapshot) -> Check:
+    delivered = [t for t in view.tasks if t.delivered]
+    unhandled = [t.task_key for t in delivered if not t.consumed]
+    ok = bool(delivered) and not unhandled
+    return Check("every delivered notification consumed", ok,
+                 f"{len(delivered)} delivered, all consumed=1 by the turn that saw them" if ok
+                 else f"delivered but not consumed: {unhandled or 'none delivered'}")
+
+
+def build_succeeded(view: Snapshot, task_key: str) -> Check:
+    task = next((t for t in view.tasks if t.task_key == task_key), None)
+    ok = (task is not None and task.state is TaskState.EXITED and task.exit_code == 0
+          and task.consumed)
+    return Check("the build's end answered in a woken turn", ok,
+                 f"{task_key}: exited 0, consumed" if ok
+                 else f"{task_key}: {task and (task.state.value, task.exit_code)}")
+
+
+def interrupted_honestly(view: Snapshot, task_key: str, how: str) -> Check:
+    task = next((t for t in view.tasks if t.task_key == task_key), None)
+    note = next((m for m in _notes(view.messages) if m.meta.get("task_key") == task_key), None)
+    ok = (task is not None and task.state in (TaskState.KILLED, TaskState.LOST)
+          and note is not None and '"succeeded":false' in note.content)
+    state = "missing" if task is None else task.state.value
+    return Check(f"the task interrupted by the {how} not recorded as success", ok,
+                 f"{task_key}: state {state}; its notice says succeeded=false" if ok
+                 else f"{task_key}: state {state}, notice {'found' if note else 'missing'}")
+
+
+def runs_never_overlap(view: Snapshot) -> Check:
+    runs = sorted(view.runs, key=lambda r: (r.started_at_us or 0, r.run_id))
+    open_runs = [r.run_id for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)]
+    overlaps = [
+        (a.run_id, b.run_id) for a, b in pairwise(runs)
+        if a.ended_at_us is None or (b.started_at_us or 0) < a.ended_at_us
+    ]
+    ok = not overlaps and not open_runs
+    return Check("no two runs of the conversation overlap in time", ok,
+                 f"{len(runs)} runs, each started after the previous one ended" if ok
+                 else f"overlapping {overlaps}, still open {open_runs}")
+
+
+def pairing_intact(view: Snapshot) -> Check:
+    calls: dict[str, int] = {}
+    for m in view.messages:
+        if m.role == "assistant":
+            for c in m.tool_calls:
+                calls[str(c["call_id"])] = m.seq
+    answers = Counter(m.tool_call_id for m in view.messages if m.role == "tool")
+    unanswered = [c for c in calls if answers.get(c, 0) != 1]
+    orphans = [
+        m.seq for m in view.messages
+        if m.role == "tool" and calls.get(str(m.tool_call_id), m.seq) >= m.seq
+    ]
+    ok = not unanswered and not orphans
+    return Check("transcript pairing intact", ok,
+                 f"{len(calls)} tool calls, each with exactly one later result" if ok
+                 else f"unanswered {unanswered}, results without an earlier call {orphans}")
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRecord:
+    """What the database holds about one restart operation."""
+
+    operation_id: str
+    operation_state: str | None
+    delivery_state: str | None
+    delivery_attempts: int
+
+
+async def restart_record(store: Store, conversation_id: str, operation_id: str) -> RestartRecord:
+    """Read the restart operation and its ``restart_completed`` delivery."""
+
+    def read(tx: Tx) -> RestartRecord:
+        operation = tx.one("get_operation", operation_id=operation_id)
+        # The completing instance publishes under this key (tidings.lifecycle).
+        event = tx.one("event_by_key", conversation_id=conversation_id,
+                       idempotency_key=f"restart-completed-{operation_id}")
+        states = [] if event is None else tx.all(
+            "delivery_states", delivery_ids=[int(event["delivery_id"])])
+        return RestartRecord(
+            operation_id,
+            None if operation is None else str(operation["state"]),
+            str(states[0]["state"]) if states else None,
+            int(states[0]["attempts"]) if states else 0,
+        )
+
+    return await store.read(read)
+
+
+def restart_completed_once(view: Snapshot, record: RestartRecord, answer: str) -> Check:
+    completions = [e for e in view.events if e.type == RESTART_COMPLETED
+                   and e.data.get("operation_id") == record.operation_id]
+    answers = sum(1 for m in view.messages if m.role == "assistant" and m.content == answer)
+    ok = (len(completions) == 1 and record.operation_state == "completed"
+          and record.delivery_state == "acknowledged" and record.delivery_attempts == 1
+          and answers == 1)
+    return Check("restart_completed handled exactly once", ok,
+                 f"operation {record.operation_id} completed; its one signal acknowledged on "
+                 "its first delivery by one completion turn" if ok
+                 else f"{len(completions)} completion(s), operation {record.operation_state}, "
+                 f"delivery {record.delivery_state} after {record.delivery_attempts} "
+                 f"attempt(s), {answers} answer(s)")
+
+
+def nothing_replayed(view: Snapshot) -> Check:
+    """Interrupted tools are never repeated: tool calls come only from a person's turns, and
+    each background call started exactly one task."""
+    triggers = {r.run_id: r.trigger for r in view.runs}
+    automatic = [m.seq for m in view.messages if m.role == "assistant" and m.tool_calls
+                 and m.run_id is not None and triggers.get(m.run_id) is not StartKind.PERSON]
+    calls = sum(1 for m in view.messages if m.role == "assistant"
+                for c in m.tool_calls if c.get("arguments", {}).get("background"))
+    ok = not automatic and calls == len(view.tasks)
+    return Check("no tool re-run after a crash or restart", ok,
+                 f"{calls} background calls started {len(view.tasks)} tasks; woken turns "
+                 "called no tool" if ok
+                 else f"tool calls in automatic turns at seq {automatic}; {calls} background "
+                 f"calls, {len(view.tasks)} tasks")
+
+
+def render(checks: Iterable[Check]) -> list[str]:
+    """Rich markup lines: ✓ or ✗, the check, and why."""
+    return [
+        f"{'[green]✓' if c.ok else '[red]✗'}[/] {escape(c.name)} [dim]— {escape(c.detail)}[/]"
+        for c in checks
+    ]

@@ -1,0 +1,239 @@
+"""The ASGI app (A2) and the server that runs it.
+
+:func:`create_app` builds a FastAPI app over one started :class:`~tidings.runtime.Runtime`; the
+runtime's lifetime is the caller's. Two small ASGI layers wrap the routes:
+
+- :class:`BodyLimit` refuses a body larger than ``max_body_bytes`` with a 413 problem *before*
+  anything parses it -- by its ``Content-Length`` and by counting the bytes as they stream in --
+  so an oversize request never reaches the runtime and writes nothing;
+- :class:`Guard` turns any exception no handler knew into a 500 problem that names nothing
+  internal (the exception is logged, not sent).
+
+:class:`Server` is uvicorn's server that also ends the app's open event feeds when it shuts
+down (a feed never ends by itself), and :func:`serve` runs one until it is stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tidings import __version__
+from tidings.runtime import Runtime
+from tidings.service import observability, problems, routes
+from tidings.service.auth import Authenticator
+from tidings.service.sse import Feeds
+
+log = logging.getLogger("tidings.service")
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+
+
+class BodyLimit:
+    """Reads the request body up front, at most ``max_bytes`` of it, then replays it."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                await self._refuse(scope, receive, send, problems.problem(
+                    400, "malformed_body", "Content-Length is not a number."))
+                return
+            if int(declared) > self.max_bytes:
+                await self._too_large(scope, receive, send, int(declared))
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before it finished
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send, size)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # afterwards: the client's disconnect
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
+        detail = (f"the request body is {size} bytes or more; the limit is "
+                  f"{self.max_bytes} bytes")
+        await self._refuse(scope, receive, send,
+                           problems.problem(413, "payload_too_large", detail))
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, body: problems.Problem) -> None:
+        # The unread rest of the body is the ASGI server's to discard (uvicorn reads it off
+        # the connection after the answer, so the client is not reset mid-send).
+        await problems.problem_response(body)(scope, receive, send)
+
+
+class Guard:
+    """The last resort: an unexpected exception becomes a 500 problem, logged, not disclosed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            await problems.problem_response(problems.internal_error())(scope, receive, send)
+
+
+class TidingsAPI(FastAPI):
+    """FastAPI, with error responses documented as ``application/problem+json``."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = get_openapi(title=self.title, version=self.version,
+                                 description=self.description, routes=self.routes)
+            for path in schema.get("paths", {}).values():
+                for operation in path.values():
+                    for code, response in operation.get("responses", {}).items():
+                        content = response.get("content", {})
+                        if code[:1] in ("4", "5") and content:
+                            # FastAPI files an error model under the route's own media type
+                            # (JSON, text, event stream); every error is a problem document.
+                            response["content"] = {
+                                problems.PROBLEM_MEDIA_TYPE: next(iter(content.values()))
+                            }
+            self.openapi_schema = schema
+        return self.openapi_schema
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    tokens: Mapping[str, str],
+    operator_tokens: Collection[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    feed_poll: timedelta = timedelta(milliseconds=100),
+    feed_ping: timedelta = timedelta(seconds=15),
+) -> FastAPI:
+    """The HTTP service over a started ``runtime``.
+
+    ``tokens`` maps each bearer token to its principal (the owner of the conversations it
+    opens); ``operator_tokens`` may read the views across every conversation and the metrics.
+    Every route but ``/health`` and ``/openapi.json`` needs a token.
+    """
+    if max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be positive")
+    app = TidingsAPI(
+        title="tidings",
+        version=__version__,
+        description=(
+            "The durable kernel of an LLM-agent runtime over HTTP: conversations, inputs, "
+            "transcript, runs, tasks, results, signals, and an event feed over Server-Sent "
+            "Events. Errors are RFC 9457 problem documents with a stable `code`."
+        ),
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.runtime = runtime
+    app.state.authenticator = Authenticator(tokens, operator_tokens)
+    app.state.feeds = Feeds(poll=feed_poll, ping=feed_ping)
+    problems.install(app)
+    app.include_router(routes.router)
+    app.include_router(observability.router)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Guard)  # added last: the outermost layer
+    return app
+
+
+def feeds_of(app: FastAPI) -> Feeds:
+    feeds = app.state.feeds
+    assert isinstance(feeds, Feeds)
+    return feeds
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server for a :func:`create_app` app; its open feeds end when it shuts down."""
+
+    def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", port: int = 8080,
+                 **options: Any) -> None:
+        options.setdefault("ws", "none")
+        options.setdefault("timeout_graceful_shutdown", 10)
+        super().__init__(uvicorn.Config(app, host=host, port=port, **options))
+        self.feeds = feeds_of(app)
+
+    async def startup(self, sockets: Any = None) -> None:
+        self.feeds.open()
+        await super().startup(sockets=sockets)
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.feeds.close()
+        await super().shutdown(sockets=sockets)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the OS chose, when asked for port 0)."""
+        for server in self.servers:
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        raise RuntimeError("the server is not listening")
+
+
+async def serve(
+    runtime: Runtime,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tokens: Mapping[str, str],
+    operator_tokens: Collection[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    feed_poll: timedelta = timedelta(milliseconds=100),
+    log_level: str = "info",
+    **uvicorn_options: Any,
+) -> None:
+    """Serve ``runtime`` over HTTP until the server is stopped (SIGINT or SIGTERM).
+
+    The runtime is the caller's: it is neither started nor closed here.
+    """
+    app = create_app(runtime, tokens=tokens, operator_tokens=operator_tokens,
+                     max_body_bytes=max_body_bytes, feed_poll=feed_poll)
+    await Server(app, host=host, port=port, log_level=log_level, **uvicorn_options).serve()
+
+
+__all__ = ("DEFAULT_MAX_BODY_BYTES", "BodyLimit", "Guard", "Server", "create_app", "serve")

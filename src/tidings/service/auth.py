@@ -1,0 +1,93 @@
+"""Bearer-token principals (A2).
+
+A token maps to a principal, the owner string every conversation route passes to the runtime
+as ``owner=``: a principal sees only its own conversations, and another's answer exactly as an
+unknown id does. Operator tokens read the cross-conversation views (signal totals, every dead
+letter, metrics); a token may be both. Tokens are compared by their SHA-256 digest, so a lookup
+takes the same time whichever token it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tidings.service.problems import HTTPProblem
+
+_bearer = HTTPBearer(auto_error=False, description="A principal's or an operator's token.")
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tidings"'}
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a token speaks for: a principal (owner of conversations), an operator, or both."""
+
+    principal: str | None
+    operator: bool
+
+
+class Authenticator:
+    """Resolves bearer tokens; unknown and missing tokens are refused alike (401)."""
+
+    def __init__(self, tokens: Mapping[str, str], operator_tokens: Collection[str] = ()) -> None:
+        for token, principal in tokens.items():
+            if not token or not principal:
+                raise ValueError("tokens and principals must be non-empty strings")
+        if any(not token for token in operator_tokens):
+            raise ValueError("operator tokens must be non-empty strings")
+        self._principals = {_digest(t): p for t, p in tokens.items()}
+        self._operators = frozenset(_digest(t) for t in operator_tokens)
+
+    def identify(self, token: str | None) -> Identity:
+        if token:
+            digest = _digest(token)
+            principal = self._principals.get(digest)
+            operator = digest in self._operators
+            if principal is not None or operator:
+                return Identity(principal, operator)
+        raise HTTPProblem(401, "unauthorized", "A valid bearer token is required.",
+                          headers=_CHALLENGE)
+
+
+def _authenticator(request: Request) -> Authenticator:
+    auth = request.app.state.authenticator
+    assert isinstance(auth, Authenticator)
+    return auth
+
+
+async def identity(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Identity:
+    return _authenticator(request).identify(
+        credentials.credentials if credentials is not None else None
+    )
+
+
+async def principal(who: Annotated[Identity, Depends(identity)]) -> str:
+    """The owner a conversation route acts for."""
+    if who.principal is None:
+        raise HTTPProblem(403, "forbidden", "This route needs a principal's token.")
+    return who.principal
+
+
+async def operator(who: Annotated[Identity, Depends(identity)]) -> Identity:
+    """An operator, for views across every conversation."""
+    if not who.operator:
+        raise HTTPProblem(403, "forbidden", "This route needs an operator token.")
+    return who
+
+
+Principal = Annotated[str, Depends(principal)]
+Operator = Annotated[Identity, Depends(operator)]
+
+__all__ = ("Authenticator", "Identity", "Operator", "Principal", "identity")

@@ -1,0 +1,82 @@
+"""Health, metrics and the operator's views across every conversation (A2, A6, S8, S10).
+
+``/health`` needs no token and answers 503 when the store cannot be read. ``/metrics`` (the
+Prometheus text format), ``/v1/signals/stats`` and ``/v1/dead-letters`` need an operator
+token; a principal's token gets 403.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
+
+from tidings.errors import TidingsError
+from tidings.metrics import Gauge
+from tidings.service.auth import Operator
+from tidings.service.problems import HTTPProblem, documented, title_of
+from tidings.service.routes import RuntimeDep
+from tidings.service.schemas import DeadLetterList, DeadLetterOut, Health, QueueStatsOut
+
+PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPERATOR = documented(401, 403, 422, 500, 503)
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=Health, responses=documented(503), tags=["health"],
+            summary="Liveness and store readability; no token needed")
+async def health(runtime: RuntimeDep) -> Health:
+    try:
+        # The cheapest read the runtime offers that touches the database.
+        await runtime.signal_stats()
+    except TidingsError as exc:
+        raise HTTPProblem(503, exc.code, "the store cannot be read",
+                          title=title_of(exc)) from None
+    return Health(status="ok", instance_id=runtime.instance_id)
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"description": "The Prometheus text exposition format (0.0.4).",
+                     "content": {PROMETHEUS_MEDIA_TYPE: {"schema": {"type": "string"}}}},
+               **OPERATOR},
+    tags=["health"],
+    summary="Prometheus metrics (operator token)",
+)
+async def metrics(runtime: RuntimeDep, _: Operator) -> PlainTextResponse:
+    stats = await runtime.signal_stats()
+    gauges = [
+        Gauge("tidings_signal_backlog", "Unacknowledged signal deliveries.", stats.backlog),
+        Gauge("tidings_signal_oldest_age_seconds",
+              "Age of the oldest unacknowledged delivery.",
+              (stats.oldest_age_us or 0) / 1e6),
+        Gauge("tidings_signal_retried", "Unacknowledged deliveries tried more than once.",
+              stats.retried),
+        Gauge("tidings_dead_letters", "Deliveries that will not be retried.",
+              stats.dead_letters),
+        Gauge("tidings_running_tasks", "Background processes running in this instance.",
+              len(runtime.supervisor.running())),
+    ]
+    return PlainTextResponse(runtime.metrics.render(gauges), media_type=PROMETHEUS_MEDIA_TYPE)
+
+
+@router.get("/v1/signals/stats", response_model=QueueStatsOut, responses=OPERATOR,
+            tags=["signals"], summary="Signal totals over every conversation (operator token)")
+async def signal_stats(runtime: RuntimeDep, _: Operator) -> QueueStatsOut:
+    return QueueStatsOut.of(await runtime.signal_stats())
+
+
+@router.get("/v1/dead-letters", response_model=DeadLetterList, responses=OPERATOR,
+            tags=["signals"], summary="Dead letters of every conversation (operator token)")
+async def dead_letters(
+    runtime: RuntimeDep, _: Operator,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> DeadLetterList:
+    return DeadLetterList(items=[DeadLetterOut.of(d) for d in
+                                 await runtime.dead_letters(limit=limit)])
+
+
+__all__ = ("PROMETHEUS_MEDIA_TYPE", "router")

@@ -1,0 +1,328 @@
+"""Conversation routes (A2): parse, call the :class:`~tidings.runtime.Runtime`, serialise.
+
+Every route acts for the token's principal and passes it as ``owner=``: another principal's
+conversation -- its inputs, transcript, runs, tasks, results and feed -- answers exactly like an
+unknown id (the runtime raises the same error for both, and the same error makes the same
+problem document).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request, status
+from sse_starlette import EventSourceResponse
+
+from tidings.errors import UnknownRunError
+from tidings.runtime import Runtime
+from tidings.service import sse
+from tidings.service.auth import Principal
+from tidings.service.problems import HTTPProblem, documented
+from tidings.service.schemas import (
+    Accepted,
+    Compacted,
+    ConversationCreate,
+    ConversationOut,
+    ConversationPage,
+    DeadLetterList,
+    DeadLetterOut,
+    EventOut,
+    EventPage,
+    GoalUpdate,
+    InputCreate,
+    InputList,
+    InputOut,
+    MessageOut,
+    QueueStatsOut,
+    ResultList,
+    ResultPageOut,
+    ResultRefOut,
+    RunList,
+    RunOut,
+    Stopped,
+    TaskOut,
+    TaskPage,
+    Transcript,
+)
+from tidings.types import Origin
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime = request.app.state.runtime
+    assert isinstance(runtime, Runtime)
+    return runtime
+
+
+def _feeds(request: Request) -> sse.Feeds:
+    feeds = request.app.state.feeds
+    assert isinstance(feeds, sse.Feeds)
+    return feeds
+
+
+RuntimeDep = Annotated[Runtime, Depends(_runtime)]
+FeedsDep = Annotated[sse.Feeds, Depends(_feeds)]
+Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
+
+# What every conversation route may answer besides its success.
+READ = documented(401, 403, 404, 422, 500, 503)
+WRITE = documented(400, 401, 403, 404, 409, 413, 422, 429, 500, 503)
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+# -- conversations -----------------------------------------------------------------------------
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut,
+             responses=WRITE, summary="Open a conversation owned by the token's principal")
+async def create_conversation(
+    body: ConversationCreate, runtime: RuntimeDep, owner: Principal
+) -> ConversationOut:
+    conversation = await runtime.create_conversation(
+        owner, body.profile.to_profile(), title=body.title
+    )
+    return ConversationOut.of(conversation)
+
+
+@router.get("", response_model=ConversationPage, responses=READ,
+            summary="The principal's conversations, by id")
+async def list_conversations(
+    runtime: RuntimeDep, owner: Principal, after: str = "", limit: Limit = 100
+) -> ConversationPage:
+    found = await runtime.list_conversations(owner, after=after, limit=limit)
+    return ConversationPage(
+        items=[ConversationOut.of(c) for c in found],
+        next_after=found[-1].conversation_id if len(found) == limit else None,
+    )
+
+
+@router.get("/{conversation_id}", response_model=ConversationOut, responses=READ)
+async def get_conversation(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal
+) -> ConversationOut:
+    return ConversationOut.of(await runtime.conversation(conversation_id, owner=owner))
+
+
+@router.post("/{conversation_id}/archive", response_model=ConversationOut, responses=WRITE,
+             summary="Archive: no more callers' input; the kernel's mail still runs")
+async def archive_conversation(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal
+) -> ConversationOut:
+    return ConversationOut.of(await runtime.archive(conversation_id, owner=owner))
+
+
+@router.delete("/{conversation_id}", response_model=ConversationOut, responses=WRITE,
+               summary="Tombstone: from now on the conversation is unknown to every reader")
+async def delete_conversation(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal
+) -> ConversationOut:
+    return ConversationOut.of(await runtime.tombstone(conversation_id, owner=owner))
+
+
+# -- the door ----------------------------------------------------------------------------------
+
+
+@router.post("/{conversation_id}/inputs", status_code=status.HTTP_202_ACCEPTED,
+             response_model=InputOut, responses=WRITE,
+             summary="Post a person's input; it waits for (or steers) a turn")
+async def post_input(
+    conversation_id: str, body: InputCreate, runtime: RuntimeDep, owner: Principal
+) -> InputOut:
+    accepted = await runtime.post(
+        conversation_id, body.content, origin=Origin.PERSON, delivery_mode=body.delivery_mode,
+        meta=body.meta, idempotency_key=body.idempotency_key, owner=owner,
+    )
+    return InputOut.of(accepted)
+
+
+@router.get("/{conversation_id}/inputs", response_model=InputList, responses=READ,
+            summary="Inputs in read order: kernel mail first, then arrival")
+async def list_inputs(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> InputList:
+    return InputList(items=[InputOut.of(i) for i in
+                            await runtime.inputs(conversation_id, owner=owner)])
+
+
+# -- goal, stop, compaction --------------------------------------------------------------------
+
+
+@router.put("/{conversation_id}/goal", response_model=ConversationOut, responses=WRITE)
+async def set_goal(
+    conversation_id: str, body: GoalUpdate, runtime: RuntimeDep, owner: Principal
+) -> ConversationOut:
+    return ConversationOut.of(
+        await runtime.set_goal(conversation_id, body.status, body.text, owner=owner)
+    )
+
+
+@router.post("/{conversation_id}/goal/checkpoint", status_code=status.HTTP_202_ACCEPTED,
+             response_model=Accepted, responses=WRITE,
+             summary="Ask for an automatic turn toward the active goal")
+async def checkpoint(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Accepted:
+    await runtime.checkpoint(conversation_id, owner=owner)
+    return Accepted()
+
+
+@router.post("/{conversation_id}/stop", response_model=Stopped, responses=WRITE,
+             summary="Stop the conversation's running and queued turns")
+async def stop(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Stopped:
+    return Stopped(run_ids=list(await runtime.stop(conversation_id, owner=owner)))
+
+
+@router.post("/{conversation_id}/compact", response_model=Compacted, responses=WRITE,
+             summary="Summarise the history (refused while a turn is active or queued)")
+async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Compacted:
+    return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
+
+
+# -- transcript and runs -----------------------------------------------------------------------
+
+
+@router.get("/{conversation_id}/transcript", response_model=Transcript, responses=READ)
+async def transcript(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+) -> Transcript:
+    messages = await runtime.transcript(conversation_id, after_seq=after_seq, owner=owner)
+    return Transcript(
+        conversation_id=conversation_id,
+        items=[MessageOut.of(m) for m in messages],
+        next_after_seq=messages[-1].seq if messages else after_seq,
+    )
+
+
+@router.get("/{conversation_id}/runs", response_model=RunList, responses=READ)
+async def list_runs(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> RunList:
+    return RunList(items=[RunOut.of(r) for r in await runtime.runs(conversation_id, owner=owner)])
+
+
+@router.get("/{conversation_id}/runs/{run_id}", response_model=RunOut, responses=READ)
+async def get_run(
+    conversation_id: str, run_id: str, runtime: RuntimeDep, owner: Principal
+) -> RunOut:
+    await runtime.conversation(conversation_id, owner=owner)
+    run = await runtime.run(run_id, owner=owner)
+    if run.conversation_id != conversation_id:
+        raise UnknownRunError(run_id)
+    return RunOut.of(run)
+
+
+# -- tasks and results -------------------------------------------------------------------------
+
+
+@router.get("/{conversation_id}/tasks", response_model=TaskPage, responses=READ)
+async def list_tasks(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal,
+    before_us: Annotated[int | None, Query(ge=0)] = None, limit: Limit = 100,
+) -> TaskPage:
+    tasks = await runtime.task_list(conversation_id, owner=owner, before_us=before_us,
+                                    limit=limit)
+    return TaskPage(
+        items=[TaskOut.of(t) for t in tasks],
+        next_before_us=tasks[-1].started_at_us if len(tasks) == limit else None,
+    )
+
+
+@router.get("/{conversation_id}/tasks/{task_key}", response_model=TaskOut, responses=READ)
+async def get_task(
+    conversation_id: str, task_key: str, runtime: RuntimeDep, owner: Principal
+) -> TaskOut:
+    return TaskOut.of(await runtime.task(conversation_id, task_key, owner=owner))
+
+
+@router.get("/{conversation_id}/results", response_model=ResultList, responses=READ)
+async def list_results(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal, after: str = "",
+    limit: Limit = 100,
+) -> ResultList:
+    refs = await runtime.result_list(conversation_id, owner=owner, after=after, limit=limit)
+    return ResultList(
+        items=[ResultRefOut.of(r) for r in refs],
+        next_after=refs[-1].result_id if len(refs) == limit else None,
+    )
+
+
+@router.get("/{conversation_id}/results/{result_id}", response_model=ResultPageOut,
+            responses=READ,
+            summary="One page of a result; unknown and foreign ids answer the same 404")
+async def get_result_page(
+    conversation_id: str, result_id: str, runtime: RuntimeDep, owner: Principal,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit_bytes: Annotated[int | None, Query(ge=4, le=1024 * 1024)] = None,
+) -> ResultPageOut:
+    page = await runtime.result_page(conversation_id, result_id, owner=owner, offset=offset,
+                                     limit_bytes=limit_bytes)
+    return ResultPageOut.of(page)
+
+
+# -- signals -----------------------------------------------------------------------------------
+
+
+@router.get("/{conversation_id}/signals/stats", response_model=QueueStatsOut, responses=READ,
+            tags=["signals"])
+async def conversation_signal_stats(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal
+) -> QueueStatsOut:
+    return QueueStatsOut.of(await runtime.signal_stats(conversation_id, owner=owner))
+
+
+@router.get("/{conversation_id}/dead-letters", response_model=DeadLetterList, responses=READ,
+            tags=["signals"])
+async def conversation_dead_letters(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal, limit: Limit = 100
+) -> DeadLetterList:
+    letters = await runtime.dead_letters(conversation_id, owner=owner, limit=limit)
+    return DeadLetterList(items=[DeadLetterOut.of(d) for d in letters])
+
+
+# -- the event feed ----------------------------------------------------------------------------
+
+
+def _resume_point(last_event_id: str | None, after: int | None) -> int:
+    """``Last-Event-ID`` (a reconnecting client's) wins over ``?after=`` (its first URL)."""
+    if last_event_id is not None and last_event_id.strip():
+        text = last_event_id.strip()
+        if not text.isascii() or not text.isdigit():
+            raise HTTPProblem(422, "invalid_input", "Last-Event-ID must be a journal sequence")
+        return int(text)
+    return after or 0
+
+
+@router.get(
+    "/{conversation_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"description": "Server-Sent Events: id = journal seq, event = type, "
+                             "data = an EventOut as JSON.",
+              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        **READ,
+    },
+    summary="The event feed (SSE); resumes after Last-Event-ID or ?after=",
+)
+async def events(
+    conversation_id: str, runtime: RuntimeDep, feeds: FeedsDep, owner: Principal,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> EventSourceResponse:
+    start = _resume_point(last_event_id, after)
+    # Read the first page before answering: a foreign or unknown id gets its 404, not a stream.
+    first = [EventOut.of(e) for e in
+             await runtime.events(conversation_id, after_seq=start, owner=owner)]
+    return EventSourceResponse(
+        sse.feed(runtime, feeds, conversation_id, owner=owner, after=start, first=first),
+        ping=feeds.ping_s,
+        send_timeout=30.0,
+    )
+
+
+@router.get("/{conversation_id}/events.json", response_model=EventPage, responses=READ,
+            summary="The event feed as a JSON page, for clients without SSE")
+async def events_page(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> EventPage:
+    rows = await runtime.events(conversation_id, after_seq=after, owner=owner)
+    return EventPage(items=[EventOut.of(e) for e in rows],
+                     next_after=rows[-1].seq if rows else after)
+
+
+__all__ = ("router",)

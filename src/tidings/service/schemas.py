@@ -1,0 +1,380 @@
+"""The HTTP bodies: pydantic models of the service layer only, converted explicitly from (and
+to) the runtime's frozen records, so the OpenAPI schema says exactly what is sent.
+
+Request models forbid unknown fields: an input that carries ``origin``, ``authored_by`` or a
+kernel stamp is refused, never silently dropped (M1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tidings.results import ResultPage, ResultRef
+from tidings.tasks.journal import TaskRecord
+from tidings.types import (
+    Conversation,
+    DeadLetter,
+    DeliveryMode,
+    Event,
+    GoalStatus,
+    Input,
+    Message,
+    Profile,
+    QueueStats,
+    Run,
+)
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProfileBody(_Request):
+    """The answering agent: model intent and ordered fallbacks, tools, approval mode."""
+
+    model: str = Field(min_length=1, max_length=200, description="The model intent.")
+    fallbacks: list[str] = Field(default_factory=list, description="Ordered fallback models.")
+    tools: list[str] = Field(default_factory=list, description="Tool names it may call.")
+    approval_mode: Literal["never", "always", "writes"] = "never"
+    system: str | None = Field(default=None, description="The system prompt.")
+
+    def to_profile(self) -> Profile:
+        base = Profile(model=self.model, fallbacks=tuple(self.fallbacks), tools=tuple(self.tools),
+                       approval_mode=self.approval_mode)
+        if self.system is None:
+            return base
+        return Profile(model=base.model, fallbacks=base.fallbacks, tools=base.tools,
+                       approval_mode=base.approval_mode, system=self.system)
+
+
+class ConversationCreate(_Request):
+    profile: ProfileBody
+    title: str = ""
+
+
+class InputCreate(_Request):
+    """A person's input. Its origin is always ``person``; the kernel's fields are refused."""
+
+    content: str
+    delivery_mode: DeliveryMode = DeliveryMode.QUEUE
+    idempotency_key: str | None = Field(
+        default=None, description="A repeated key returns the first input and writes nothing."
+    )
+    meta: dict[str, Any] | None = None
+
+
+class GoalUpdate(_Request):
+    status: GoalStatus
+    text: str | None = None
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+
+class ProfileOut(BaseModel):
+    model: str
+    fallbacks: list[str]
+    tools: list[str]
+    approval_mode: str
+    system: str
+
+    @classmethod
+    def of(cls, p: Profile) -> ProfileOut:
+        return cls(model=p.model, fallbacks=list(p.fallbacks), tools=list(p.tools),
+                   approval_mode=p.approval_mode, system=p.system)
+
+
+class ConversationOut(BaseModel):
+    conversation_id: str
+    owner: str
+    title: str
+    profile: ProfileOut
+    status: str = Field(description="active, archived or tombstoned.")
+    goal_status: GoalStatus
+    goal_text: str | None
+    suppressed: bool
+    awaiting_person: bool
+    created_at_us: int
+
+    @classmethod
+    def of(cls, c: Conversation) -> ConversationOut:
+        return cls(
+            conversation_id=c.conversation_id, owner=c.owner, title=c.title,
+            profile=ProfileOut.of(c.profile), status=c.status.value, goal_status=c.goal_status,
+            goal_text=c.goal_text, suppressed=c.suppressed, awaiting_person=c.awaiting_person,
+            created_at_us=c.created_at_us,
+        )
+
+
+class ConversationPage(BaseModel):
+    items: list[ConversationOut]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null at end.")
+
+
+class AuthorOut(BaseModel):
+    kind: str
+    handle: str
+    display_name: str
+
+
+class InputOut(BaseModel):
+    input_id: str
+    conversation_id: str
+    queue_position: int = Field(description="The arrival number (read order is listed order).")
+    origin: str
+    authored_by: AuthorOut
+    sender_conversation_id: str | None
+    run_public_id: str | None
+    task_key: str | None
+    delivery_mode: str
+    content: str
+    meta: dict[str, Any]
+    state: str
+    run_id: str | None
+    accepted_at_us: int
+
+    @classmethod
+    def of(cls, i: Input) -> InputOut:
+        return cls(
+            input_id=i.input_id, conversation_id=i.conversation_id,
+            queue_position=i.queue_position, origin=i.origin.value,
+            authored_by=AuthorOut(kind=i.authored_by.kind.value, handle=i.authored_by.handle,
+                                  display_name=i.authored_by.display_name),
+            sender_conversation_id=i.sender_conversation_id, run_public_id=i.run_public_id,
+            task_key=i.task_key, delivery_mode=i.delivery_mode.value, content=i.content,
+            meta=dict(i.meta), state=i.state.value, run_id=i.run_id,
+            accepted_at_us=i.accepted_at_us,
+        )
+
+
+class InputList(BaseModel):
+    items: list[InputOut] = Field(description="In read order: kernel mail first, then arrival.")
+
+
+class MessageOut(BaseModel):
+    seq: int
+    message_id: str
+    run_id: str | None
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str | None
+    tool_name: str | None
+    origin: str | None
+    input_id: str | None
+    meta: dict[str, Any]
+    created_at_us: int
+
+    @classmethod
+    def of(cls, m: Message) -> MessageOut:
+        return cls(
+            seq=m.seq, message_id=m.message_id, run_id=m.run_id, role=m.role, content=m.content,
+            tool_calls=[dict(c) for c in m.tool_calls], tool_call_id=m.tool_call_id,
+            tool_name=m.tool_name, origin=None if m.origin is None else m.origin.value,
+            input_id=m.input_id, meta=dict(m.meta), created_at_us=m.created_at_us,
+        )
+
+
+class Transcript(BaseModel):
+    conversation_id: str
+    items: list[MessageOut]
+    next_after_seq: int = Field(description="Pass as ?after_seq= to read what comes next.")
+
+
+class RunOut(BaseModel):
+    run_id: str
+    conversation_id: str
+    trigger: str
+    status: str
+    model: str | None
+    failure_code: str | None
+    steps: int
+    created_at_us: int
+    started_at_us: int | None
+    ended_at_us: int | None
+
+    @classmethod
+    def of(cls, r: Run) -> RunOut:
+        return cls(
+            run_id=r.run_id, conversation_id=r.conversation_id, trigger=r.trigger.value,
+            status=r.status.value, model=r.model, failure_code=r.failure_code, steps=r.steps,
+            created_at_us=r.created_at_us, started_at_us=r.started_at_us,
+            ended_at_us=r.ended_at_us,
+        )
+
+
+class RunList(BaseModel):
+    items: list[RunOut]
+
+
+class Stopped(BaseModel):
+    run_ids: list[str] = Field(description="The runs asked to stop.")
+
+
+class Compacted(BaseModel):
+    message_seq: int = Field(description="The position of the summary message.")
+
+
+class Accepted(BaseModel):
+    status: Literal["accepted"] = "accepted"
+
+
+class TaskOut(BaseModel):
+    """A task's facts; the output excerpt is untrusted text (invalid UTF-8 replaced)."""
+
+    task_key: str
+    conversation_id: str
+    run_id: str | None
+    call_id: str | None
+    command: str
+    notify: str
+    lifetime: str
+    state: str
+    exit_code: int | None
+    signal: str | None
+    event_id: str | None
+    committed: bool
+    handed_off: bool
+    delivered: bool
+    consumed: bool
+    cancelled: bool
+    reported_in_tool_result: bool
+    continuation_error: str | None
+    result_id: str | None
+    stdout_bytes: int
+    stderr_bytes: int
+    excerpt: str
+    excerpt_truncated: bool
+    duration_ms: int | None
+    started_at_us: int
+    ended_at_us: int | None
+
+    @classmethod
+    def of(cls, t: TaskRecord) -> TaskOut:
+        return cls(
+            task_key=t.task_key, conversation_id=t.conversation_id, run_id=t.run_id,
+            call_id=t.call_id, command=t.command, notify=t.notify.value, lifetime=t.lifetime,
+            state=t.state.value, exit_code=t.exit_code, signal=t.signal, event_id=t.event_id,
+            committed=t.committed, handed_off=t.handed_off, delivered=t.delivered,
+            consumed=t.consumed, cancelled=t.cancelled,
+            reported_in_tool_result=t.reported_in_tool_result,
+            continuation_error=t.continuation_error, result_id=t.result_id,
+            stdout_bytes=t.stdout_bytes, stderr_bytes=t.stderr_bytes,
+            excerpt=t.excerpt.decode("utf-8", "replace"), excerpt_truncated=t.excerpt_truncated,
+            duration_ms=t.duration_ms, started_at_us=t.started_at_us, ended_at_us=t.ended_at_us,
+        )
+
+
+class TaskPage(BaseModel):
+    items: list[TaskOut] = Field(description="Newest first.")
+    next_before_us: int | None = Field(
+        description="Pass as ?before_us= for the next page; null at the end."
+    )
+
+
+class ResultRefOut(BaseModel):
+    result_id: str
+    conversation_id: str
+    lifetime: str = Field(description="durable (until expires_at_us) or process_local.")
+    status: str
+    size_bytes: int
+    expires_at_us: int | None
+    failure_code: str | None
+    task_key: str | None
+
+    @classmethod
+    def of(cls, r: ResultRef) -> ResultRefOut:
+        return cls(
+            result_id=r.result_id, conversation_id=r.conversation_id, lifetime=r.lifetime.value,
+            status=r.status, size_bytes=r.size_bytes, expires_at_us=r.expires_at_us,
+            failure_code=r.failure_code, task_key=r.task_key,
+        )
+
+
+class ResultList(BaseModel):
+    items: list[ResultRefOut]
+    next_after: str | None
+
+
+class ResultPageOut(BaseModel):
+    """Bytes ``[offset, next_offset)`` of the result, as text; never splits a code point."""
+
+    result_id: str
+    offset: int
+    next_offset: int | None = Field(description="null on the last page.")
+    size_bytes: int
+    text: str
+
+    @classmethod
+    def of(cls, p: ResultPage) -> ResultPageOut:
+        return cls(result_id=p.result_id, offset=p.offset, next_offset=p.next_offset,
+                   size_bytes=p.size_bytes, text=p.text)
+
+
+class EventOut(BaseModel):
+    """One journal row; ``seq`` is the SSE id a feed resumes from."""
+
+    conversation_id: str
+    seq: int
+    type: str
+    run_id: str | None
+    data: dict[str, Any]
+    at_us: int
+
+    @classmethod
+    def of(cls, e: Event) -> EventOut:
+        return cls(conversation_id=e.conversation_id, seq=e.seq, type=e.type, run_id=e.run_id,
+                   data=dict(e.data), at_us=e.at_us)
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_after: int = Field(description="The last seq seen: pass as ?after= (or Last-Event-ID).")
+
+
+class QueueStatsOut(BaseModel):
+    conversation_id: str | None = Field(description="null for the totals of all conversations.")
+    backlog: int
+    ready: int
+    leased: int
+    oldest_age_us: int | None
+    retried: int
+    max_attempts: int
+    dead_letters: int
+
+    @classmethod
+    def of(cls, s: QueueStats) -> QueueStatsOut:
+        return cls(conversation_id=s.conversation_id, backlog=s.backlog, ready=s.ready,
+                   leased=s.leased, oldest_age_us=s.oldest_age_us, retried=s.retried,
+                   max_attempts=s.max_attempts, dead_letters=s.dead_letters)
+
+
+class DeadLetterOut(BaseModel):
+    delivery_id: int
+    event_id: str
+    conversation_id: str
+    type: str
+    attempts: int
+    failure_code: str
+    published_at_us: int
+    settled_at_us: int
+
+    @classmethod
+    def of(cls, d: DeadLetter) -> DeadLetterOut:
+        return cls(delivery_id=d.delivery_id, event_id=d.event_id,
+                   conversation_id=d.conversation_id, type=d.type, attempts=d.attempts,
+                   failure_code=d.failure_code, published_at_us=d.published_at_us,
+                   settled_at_us=d.settled_at_us)
+
+
+class DeadLetterList(BaseModel):
+    items: list[DeadLetterOut]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    instance_id: str

@@ -1,0 +1,148 @@
+"""A2, M15: the event feed over Server-Sent Events resumes from a journal sequence. A client
+that reads, loses its server, and reconnects to a new server (a new runtime on the same
+database) with ``Last-Event-ID`` gets every event exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from tests.service.conftest import WAIT_S, Servers, open_conversation
+
+
+@dataclass(frozen=True)
+class Received:
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+async def sse(
+    response: httpx.Response, on_comment: Callable[[str], None] | None = None
+) -> AsyncIterator[Received]:
+    """The events of an SSE stream; comments (keep-alive pings) go to ``on_comment``."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if not line:
+            if "data" in fields:
+                yield Received(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+            fields = {}
+        elif line.startswith(":"):
+            if on_comment is not None:
+                on_comment(line)
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            fields[name] = f"{fields[name]}\n{value}" if name == "data" and name in fields \
+                else value
+
+
+def _turn_ended(event: Received) -> bool:
+    return event.event == "turn_status" and event.data["data"]["status"] == "completed"
+
+
+async def test_m15_feed_resumes_across_a_server_restart_exactly_once(servers: Servers) -> None:
+    first = await servers()
+    seen: list[Received] = []
+    async with first.client() as alice:
+        conv = await open_conversation(alice)
+        feed = f"/v1/conversations/{conv}/events"
+        async with asyncio.timeout(WAIT_S), alice.stream("GET", feed) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            events = sse(stream)
+            posted = await alice.post(f"/v1/conversations/{conv}/inputs",
+                                      json={"content": "one"})
+            assert posted.status_code == 202
+            async for event in events:
+                seen.append(event)
+                if _turn_ended(event):
+                    break
+            # The server goes away while the feed is open: the stream ends; whatever was
+            # already on the wire is still read.
+            await first.stop()
+            seen += [event async for event in events]
+    await first.runtime.close()
+
+    # While nothing serves, a new runtime on the same database does more work.
+    runtime = await servers.runtime()
+    await runtime.post(conv, "two", owner="alice")
+    await runtime.settle(conv)
+    second = await servers(runtime)
+    async with second.client() as alice:
+        resumed_from = seen[-1].id
+        async with asyncio.timeout(WAIT_S), alice.stream(
+            "GET", feed, headers={"Last-Event-ID": str(resumed_from)},
+            params={"after": 0},  # the header wins: it is the reconnecting client's position
+        ) as stream:
+            events = sse(stream)
+            await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "three"})
+            ended = 0
+            async for event in events:
+                seen.append(event)
+                ended += _turn_ended(event)
+                if ended == 2:  # the turns of "two" and of "three"
+                    break
+
+    journal = await runtime.events(conv, owner="alice")
+    seqs = [e.id for e in seen]
+    assert seqs == list(range(1, len(seqs) + 1)), "nothing missed, nothing repeated"
+    assert [(e.seq, e.type, e.data) for e in journal[: len(seen)]] == [
+        (e.id, e.event, e.data["data"]) for e in seen]
+    contents = [m.content for m in await runtime.transcript(conv) if m.role == "user"]
+    assert contents == ["one", "two", "three"]
+
+
+async def test_m15_feed_pings_and_ends_when_the_conversation_is_deleted(
+    servers: Servers,
+) -> None:
+    live = await servers(feed_ping=timedelta(milliseconds=30))
+    comments: list[str] = []
+    pinged = asyncio.Event()
+    received: list[Received] = []
+
+    def on_comment(line: str) -> None:
+        comments.append(line)
+        pinged.set()
+
+    async with live.client() as alice:
+        conv = await open_conversation(alice)
+        async with asyncio.timeout(WAIT_S), alice.stream(
+            "GET", f"/v1/conversations/{conv}/events", params={"after": 1}
+        ) as stream:
+
+            async def read() -> None:
+                received.extend([event async for event in sse(stream, on_comment)])
+
+            reader = asyncio.create_task(read())
+            await pinged.wait()  # a quiet feed still sends keep-alive pings
+            assert (await alice.delete(f"/v1/conversations/{conv}")).status_code == 200
+            await reader  # the feed ends: the conversation is gone
+    assert comments[0].startswith(": ping")
+    assert all(event.id > 1 for event in received)
+
+
+async def test_a2_events_json_pages_after_a_sequence(servers: Servers) -> None:
+    live = await servers()
+    async with live.client() as alice:
+        conv = await open_conversation(alice)
+        await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "hello"})
+        await live.runtime.settle(conv)
+        page = (await alice.get(f"/v1/conversations/{conv}/events.json")).json()
+        seqs = [e["seq"] for e in page["items"]]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert page["next_after"] == seqs[-1]
+        assert {"conversation_created", "input_accepted", "turn_status"} <= {
+            e["type"] for e in page["items"]}
+        later = (await alice.get(f"/v1/conversations/{conv}/events.json",
+                                 params={"after": seqs[1]})).json()
+        assert later["items"] == page["items"][2:]
+        empty = (await alice.get(f"/v1/conversations/{conv}/events.json",
+                                 params={"after": page["next_after"]})).json()
+        assert empty == {"items": [], "next_after": page["next_after"]}

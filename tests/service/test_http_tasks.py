@@ -1,0 +1,80 @@
+"""A2, T2, T10, R2, R3: a background task's facts and its sealed output over HTTP -- owner-scoped,
+paged in bytes, untrusted bytes given as text with invalid UTF-8 replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from tests.service.conftest import BOB, WAIT_S, Live, assert_problem, open_conversation
+
+
+async def _settled_task(client: httpx.AsyncClient, conv: str) -> dict[str, Any]:
+    """The conversation's one task, once it ended and its notification was consumed."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        items = (await client.get(f"/v1/conversations/{conv}/tasks")).json()["items"]
+        if items and items[0]["state"] != "running" and items[0]["consumed"]:
+            [task] = items
+            assert isinstance(task, dict)
+            return task
+        assert time.monotonic() < deadline, items
+        await asyncio.sleep(0.05)
+
+
+async def test_t10_task_facts_and_its_result_pages_over_http(live: Live) -> None:
+    async with live.client() as alice, live.client(BOB) as bob:
+        conv = await open_conversation(alice, tools=("shell",))
+        posted = await alice.post(f"/v1/conversations/{conv}/inputs",
+                                  json={"content": "please run in the background"})
+        assert posted.status_code == 202
+        task = await _settled_task(alice, conv)
+        assert (task["state"], task["exit_code"], task["signal"]) == ("exited", 3, None)
+        assert (task["delivered"], task["committed"], task["cancelled"]) == (True, True, False)
+        assert task["stdout_bytes"] == len(b"bad \xff byte")
+        assert "bad \ufffd byte" in task["excerpt"]  # the invalid byte, replaced
+        assert task["result_id"] is not None
+        key = task["task_key"]
+        assert (await alice.get(f"/v1/conversations/{conv}/tasks/{key}")).json() == task
+
+        first = (await alice.get(f"/v1/conversations/{conv}/tasks", params={"limit": 1})).json()
+        assert first["next_before_us"] == task["started_at_us"]
+        rest = await alice.get(f"/v1/conversations/{conv}/tasks",
+                               params={"before_us": first["next_before_us"]})
+        assert rest.json() == {"items": [], "next_before_us": None}
+
+        [ref] = (await alice.get(f"/v1/conversations/{conv}/results")).json()["items"]
+        assert (ref["result_id"], ref["task_key"], ref["lifetime"]) == (
+            task["result_id"], key, "durable")
+        # Paged in bytes (R3): four at a time, each page decoded on its own.
+        texts, offset = [], 0
+        while offset is not None:
+            page = (await alice.get(f"/v1/conversations/{conv}/results/{ref['result_id']}",
+                                    params={"offset": offset, "limit_bytes": 4})).json()
+            assert page["size_bytes"] == ref["size_bytes"]
+            texts.append(page["text"])
+            offset = page["next_offset"]
+        assert "".join(texts).startswith("bad \ufffd byte")
+        assert_problem(await alice.get(f"/v1/conversations/{conv}/results/{ref['result_id']}",
+                                       params={"offset": 10**6}), 422, "invalid_input")
+
+        # Bob learns nothing: not the task, not the result, not that they exist (R2).
+        theirs = await open_conversation(bob)
+        for url, unknown, code in (
+            (f"/v1/conversations/{theirs}/tasks/{key}",
+             f"/v1/conversations/{theirs}/tasks/never", "unknown_task"),
+            (f"/v1/conversations/{theirs}/results/{ref['result_id']}",
+             f"/v1/conversations/{theirs}/results/res_never", "unknown_result"),
+        ):
+            foreign = await bob.get(url)
+            assert_problem(foreign, 404, code)
+            missing = await bob.get(unknown)
+            secret = url.rsplit("/", 1)[1]
+            never = unknown.rsplit("/", 1)[1]
+            assert foreign.text.replace(secret, "<id>") == missing.text.replace(never, "<id>")
+        assert_problem(await bob.get(f"/v1/conversations/{conv}/tasks/{key}"), 404,
+                       "unknown_conversation")
+        assert (await bob.get(f"/v1/conversations/{theirs}/tasks")).json()["items"] == []
