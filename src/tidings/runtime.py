@@ -373,6 +373,7 @@ class Runtime:
     ) -> Approval:
         """A person's decision on a held tool call; see :mod:`tidings.approvals`."""
         self._require_unlocked()
+        await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.approvals.decide(
             conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
         )

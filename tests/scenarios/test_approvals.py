@@ -14,7 +14,11 @@ import pytest
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.approvals import Approval, ApprovalConfig
-from tidings.errors import ApprovalDecidedError, UnknownApprovalError
+from tidings.errors import (
+    ApprovalDecidedError,
+    UnknownApprovalError,
+    UnknownConversationError,
+)
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
@@ -145,7 +149,7 @@ async def test_l5_another_principal_cannot_decide(runtimes: RuntimeFactory) -> N
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(conv, "deploy it")
     approval = await held(rt, conv)
-    with pytest.raises(UnknownApprovalError):
+    with pytest.raises(UnknownConversationError):
         await rt.decide(conv, approval.approval_id, approve=True, decided_by="bob",
                         owner="bob")
     with pytest.raises(UnknownApprovalError):

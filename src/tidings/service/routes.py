@@ -20,12 +20,15 @@ from tidings.service.auth import Principal
 from tidings.service.problems import HTTPProblem, documented
 from tidings.service.schemas import (
     Accepted,
+    ApprovalList,
+    ApprovalOut,
     Compacted,
     ConversationCreate,
     ConversationOut,
     ConversationPage,
     DeadLetterList,
     DeadLetterOut,
+    Decision,
     EventOut,
     EventPage,
     GoalUpdate,
@@ -34,6 +37,8 @@ from tidings.service.schemas import (
     InputOut,
     MessageOut,
     QueueStatsOut,
+    RestartAccepted,
+    RestartCreate,
     ResultList,
     ResultPageOut,
     ResultRefOut,
@@ -172,6 +177,45 @@ async def stop(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> S
              summary="Summarise the history (refused while a turn is active or queued)")
 async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Compacted:
     return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
+
+
+@router.post("/{conversation_id}/restart", status_code=status.HTTP_202_ACCEPTED,
+             response_model=RestartAccepted, responses=WRITE,
+             summary="Restart the runtime: accepted now, completed by the next instance (L2)")
+async def restart(
+    conversation_id: str, body: RestartCreate, runtime: RuntimeDep, owner: Principal
+) -> RestartAccepted:
+    operation = await runtime.request_restart(
+        conversation_id, owner=owner, reason=body.reason, idempotency_key=body.idempotency_key
+    )
+    return RestartAccepted(operation_id=operation.operation_id)
+
+
+# -- approvals (L5) ----------------------------------------------------------------------------
+
+
+@router.get("/{conversation_id}/approvals", response_model=ApprovalList, responses=READ,
+            summary="Approvals of held tool calls, newest first")
+async def list_approvals(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal,
+    status_filter: Annotated[str, Query(alias="status", max_length=16)] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> ApprovalList:
+    approvals = await runtime.approvals_of(conversation_id, owner=owner, status=status_filter,
+                                           limit=limit)
+    return ApprovalList(approvals=[ApprovalOut.of(a) for a in approvals])
+
+
+@router.post("/{conversation_id}/approvals/{approval_id}/decision",
+             response_model=ApprovalOut, responses=WRITE,
+             summary="Approve or deny a held tool call (terminal; repeating it changes nothing)")
+async def decide(
+    conversation_id: str, approval_id: str, body: Decision, runtime: RuntimeDep,
+    owner: Principal,
+) -> ApprovalOut:
+    decided = await runtime.decide(conversation_id, approval_id, approve=body.approve,
+                                   decided_by=owner, owner=owner)
+    return ApprovalOut.of(decided)
 
 
 # -- transcript and runs -----------------------------------------------------------------------

@@ -7,10 +7,12 @@ kernel stamp is refused, never silently dropped (M1).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tidings.approvals import Approval
 from tidings.results import ResultPage, ResultRef
 from tidings.tasks.journal import TaskRecord
 from tidings.types import (
@@ -41,14 +43,14 @@ class ProfileBody(_Request):
     tools: list[str] = Field(default_factory=list, description="Tool names it may call.")
     approval_mode: Literal["never", "always", "writes"] = "never"
     system: str | None = Field(default=None, description="The system prompt.")
+    automatic_tools: Literal["read_only", "all"] = Field(
+        default="read_only", description="The tools automatic turns get (L4)."
+    )
 
     def to_profile(self) -> Profile:
         base = Profile(model=self.model, fallbacks=tuple(self.fallbacks), tools=tuple(self.tools),
-                       approval_mode=self.approval_mode)
-        if self.system is None:
-            return base
-        return Profile(model=base.model, fallbacks=base.fallbacks, tools=base.tools,
-                       approval_mode=base.approval_mode, system=self.system)
+                       approval_mode=self.approval_mode, automatic_tools=self.automatic_tools)
+        return base if self.system is None else replace(base, system=self.system)
 
 
 class ConversationCreate(_Request):
@@ -67,6 +69,17 @@ class InputCreate(_Request):
     meta: dict[str, Any] | None = None
 
 
+class Decision(_Request):
+    """A person's decision on a held tool call."""
+
+    approve: bool
+
+
+class RestartCreate(_Request):
+    reason: str = Field(default="", max_length=500)
+    idempotency_key: str | None = None
+
+
 class GoalUpdate(_Request):
     status: GoalStatus
     text: str | None = None
@@ -81,11 +94,13 @@ class ProfileOut(BaseModel):
     tools: list[str]
     approval_mode: str
     system: str
+    automatic_tools: str
 
     @classmethod
     def of(cls, p: Profile) -> ProfileOut:
         return cls(model=p.model, fallbacks=list(p.fallbacks), tools=list(p.tools),
-                   approval_mode=p.approval_mode, system=p.system)
+                   approval_mode=p.approval_mode, system=p.system,
+                   automatic_tools=p.automatic_tools)
 
 
 class ConversationOut(BaseModel):
@@ -378,3 +393,41 @@ class DeadLetterList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     instance_id: str
+
+
+class ApprovalOut(BaseModel):
+    approval_id: str
+    conversation_id: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    status: Literal["pending", "approved", "denied", "expired", "applied"]
+    decided_by: str | None
+    requested_at_us: int
+    expires_at_us: int
+    decided_at_us: int | None
+    applied_at_us: int | None
+
+    @classmethod
+    def of(cls, a: Approval) -> ApprovalOut:
+        return cls(
+            approval_id=a.approval_id, conversation_id=a.conversation_id, run_id=a.run_id,
+            call_id=a.call_id, tool_name=a.tool_name, arguments=a.arguments,
+            status=a.status,  # type: ignore[arg-type]
+            decided_by=a.decided_by, requested_at_us=a.requested_at_us,
+            expires_at_us=a.expires_at_us, decided_at_us=a.decided_at_us,
+            applied_at_us=a.applied_at_us,
+        )
+
+
+class ApprovalList(BaseModel):
+    approvals: list[ApprovalOut]
+
+
+class RestartAccepted(BaseModel):
+    """A restart is accepted, not completed: the next instance completes it (L2)."""
+
+    operation_id: str
+    status: Literal["accepted"] = "accepted"
+    completed: bool = False
