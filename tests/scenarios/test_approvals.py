@@ -26,9 +26,9 @@ from tidings.types import Profile, RunStatus
 
 MODEL = ScriptedModel(
     rules=[
+        Rule({"tool_result": "deploy"}, {"text": "Done with the deploy request."}),
         Rule({"text_contains": "deploy"},
              {"tool_calls": [{"name": "deploy", "arguments": {"target": "prod"}}]}),
-        Rule({"tool_result": "deploy"}, {"text": "Done with the deploy request."}),
     ],
     default={"text": "ok"},
 )

@@ -13,9 +13,9 @@ from tidings.tools.registry import Tool, ToolContext, ToolOutput
 
 MODEL = ScriptedModel(
     rules=[
+        Rule({"tool_result": "deploy"}, {"text": "deploy handled"}),
         Rule({"text_contains": "deploy"},
              {"tool_calls": [{"name": "deploy", "arguments": {"target": "prod"}}]}),
-        Rule({"tool_result": "deploy"}, {"text": "deploy handled"}),
     ],
     default={"text": "ok"},
 )
