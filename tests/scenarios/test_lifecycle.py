@@ -4,6 +4,8 @@ wakes the asking conversation once; automatic turns get the read-only overlay.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
+from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import OperationState, Profile, RunStatus
 
 MODEL = ScriptedModel(
@@ -174,3 +177,44 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
             OperationState.COMPLETED
         )
         await locked.unlock(key)  # idempotent
+
+
+async def test_l2_a_tool_the_restart_interrupts_is_outcome_unknown_and_not_repeated(
+    runtimes: RuntimeFactory,
+) -> None:
+    started: list[str] = []
+    release = asyncio.Event()
+
+    async def migrate(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        started.append(context.call_id)
+        await release.wait()  # still running when the runtime goes
+        return ToolOutput("migrated")
+
+    model = ScriptedModel(rules=[
+        Rule({"text_contains": "migrate"}, {"tool_calls": [{"name": "migrate", "arguments": {}}]}),
+        Rule({"suffix_contains": "restart_completed"}, {"text": "Back; the migration's outcome "
+                                                                "is unknown."}),
+    ], default={"text": "ok"})
+    tool = Tool("migrate", "Migrate.", migrate)
+    key = MasterKey.generate()
+    first = await runtimes(models=[model], tools=[tool], master_key=key)
+    conv = (await first.create_conversation(
+        "alice", Profile(model="scripted", tools=("migrate",)))).conversation_id
+    await first.post(conv, "migrate the database")
+    for _ in range(500):
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    await first.request_restart(conv, reason="deploy")
+    await first.close()  # the host honours it while the tool runs
+
+    second = await runtimes(models=[model], tools=[tool], master_key=key)
+    await wait_for_runs(second, conv, 2)
+    result = next(m for m in await second.transcript(conv) if m.role == "tool")
+    assert result.meta["status"] == "outcome_unknown"
+    assert "not repeated" in result.content
+    assert (await second.runs(conv))[0].status is RunStatus.STOPPED
+    assert started == [started[0]]  # never run again
+    completed = [e for e in await second.events(conv) if e.type == "restart_completed"]
+    assert len(completed) == 1
+    assert (await second.transcript(conv))[-1].content.startswith("Back;")
