@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,12 @@ from tidings.approvals import Approval, ApprovalConfig, Approvals
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
-from tidings.errors import InvalidInputError, RuntimeLockedError, TidingsError
+from tidings.errors import (
+    InvalidInputError,
+    RuntimeLockedError,
+    TidingsError,
+    UnknownRunError,
+)
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail.door import Door, DoorConfig
 from tidings.metrics import Metrics
@@ -66,6 +72,7 @@ from tidings.types import (
     QueueStats,
     Run,
     RunId,
+    RunStatus,
     StartKind,
 )
 
@@ -327,6 +334,40 @@ class Runtime:
         kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
         return await self.coordinator.start_with(
             conversation_id, kind, lambda cx: self.door.admit(cx, admission)
+        )
+
+    async def retry(
+        self, conversation_id: str, run_id: str, *, model: str | None = None,
+        owner: str | None = None, authored_by: Author | None = None,
+    ) -> Input:
+        """A person asks again after a run failed or needs attention (C8), optionally naming
+        another of the profile's models to try first. It enters through the door as the
+        person's input (so a retry is a direct turn, and read in order); the turn it starts
+        sees the whole history, so completed tool calls are not repeated. Retrying the same run
+        with the same model twice admits it once."""
+        self._require_unlocked()
+        conversation = await self.conversations.get(conversation_id, owner=owner)
+        run = await self.conversations.run(run_id, owner=owner)
+        if run.conversation_id != conversation_id:
+            raise UnknownRunError(run_id)
+        if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
+            raise InvalidInputError(f"run {run_id!r} is {run.status.value}: only a failed run "
+                                    "or one that needs attention is retried")
+        if model is not None and model not in conversation.profile.models:
+            raise InvalidInputError(
+                f"model {model!r} is not one of the profile's models "
+                f"({', '.join(conversation.profile.models)})"
+            )
+        text = "Please retry the request that failed" + (f", with {model}." if model else ".")
+        admission = self.door.prepare(
+            conversation_id, text, authored_by=authored_by, owner=owner,
+            idempotency_key=f"retry-{run_id}-{model or 'default'}"[:200],
+        )
+        admission = dataclasses.replace(
+            admission, meta={"retry": {"run_public_id": run_id, "model": model}}
+        )
+        return await self.coordinator.start_with(
+            conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)
         )
 
     async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:

@@ -88,3 +88,21 @@ async def test_l2_http_restart_is_accepted_not_completed(servers: Servers) -> No
         events = (await alice.get(f"/v1/conversations/{conv}/events.json")).json()
         kinds = [e["type"] for e in events["items"]]
         assert "restart_accepted" in kinds
+
+
+async def test_c8_http_retry_names_a_model_and_is_owner_scoped(servers: Servers) -> None:
+    live = await servers()
+    async with live.client() as alice, live.client(BOB) as bob:
+        created = await alice.post("/v1/conversations", json={"profile": {"model": "scripted"}})
+        conv = created.json()["conversation_id"]
+        await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "hi"})
+        await live.runtime.settle(conv)
+        [run] = (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
+        url = f"/v1/conversations/{conv}/runs/{run['run_id']}/retry"
+        # A completed run is not retried; a stranger learns nothing; a bad body is refused.
+        assert_problem(await alice.post(url, json={}), 422, "invalid_input")
+        assert_problem(await bob.post(url, json={}), 404, "unknown_conversation")
+        assert_problem(await alice.post(url, json={"model": "x", "origin": "task_result"}),
+                       422, "origin_not_allowed")
+        inputs = (await alice.get(f"/v1/conversations/{conv}/inputs")).json()["items"]
+        assert len(inputs) == 1

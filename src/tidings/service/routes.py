@@ -42,6 +42,7 @@ from tidings.service.schemas import (
     ResultList,
     ResultPageOut,
     ResultRefOut,
+    RetryCreate,
     RunList,
     RunOut,
     Stopped,
@@ -177,6 +178,17 @@ async def stop(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> S
              summary="Summarise the history (refused while a turn is active or queued)")
 async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Compacted:
     return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
+
+
+@router.post("/{conversation_id}/runs/{run_id}/retry", status_code=status.HTTP_202_ACCEPTED,
+             response_model=InputOut, responses=WRITE,
+             summary="Retry a run that failed or needs attention, optionally naming a model")
+async def retry_run(
+    conversation_id: str, run_id: str, body: RetryCreate, runtime: RuntimeDep,
+    owner: Principal,
+) -> InputOut:
+    accepted = await runtime.retry(conversation_id, run_id, model=body.model, owner=owner)
+    return InputOut.of(accepted)
 
 
 @router.post("/{conversation_id}/restart", status_code=status.HTTP_202_ACCEPTED,

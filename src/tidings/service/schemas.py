@@ -75,6 +75,13 @@ class Decision(_Request):
     approve: bool
 
 
+class RetryCreate(_Request):
+    """Retry a failed run (or one that needs attention), optionally naming a model to try
+    first; it must be one of the profile's models."""
+
+    model: str | None = Field(default=None, max_length=200)
+
+
 class RestartCreate(_Request):
     reason: str = Field(default="", max_length=500)
     idempotency_key: str | None = None

@@ -220,7 +220,7 @@ class TurnRunner:
         return TurnOutcome(run, more_work=progress.more_work)
 
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
-        profile = plan.profile
+        profile = _retry_profile(plan.profile, plan.inputs)
         offered = self.tools.offered(profile.tools)
         if plan.trigger.automatic and profile.automatic_tools == "read_only":
             # A wake-up reads and reports: no write, no new permission (L4).
@@ -704,6 +704,17 @@ SUMMARY_REQUEST = (
     "open (including background work that has not reported back), and anything the next turn "
     "must not forget."
 )
+
+
+def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
+    """A person's retry that names one of the profile's models tries it first (C8)."""
+    for item in reversed(inputs):
+        retry = item.meta.get("retry")
+        model = retry.get("model") if isinstance(retry, dict) else None
+        if isinstance(model, str) and model in profile.models:
+            return replace(profile, model=model,
+                           fallbacks=tuple(m for m in profile.models if m != model))
+    return profile
 
 
 def _input_message(item: Input) -> PromptMessage:
