@@ -128,6 +128,10 @@ async def test_l4_automatic_turns_get_the_read_only_overlay(runtimes: RuntimeFac
     person, woken = recorder.offered
     assert person == ("shell", "restart", "task_status", "wait")
     assert woken == ("task_status", "wait")  # no write, no new permission
+    # A6: the wake-up's latency and both turns' latencies were recorded.
+    assert rt.metrics.histogram_count("tidings_wake_seconds", {"trigger": "wake"}) == 1
+    assert rt.metrics.histogram_count(
+        "tidings_turn_seconds", {"status": "completed", "trigger": "person"}) == 1
 
 
 async def test_l4_overlay_can_be_switched_off_per_profile(runtimes: RuntimeFactory) -> None:

@@ -188,6 +188,14 @@ class TurnRunner:
         which is re-raised after the turn's state is committed.
         """
         progress = _Progress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
+        if self.metrics is not None and plan.lease is not None and plan.lease.deliveries:
+            # From the oldest fact's publication to the turn that reads it (A6).
+            oldest = min(d.published_at_us for d in plan.lease.deliveries)
+            self.metrics.observe(
+                "tidings_wake_seconds",
+                "From a signal's publication to the start of the turn that reads it.",
+                max(0, plan.started_at_us - oldest) / 1e6, {"trigger": plan.trigger.value},
+            )
         early = stop_reason()
         if early is not None and early != "slot_lost":
             # Stopped before it began: end it the way a stopped turn ends.
