@@ -144,10 +144,13 @@ def _redact(url: str) -> str:
               help="Base URL for the openai/anthropic adapters (vLLM, Ollama, a proxy).")
 @click.option("--json-logs", is_flag=True,
               help="Log JSON lines (also TIDINGS_LOG_FORMAT=json).")
+@click.option("--locked", is_flag=True,
+              help="Boot locked (L1): serve, but claim and deliver nothing until an operator "
+                   "posts the master key to /v1/unlock.")
 def serve(
     database: str, host: str, port: int, tokens: tuple[str, ...],
     operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
-    model_base_url: str | None, json_logs: bool,
+    model_base_url: str | None, json_logs: bool, locked: bool,
 ) -> None:
     """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -179,7 +182,7 @@ def serve(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
         try:
-            async with Runtime.open(database, models=models) as runtime:
+            async with Runtime.open(database, models=models, locked=locked) as runtime:
                 log.info("runtime started", extra={
                     "instance_id": runtime.instance_id, "database": _redact(database),
                     "models": list(runtime.models)})

@@ -426,7 +426,9 @@ async def test_s7_stopped_turn_answers_open_call_cancelled_and_commits_no_answer
              reply={"tool_calls": [{"name": "gate", "arguments": {}}]}),
     ])
     rt = await runtimes(models=[model], tools=[gate.tool()], config=FAST)
-    conv = await new_conversation(rt, Profile(model="scripted", tools=("gate",)))
+    # The woken turn may call the write tool: the read-only overlay (L4) is switched off.
+    profile = Profile(model="scripted", tools=("gate",), automatic_tools="all")
+    conv = await new_conversation(rt, profile)
     signal = await publish(rt, conv, ("task.exited", {"exit_code": 0}))
     await reached(gate.entered)
 

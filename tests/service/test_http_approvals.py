@@ -4,12 +4,17 @@ answered "accepted, not completed"."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from tests.service.conftest import BOB, KEY, Servers, assert_problem
+from tests.conftest import Backend
+from tests.service.conftest import BOB, KEY, OPERATOR, Servers, assert_problem
 from tidings.models.scripted import Rule, ScriptedModel
+from tidings.runtime import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
+
+KEY_HEX = secrets.token_hex(32)
 
 MODEL = ScriptedModel(
     rules=[
@@ -106,3 +111,34 @@ async def test_c8_http_retry_names_a_model_and_is_owner_scoped(servers: Servers)
                        422, "origin_not_allowed")
         inputs = (await alice.get(f"/v1/conversations/{conv}/inputs")).json()["items"]
         assert len(inputs) == 1
+
+
+async def test_l1_http_a_locked_server_refuses_work_until_an_operator_unlocks_it(
+    servers: Servers, backend: Backend,
+) -> None:
+    async with Runtime.open(backend.url, models=[MODEL], locked=True) as runtime:
+        live = await servers(runtime)
+        async with live.client() as alice, live.client(OPERATOR) as operator, \
+                live.client(None) as anonymous:
+            health = (await anonymous.get("/health")).json()
+            assert health["status"] == "locked"
+            created = await alice.post("/v1/conversations",
+                                       json={"profile": {"model": "scripted"}})
+            assert created.status_code == 201  # creating is bookkeeping, not work
+            conv = created.json()["conversation_id"]
+            assert_problem(await alice.post(f"/v1/conversations/{conv}/inputs",
+                                            json={"content": "hi"}), 503, "runtime_locked")
+            assert_problem(await alice.post("/v1/unlock", json={"master_key": KEY_HEX}), 403,
+                           "forbidden")
+            assert_problem(await operator.post("/v1/unlock", json={"master_key": "nope"}), 422,
+                           "invalid_input")
+            assert (await anonymous.get("/health")).json()["status"] == "locked"
+            unlocked = await operator.post("/v1/unlock", json={"master_key": KEY_HEX})
+            assert unlocked.status_code == 200, unlocked.text
+            assert unlocked.json()["status"] == "ok"
+            posted = await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "hi"})
+            assert posted.status_code == 202
+            await runtime.settle(conv)
+            transcript = (await alice.get(f"/v1/conversations/{conv}/transcript")).json()
+            assert [m["role"] for m in transcript["items"]] == ["user", "assistant"]
+        await live.stop()

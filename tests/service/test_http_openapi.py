@@ -31,6 +31,7 @@ ROUTES: dict[str, set[str]] = {
     "/v1/conversations/{conversation_id}/stop": {"post"},
     "/v1/conversations/{conversation_id}/compact": {"post"},
     "/v1/conversations/{conversation_id}/restart": {"post"},
+    "/v1/unlock": {"post"},
     "/v1/conversations/{conversation_id}/approvals": {"get"},
     "/v1/conversations/{conversation_id}/approvals/{approval_id}/decision": {"post"},
     "/v1/conversations/{conversation_id}/runs/{run_id}/retry": {"post"},

@@ -12,12 +12,19 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
-from tidings.errors import TidingsError
+from tidings.errors import InvalidInputError, TidingsError
 from tidings.metrics import Gauge
+from tidings.results import MasterKey, MasterKeyError
 from tidings.service.auth import Operator
 from tidings.service.problems import HTTPProblem, documented, title_of
 from tidings.service.routes import RuntimeDep
-from tidings.service.schemas import DeadLetterList, DeadLetterOut, Health, QueueStatsOut
+from tidings.service.schemas import (
+    DeadLetterList,
+    DeadLetterOut,
+    Health,
+    QueueStatsOut,
+    Unlock,
+)
 
 PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPERATOR = documented(401, 403, 422, 500, 503)
@@ -34,7 +41,18 @@ async def health(runtime: RuntimeDep) -> Health:
     except TidingsError as exc:
         raise HTTPProblem(503, exc.code, "the store cannot be read",
                           title=title_of(exc)) from None
-    return Health(status="ok", instance_id=runtime.instance_id)
+    return Health(status="locked" if runtime.locked else "ok", instance_id=runtime.instance_id)
+
+
+@router.post("/v1/unlock", response_model=Health, responses=OPERATOR, tags=["health"],
+             summary="Give a runtime that booted locked its master key (operator token)")
+async def unlock(body: Unlock, runtime: RuntimeDep, _: Operator) -> Health:
+    try:
+        key = MasterKey.parse(body.master_key)
+    except MasterKeyError:
+        raise InvalidInputError("master_key must be 64 hex digits or base64 (32 bytes)") from None
+    await runtime.unlock(key)
+    return Health(status="locked" if runtime.locked else "ok", instance_id=runtime.instance_id)
 
 
 @router.get(

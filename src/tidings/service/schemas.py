@@ -398,8 +398,15 @@ class DeadLetterList(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "locked"] = Field(
+        description="locked: booted locked, waiting for the master key (L1)."
+    )
     instance_id: str
+
+
+class Unlock(_Request):
+    master_key: str = Field(min_length=1, max_length=200,
+                            description="The master key (64 hex characters).")
 
 
 class ApprovalOut(BaseModel):
