@@ -682,6 +682,10 @@ def recover_interrupted(cx: ConversationTx) -> int:
                 {"run_public_id": run.run_id, "status": "failed", "failure_code": "interrupted"},
                 run.run_id,
             )
+        # The turn that owned its turn-lifetime tasks is over: their notifications go to the
+        # conversation (delivered by the caller's unit at the safe point it reaches).
+        for task in journal.of_run(cx, prior):
+            journal.hand_off(cx, task, deliver=False)
     return answered
 
 

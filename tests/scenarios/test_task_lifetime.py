@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.crash.test_crash_tasks import live_group_members
+from tidings.clock import ManualClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
@@ -388,3 +389,112 @@ async def test_c6_stop_kills_the_turn_task_of_the_stopped_run(
     assert notes(messages) == []
     assert not any(m.meta.get("interim") for m in messages)
     assert await kernel_receipts(rt, conv) == []
+
+
+# -- found by review: M4's supplementary turn, shutdown and lost slots ---------------------------
+
+
+async def _until_runs(rt: Runtime, conv: str, count: int, within_s: float = 20.0) -> list[Run]:
+    deadline = time.monotonic() + within_s
+    while True:
+        await rt.settle(conv)
+        runs = await rt.runs(conv)
+        if len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs):
+            return runs
+        assert time.monotonic() < deadline, [(r.trigger, r.status) for r in runs]
+        await asyncio.sleep(0.02)
+
+
+async def test_m4_a_conversation_task_that_ended_early_answers_after_the_final_reply(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = ScriptedModel(rules=[
+        # One step: a background task that ends at once, and a foreground command outlasting it.
+        Rule({"text_equals": "go"}, {"tool_calls": [
+            {"name": "shell", "arguments": {"command": "echo fast", "background": True}},
+            {"name": "shell", "arguments": {"command": "sleep 0.5"}}]}),
+        Rule({"meta_kind": "task_notification"}, {"text": "answer to the task"}),
+        Rule({"tool_result": "shell"}, {"text": "original reply"}),
+    ], default={"text": "ok"})
+    rt = await runtimes(models=[model])
+    profile = Profile(model="scripted", tools=("shell",))
+    conv = (await rt.create_conversation("alice", profile)).conversation_id
+    await rt.post(conv, "go")
+    first, second = await _until_runs(rt, conv, 2)
+    transcript = await rt.transcript(conv)
+    final = next(m for m in transcript if m.content == "original reply")
+    note = next(m for m in transcript if m.meta.get("kind") == NOTIFICATION_KIND)
+    assert final.run_id == first.run_id  # the original reply is final ...
+    assert note.seq > final.seq  # ... before the result is told,
+    assert second.trigger is StartKind.WAKE  # in a supplementary turn
+    assert transcript[-1].content == "answer to the task"
+
+
+async def test_t9_a_graceful_shutdown_reports_the_running_turns_tasks(
+    runtimes: RuntimeFactory,
+) -> None:
+    entered = asyncio.Event()
+
+    async def gate(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel(rules=[
+        Rule({"text_equals": "go"}, {"tool_calls": [{"name": "shell", "arguments": {
+            "command": "sleep 30", "background": True}}]}),
+        Rule({"tool_result": "shell"}, {"tool_calls": [{"name": "gate", "arguments": {}}]}),
+        Rule({"meta_kind": "task_notification"}, {"text": "told about the task"}),
+    ], default={"text": "ok"})
+    first = await runtimes(models=[model], tools=[Tool("gate", "Blocks.", gate)])
+    profile = Profile(model="scripted", tools=("shell", "gate"))
+    conv = (await first.create_conversation("alice", profile)).conversation_id
+    await first.post(conv, "go")
+    await asyncio.wait_for(entered.wait(), 10)
+    await first.close()  # a shutdown, not a person's stop
+
+    second = await runtimes(models=[model], tools=[Tool("gate", "Blocks.", gate)])
+    runs = await _until_runs(second, conv, 2)
+    assert (runs[0].status, runs[0].failure_code) == (RunStatus.STOPPED, "shutdown")
+    (task,) = await second.task_list(conv)
+    assert task.state is TaskState.KILLED
+    assert not task.cancelled  # the model is told, never silently dropped
+    assert task.delivered
+    assert task.consumed
+    assert (await second.transcript(conv))[-1].content == "told about the task"
+
+
+async def test_m4_a_turn_task_of_a_turn_that_lost_its_slot_is_handed_to_the_conversation(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = ScriptedModel(rules=[
+        Rule({"text_equals": "go"}, {"tool_calls": [{"name": "shell", "arguments": {
+            "command": "sleep 1; echo hi", "background": True, "lifetime": "turn"}}]}),
+        Rule({"tool_result": "shell"}, {"text": "interim"}),
+        Rule({"meta_kind": "task_notification"}, {"text": "told"}),
+    ], default={"text": "ok"})
+    clock = ManualClock()
+    config = RuntimeConfig(turns=TurnConfig(slot_ttl=timedelta(milliseconds=300)))
+    rt = await runtimes(models=[model], clock=clock, config=config)
+    profile = Profile(model="scripted", tools=("shell",))
+    conv = (await rt.create_conversation("alice", profile)).conversation_id
+    await rt.post(conv, "go")
+    deadline = time.monotonic() + 10
+    while not await rt.task_list(conv):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # the reply waits in the drain
+    clock.advance(timedelta(seconds=1))  # a stall: the slot's lease runs out
+    deadline = time.monotonic() + 20
+    while True:
+        await rt.settle(conv)
+        (task,) = await rt.task_list(conv)
+        if task.consumed:
+            break
+        assert time.monotonic() < deadline, task
+        await asyncio.sleep(0.05)
+    assert task.handed_off
+    assert task.state is TaskState.EXITED
+    runs = await rt.runs(conv)
+    assert (runs[0].status, runs[0].failure_code) == (RunStatus.FAILED, "interrupted")
+    assert (await rt.transcript(conv))[-1].content == "told"

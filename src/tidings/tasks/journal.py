@@ -196,9 +196,14 @@ def hand_off(cx: ConversationTx, task: TaskRecord, *, deliver: bool = True) -> T
     return _deliver_if_due(cx, handed) if deliver else handed
 
 
-def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
-    """The originating tool call's first result is committed (call in that same unit)."""
-    return _deliver_if_due(cx, _set(cx, replace(task, committed=True)))
+def mark_committed(
+    cx: ConversationTx, task: TaskRecord, *, during_run: str | None = None
+) -> TaskRecord:
+    """The originating tool call's first result is committed (call in that same unit).
+
+    ``during_run``: the run whose turn commits it, still running; see :func:`deliver_due`.
+    """
+    return _deliver_if_due(cx, _set(cx, replace(task, committed=True)), during_run)
 
 
 def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
@@ -236,10 +241,14 @@ def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
     return [task_from_row(r) for r in rows]
 
 
-def deliver_due(cx: ConversationTx) -> list[TaskRecord]:
+def deliver_due(cx: ConversationTx, *, during_run: str | None = None) -> list[TaskRecord]:
     """Deliver every eligible, undelivered notification of the conversation, if no tool call
     is open (a safe point). Returns what was delivered; recovery by event id (T6): a task
     whose notice was written is ``delivered`` in the same commit, so it is never written twice.
+
+    ``during_run``: called at a safe point inside that run's turn. The run's own
+    conversation-lifetime tasks then wait for its final reply and answer in a supplementary
+    turn, even when they ended earlier (M4); other runs' tasks join here.
     """
     if not cx.undelivered_notifications:
         return []
@@ -247,15 +256,19 @@ def deliver_due(cx: ConversationTx) -> list[TaskRecord]:
     delivered = []
     for row in rows:
         task = task_from_row(row)
-        after = _deliver_if_due(cx, task)
+        after = _deliver_if_due(cx, task, during_run)
         if after.delivered:
             delivered.append(after)
     return delivered
 
 
-def _deliver_if_due(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+def _deliver_if_due(
+    cx: ConversationTx, task: TaskRecord, during_run: str | None = None
+) -> TaskRecord:
     if not is_eligible(task.flags) or cx.open_tool_calls():
         return task
+    if during_run is not None and task.run_id == during_run and task.lifetime == "conversation":
+        return task  # after the run's final reply (M4)
     assert task.event_id is not None
     text, meta = render(ProcessFacts(
         task_key=task.task_key, event_id=task.event_id, state=task.state,

@@ -335,7 +335,7 @@ class TurnRunner:
                 plan.run_id,
             )
             journal.hand_off(cx, task)
-        journal.deliver_due(cx)
+        journal.deliver_due(cx, during_run=plan.run_id)
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
     def _settle_turn_tasks(
@@ -562,10 +562,10 @@ class TurnRunner:
         for output in outputs:
             task_key = output.meta.get("task_key")
             if isinstance(task_key, str) and (task := journal.get(cx, task_key)) is not None:
-                journal.mark_committed(cx, task)
+                journal.mark_committed(cx, task, during_run=plan.run_id)
                 if not task.handed_off and task_key not in progress.turn_tasks:
                     progress.turn_tasks.append(task_key)
-        journal.deliver_due(cx)
+        journal.deliver_due(cx, during_run=plan.run_id)
         steers = [
             s for s in cx.queued_steers(self.config.inputs_per_turn)
             if s.input_id not in progress.taken
@@ -626,9 +626,9 @@ class TurnRunner:
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
-            self._settle_turn_tasks(
-                cx, plan, progress, stopped=failure.status is RunStatus.STOPPED
-            )
+            # Only a person's stop cancels what the run started; a shutdown, a failure or a
+            # timeout leaves its tasks to be reported (as they end, or as lost).
+            self._settle_turn_tasks(cx, plan, progress, stopped=failure.code == "stopped")
             # Delivered stays, consumed does not; the error is kept with them (T5).
             kept = journal.unconsumed(cx)
             journal.keep_unconsumed(cx, kept, failure.code)
@@ -640,7 +640,7 @@ class TurnRunner:
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
         run = await self._commit(plan, progress, write)
-        if failure.status is RunStatus.STOPPED and self.tasks is not None:
+        if failure.code == "stopped" and self.tasks is not None:
             # A turn-lifetime task does not outlive its stopped turn.
             self.tasks.kill(progress.turn_tasks + progress.drained)
         return run
