@@ -827,7 +827,7 @@ async def test_s9_closed_instance_leases_ready_and_operations_unknown(
     other = Outbox(ob.store, clock=clock)
     await other.start()
     assert other.instance_id != ob.instance_id  # each boot has its own id
-    op = await accept(other, "restart", CONV)
+    op = await accept(other, "shell_command", CONV)
     published = await publish(other, operation_id=op.operation_id)
     lease = await other.claim(CONV)
     assert lease.delivery_ids == (published.delivery_id,)
