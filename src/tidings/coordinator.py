@@ -147,7 +147,8 @@ class Coordinator:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
 
     async def start_with(
-        self, conversation_id: str, kind: StartKind, write: Callable[[ConversationTx], T]
+        self, conversation_id: str, kind: StartKind, write: Callable[[ConversationTx], T],
+        *, record: bool = True,
     ) -> T:
         """Run ``write`` on the locked conversation in the same unit that takes its slot for
         ``kind`` -- a person's post and the start of the turn it asks for, one commit.
@@ -160,7 +161,7 @@ class Coordinator:
                 lambda tx: _written(tx, conversation_id, self.clock, write),
                 route=conversation_id,
             )
-            self.request(conversation_id, kind)
+            self.request(conversation_id, kind, record=record)
             return result
         entry = self._entries[conversation_id] = _Entry(starting=True)
         await self._capacity.acquire()  # free (checked above, nothing awaited since)
@@ -168,7 +169,7 @@ class Coordinator:
         def unit(tx: Tx) -> tuple[T, Begin]:
             cx = ConversationTx.lock(tx, conversation_id, self.clock)
             result = write(cx)
-            begin = self._begin_locked(cx, frozenset({kind}), record=True)
+            begin = self._begin_locked(cx, frozenset({kind}), record=record)
             cx.save()
             return result, begin
 
@@ -347,7 +348,7 @@ class Coordinator:
         # the slot (or before a crash) are delivered now, then read like any other (T4, T6).
         delivered = journal.deliver_due(cx) if slot_free else []
         inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
-        if delivered:
+        if delivered or (slot_free and cx.notified):
             state = dataclasses.replace(state, notifications=True)
         decision = decide_start(state, kinds)
         if record and decision.yielded:

@@ -137,6 +137,9 @@ class Runtime:
             wake=lambda conversation_id: self.coordinator.request(
                 conversation_id, StartKind.WAKE, record=False
             ),
+            start_with=lambda conversation_id, write: self.coordinator.start_with(
+                conversation_id, StartKind.WAKE, write, record=False
+            ),
         )
         async def restart_from_tool(context: ToolContext, reason: str) -> Operation:
             return await self.request_restart(

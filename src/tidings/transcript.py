@@ -61,6 +61,8 @@ class ConversationTx:
         self._events: list[dict[str, Any]] = []
         self.appended: list[Message] = []
         self._added: list[Input] = []
+        self.notified = False
+        """Whether this unit delivered a task notification (it then waits unconsumed)."""
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:

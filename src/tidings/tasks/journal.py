@@ -278,6 +278,7 @@ def _deliver_if_due(
         excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
     ))
     seq = cx.append_user(text, run_id=task.run_id, meta=meta)
+    cx.notified = True
     cx.record_event(
         "task_status",
         {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,

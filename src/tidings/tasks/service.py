@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tidings.clock import Clock
@@ -46,6 +46,19 @@ _STATES = {
 }
 
 
+StartWith = Callable[[ConversationId, Callable[[ConversationTx], bool]], Awaitable[bool]]
+"""Runs a write on the locked conversation in the unit that starts its woken turn."""
+
+
+def _locked(
+    tx: Tx, conversation_id: str, clock: Clock, write: Callable[[ConversationTx], bool]
+) -> bool:
+    cx = ConversationTx.lock(tx, conversation_id, clock)
+    result = write(cx)
+    cx.save()
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class StartedTask:
     task_key: str
@@ -65,6 +78,7 @@ class BackgroundTasks:
         results: Callable[[], Results | None],
         wake: Callable[[ConversationId], None],
         metrics: Metrics | None = None,
+        start_with: StartWith | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -73,6 +87,7 @@ class BackgroundTasks:
         self._results = results
         self._wake = wake
         self.metrics = metrics
+        self._start_with = start_with
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
         """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
         self._journalled: dict[str, asyncio.Future[None]] = {}
@@ -187,13 +202,12 @@ class BackgroundTasks:
         if outcome.stderr.total_bytes:
             excerpt = (excerpt + b"\n[stderr]\n" + outcome.stderr.excerpt(EXCERPT_LIMIT_BYTES // 2))
 
-        def record(tx: Tx) -> bool:
-            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        def record(cx: ConversationTx) -> bool:
             task = journal.get(cx, task_key)
             if task is None:
                 return False
             ref = None if results is None else results.seal(
-                tx, conversation_id, output, task_key=task_key, run_id=task.run_id
+                cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id
             )
             after = journal.finish(
                 cx, task, state=_STATES[outcome.state], exit_code=outcome.exit_code,
@@ -204,11 +218,19 @@ class BackgroundTasks:
                 duration_ms=int(outcome.duration.total_seconds() * 1000),
                 deliver=cx.slot_free(),
             )
-            cx.save()
             return after.delivered or not cx.slot_free()
 
         try:
-            woken = await self.store.transact(record, route=conversation_id)
+            if self._start_with is not None:
+                # The end, its notification and the woken turn's start commit together.
+                woken = await self._start_with(conversation_id, record)
+            else:
+                woken = await self.store.transact(
+                    lambda tx: _locked(tx, conversation_id, self.clock, record),
+                    route=conversation_id,
+                )
+                if woken:
+                    self._wake(conversation_id)
         except Exception:
             # Nothing is lost: the task stays running in the journal and becomes ``lost`` when
             # this instance is reconciled.
@@ -225,8 +247,6 @@ class BackgroundTasks:
                 "tidings_tasks_ended_total", "Background tasks ended, by state.",
                 labels={"state": outcome.state.value},
             )
-        if woken:
-            self._wake(conversation_id)
 
     async def reconcile_lost(self, *, limit: int = 500) -> int:
         """Tasks whose instance is gone are ``lost`` -- never a success, never re-run (T9).
