@@ -403,6 +403,7 @@ class Coordinator:
             lease=lease if lease is not None and lease.deliveries else None,
             notice=notice,
             notice_meta=notice_meta,
+            appended=tuple(cx.appended),
         )
         return Begin(plan, decision, deadline_us)
 

@@ -112,6 +112,9 @@ class TurnPlan:
     lease: Lease | None
     notice: str | None = None
     notice_meta: Mapping[str, Any] = field(default_factory=dict)
+    appended: tuple[Message, ...] = ()
+    """Messages the slot-taking unit wrote itself (a notification): the history cache takes
+    them without reading them back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,9 @@ class TurnRunner:
 
     async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
         profile = _retry_profile(plan.profile, plan.inputs)
+        if plan.appended:
+            self.history.extend(plan.conversation_id, start_seq=plan.history_start_seq,
+                                messages=list(plan.appended))
         offered = self.tools.offered(profile.tools)
         if plan.trigger.automatic and profile.automatic_tools == "read_only":
             # A wake-up reads and reports: no write, no new permission (L4).
