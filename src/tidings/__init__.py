@@ -85,6 +85,11 @@ from tidings.types import (
 
 __version__ = "0.1.0"
 
+open = Runtime.open
+"""``async with tidings.open(database_url, models=[...]) as runtime:`` -- the composition root:
+open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
+instances, and shut down gracefully on exit (see :meth:`Runtime.open`)."""
+
 __all__ = (
     "ApprovalDecidedError",
     "Author",
@@ -175,5 +180,6 @@ __all__ = (
     "UnknownRunError",
     "UnknownTaskError",
     "__version__",
+    "open",
     "open_store",
 )

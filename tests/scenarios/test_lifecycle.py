@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import tidings
 from tests.conftest import Backend, RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import RuntimeLockedError
@@ -222,3 +223,15 @@ async def test_l2_a_tool_the_restart_interrupts_is_outcome_unknown_and_not_repea
     completed = [e for e in await second.events(conv) if e.type == "restart_completed"]
     assert len(completed) == 1
     assert (await second.transcript(conv))[-1].content.startswith("Back;")
+
+
+async def test_a1_tidings_open_is_the_composition_root(backend: Backend) -> None:
+    async with tidings.open(backend.url, models=[MODEL]) as rt:
+        assert isinstance(rt, Runtime)
+        first = rt.instance_id
+        conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
+        await rt.post(conv, "hello")
+        await wait_for_runs(rt, conv, 1)
+    async with tidings.open(backend.url, models=[MODEL]) as again:
+        assert again.instance_id != first  # each boot has its own instance id
+        assert [m.role for m in await again.transcript(conv)] == ["user", "assistant"]
