@@ -350,7 +350,7 @@ class Coordinator:
         inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
         if delivered or (slot_free and cx.notified):
             state = dataclasses.replace(state, notifications=True)
-        decision = decide_start(state, kinds)
+        decision = self._decide(tx, conversation_id, state, kinds)
         if record and decision.yielded:
             for kind, reason in decision.yielded:
                 cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
@@ -439,6 +439,22 @@ class Coordinator:
             notifications=slot_free and bool(row.get("unconsumed_notifications")),
         )
 
+    @staticmethod
+    def _decide(
+        tx: Tx, conversation_id: str, state: StartState, kinds: frozenset[StartKind]
+    ) -> StartDecision:
+        """:func:`decide_start`, then L3's bound: a wake-up that only notifications of tasks
+        begun by continuation-started work would answer starts nothing -- they wait for the
+        next direct turn, so work cannot wake the agent recursively."""
+        decision = decide_start(state, kinds)
+        if decision.trigger is StartKind.WAKE and not state.ready_signals:
+            row = tx.one("direct_notifications", conversation_id=conversation_id)
+            if not (row and row["direct"]):
+                return StartDecision(None, "continuation_started", tuple(
+                    (k, "continuation_started") for k in sorted(kinds) if k.automatic
+                ))
+        return decision
+
     def ready_signals(self, tx: Tx, conversation_id: str, now_us: int) -> bool:
         """Whether a signal of the conversation is ready to be claimed now."""
         row = tx.one(
@@ -456,7 +472,7 @@ class Coordinator:
         deadline = row["slot_deadline_us"]
         slot_free = row["slot_token"] is None or deadline is None or deadline <= now
         _, state = self._start_state(tx, row, slot_free, now)
-        return decide_start(state, frozenset()).trigger is not None
+        return self._decide(tx, conversation_id, state, frozenset()).trigger is not None
 
     # -- keeping the slot ---------------------------------------------------------------------
 

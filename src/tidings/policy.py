@@ -269,3 +269,14 @@ def decide_start(state: StartState, kinds: frozenset[StartKind]) -> StartDecisio
         else:
             yielded.append((kind, reason or "nothing_to_do"))
     return StartDecision(trigger, reason, tuple(yielded))
+
+
+PASSIVE_SIGNAL_PREFIXES = ("config.", "approval.", "job.")
+"""Signal types that never wake a conversation by themselves (L3): the next turn reads them.
+The store's ``has_ready_signals`` query applies the same prefixes."""
+
+
+def wakes(signal_type: str) -> bool:
+    """Whether a signal of this type wakes its conversation (L3): background completions and
+    restarts do; config, approval and job events stay passive."""
+    return not signal_type.startswith(PASSIVE_SIGNAL_PREFIXES)

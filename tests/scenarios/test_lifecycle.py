@@ -235,3 +235,53 @@ async def test_a1_tidings_open_is_the_composition_root(backend: Backend) -> None
     async with tidings.open(backend.url, models=[MODEL]) as again:
         assert again.instance_id != first  # each boot has its own instance id
         assert [m.role for m in await again.transcript(conv)] == ["user", "assistant"]
+
+
+async def test_l3_config_approval_and_job_events_stay_passive(runtimes: RuntimeFactory) -> None:
+    recorder = _Recorder()
+    rt = await runtimes(models=[recorder])
+    conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
+    for n, kind in enumerate(("config.changed", "approval.decided", "job.progress")):
+        await rt.store.transact(lambda tx, kind=kind, n=n: rt.outbox.publish(
+            tx, conv, kind, {"n": n}, idempotency_key=f"passive-{n}"))
+    await asyncio.sleep(0.3)
+    await rt.settle(conv)
+    assert await rt.runs(conv) == []  # nothing woke the agent
+    assert (await rt.signal_stats(conv)).backlog == 3  # and nothing was dropped
+    # A background completion wakes it; its turn reads the passive facts too.
+    await rt.store.transact(lambda tx: rt.outbox.publish(
+        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await wait_for_runs(rt, conv, 1)
+    assert (await rt.signal_stats(conv)).backlog == 0
+
+
+async def test_l3_work_a_continuation_started_does_not_wake_the_agent_again(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = ScriptedModel(rules=[
+        Rule({"tool_result": "shell"}, {"text": "started a follow-up"}),
+        Rule({"suffix_contains": "task.exited"}, {"tool_calls": [{"name": "shell", "arguments": {
+            "command": "echo follow-up", "background": True}}]}),
+        Rule({"meta_kind": "task_notification"}, {"text": "read the follow-up"}),
+        Rule({"text_contains": "anything new"}, {"text": "read the follow-up"}),
+    ], default={"text": "ok"})
+    rt = await runtimes(models=[model], master_key=MasterKey.generate())
+    # The overlay is off, so the woken turn may start work; that work still wakes nothing.
+    profile = Profile(model="scripted", tools=("shell",), automatic_tools="all")
+    conv = (await rt.create_conversation("alice", profile)).conversation_id
+    await rt.store.transact(lambda tx: rt.outbox.publish(
+        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await wait_for_runs(rt, conv, 1)
+    for _ in range(200):
+        (task,) = await rt.task_list(conv)
+        if task.delivered:
+            break
+        await asyncio.sleep(0.02)
+    assert task.delivered
+    await asyncio.sleep(0.3)
+    await rt.settle(conv)
+    assert len(await rt.runs(conv)) == 1  # delivered, but no recursive wake-up
+    assert not (await rt.task(conv, task.task_key)).consumed
+    await rt.post(conv, "anything new?")  # the next direct turn reads it
+    await wait_for_runs(rt, conv, 2)
+    assert (await rt.task(conv, task.task_key)).consumed

@@ -35,3 +35,13 @@ def test_a6_label_values_cannot_break_the_exposition() -> None:
     line = next(s for s in metrics.render().splitlines() if s.startswith("x_total{"))
     assert "\n" not in line
     assert line.count('"') == 2
+
+
+def test_l3_only_config_approval_and_job_events_are_passive() -> None:
+    from tidings.policy import wakes
+
+    assert wakes("task.exited")
+    assert wakes("restart_completed")
+    assert not wakes("config.changed")
+    assert not wakes("approval.decided")
+    assert not wakes("job.progress")

@@ -347,9 +347,13 @@ SELECT d.conversation_id
 LIMIT :limit;
 
 -- has_ready_signals --
-SELECT EXISTS (SELECT 1 FROM signal_deliveries
-                WHERE conversation_id = :conversation_id AND state = 'ready'
-                  AND claimable_at_us <= :now_us AND attempts < :max_attempts) AS ready;
+-- A ready signal that wakes the conversation (L3): config, approval and job events stay
+-- passive -- read by the next turn, never starting one (policy.PASSIVE_SIGNAL_PREFIXES).
+SELECT EXISTS (SELECT 1 FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+                WHERE d.conversation_id = :conversation_id AND d.state = 'ready'
+                  AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
+                  AND e.type NOT LIKE 'config.%' AND e.type NOT LIKE 'approval.%'
+                  AND e.type NOT LIKE 'job.%') AS ready;
 
 -- insert_input --
 INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, author_kind,
@@ -527,6 +531,15 @@ SELECT * FROM tasks
  WHERE conversation_id = :conversation_id AND state <> 'running'
    AND delivered = 0 AND cancelled = 0
  ORDER BY ended_at_us, task_id;
+
+-- direct_notifications --
+-- Whether a notification waiting unconsumed belongs to a task that a direct turn (a person's,
+-- an agent's, the kernel's mail) started: only those wake the conversation (L3).
+-- A task started outside any run (by the host) counts as direct.
+SELECT EXISTS (SELECT 1 FROM tasks t LEFT JOIN runs r ON r.run_id = t.run_id
+                WHERE t.conversation_id = :conversation_id AND t.delivered = 1
+                  AND t.consumed = 0
+                  AND (r.run_id IS NULL OR r.trigger IN ('person', 'agent', 'mail'))) AS direct;
 
 -- unconsumed_tasks --
 SELECT * FROM tasks
