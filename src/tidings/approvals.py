@@ -126,6 +126,10 @@ class Approvals:
         cx.record_event("approval_applied", {"approval_id": approval_id}, run_id)
         return True
 
+    def expire_run(self, cx: ConversationTx, run_id: str) -> None:
+        """The run ends (stopped, failed): what still waits for a person can never apply."""
+        cx.tx.run_later("expire_run_approvals", run_id=run_id, now_us=cx.now_us)
+
     # -- waiting ------------------------------------------------------------------------------
 
     async def wait(self, approval_id: str) -> Approval:

@@ -156,6 +156,12 @@ async def test_l5_another_principal_cannot_decide(runtimes: RuntimeFactory) -> N
         await rt.decide(conv, "appr_nope", approve=True, decided_by="alice")
     assert (await rt.approvals_of(conv))[0].status == "pending"
     await rt.stop(conv)
+    await wait_for_runs(rt, conv, 1)
+    # The stopped run can never apply it: it expires, and a late approval is refused.
+    assert (await rt.approvals_of(conv))[0].status == "expired"
+    with pytest.raises(ApprovalDecidedError):
+        await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    assert deploys.applied == []
 
 
 async def test_l5_read_only_tools_need_no_approval_in_writes_mode(

@@ -635,6 +635,8 @@ class TurnRunner:
             # Only a person's stop cancels what the run started; a shutdown, a failure or a
             # timeout leaves its tasks to be reported (as they end, or as lost).
             self._settle_turn_tasks(cx, plan, progress, stopped=failure.code == "stopped")
+            if self.approvals is not None:
+                self.approvals.expire_run(cx, plan.run_id)
             # Delivered stays, consumed does not; the error is kept with them (T5).
             kept = journal.unconsumed(cx)
             journal.keep_unconsumed(cx, kept, failure.code)

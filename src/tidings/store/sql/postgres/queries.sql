@@ -676,3 +676,8 @@ SELECT * FROM approvals
  WHERE conversation_id = :conversation_id AND (:status = '' OR status = :status)
  ORDER BY requested_at_us DESC, approval_id DESC
  LIMIT :limit;
+
+-- expire_run_approvals --
+-- A run that ended without applying them: its pending approvals can never apply any more.
+UPDATE approvals SET status = 'expired', decided_at_us = :now_us
+ WHERE run_id = :run_id AND status = 'pending';
