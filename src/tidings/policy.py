@@ -247,7 +247,10 @@ def decide_start(state: StartState, kinds: frozenset[StartKind]) -> StartDecisio
             trigger, reason = (None, held) if held else (StartKind.MAIL, None)
         elif state.ready_signals or state.notifications:
             # A fact the runtime learned (a signal, a task's delivered notification) continues
-            # the conversation automatically, unless that is suppressed or awaits a person.
+            # the conversation automatically, unless that is suppressed, awaits a person, or
+            # its goal is paused or blocked (C3).
+            if held is None and state.goal_status in (GoalStatus.PAUSED, GoalStatus.BLOCKED):
+                held = f"goal_{state.goal_status.value}"
             trigger, reason = (None, held) if held else (StartKind.WAKE, None)
         elif StartKind.GOAL in kinds:
             if held:

@@ -285,3 +285,22 @@ async def test_l3_work_a_continuation_started_does_not_wake_the_agent_again(
     await rt.post(conv, "anything new?")  # the next direct turn reads it
     await wait_for_runs(rt, conv, 2)
     assert (await rt.task(conv, task.task_key)).consumed
+
+
+@pytest.mark.parametrize("goal", ["paused", "blocked"])
+async def test_c3_a_paused_or_blocked_goal_holds_automatic_continuation(
+    runtimes: RuntimeFactory, goal: str,
+) -> None:
+    recorder = _Recorder()
+    rt = await runtimes(models=[recorder])
+    conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
+    await rt.set_goal(conv, goal, "ship it")
+    await rt.store.transact(lambda tx: rt.outbox.publish(
+        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await asyncio.sleep(0.3)
+    await rt.settle(conv)
+    assert await rt.runs(conv) == []  # held: the fact waits
+    await rt.set_goal(conv, "active")
+    await rt.checkpoint(conv)  # resuming the goal lets the continuation run
+    await wait_for_runs(rt, conv, 1)
+    assert (await rt.signal_stats(conv)).backlog == 0
