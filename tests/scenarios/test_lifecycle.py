@@ -18,8 +18,9 @@ from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
+from tidings.store import Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
-from tidings.types import OperationState, Profile, RunStatus
+from tidings.types import OperationState, Profile, Published, RunStatus
 
 MODEL = ScriptedModel(
     rules=[
@@ -242,8 +243,11 @@ async def test_l3_config_approval_and_job_events_stay_passive(runtimes: RuntimeF
     rt = await runtimes(models=[recorder])
     conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
     for n, kind in enumerate(("config.changed", "approval.decided", "job.progress")):
-        await rt.store.transact(lambda tx, kind=kind, n=n: rt.outbox.publish(
-            tx, conv, kind, {"n": n}, idempotency_key=f"passive-{n}"))
+
+        def passive(tx: Tx, kind: str = kind, n: int = n) -> Published:
+            return rt.outbox.publish(tx, conv, kind, {"n": n}, idempotency_key=f"passive-{n}")
+
+        await rt.store.transact(passive)
     await asyncio.sleep(0.3)
     await rt.settle(conv)
     assert await rt.runs(conv) == []  # nothing woke the agent
