@@ -134,9 +134,6 @@ class Runtime:
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.outbox.instance_id,
             results=lambda: self._results,
-            wake=lambda conversation_id: self.coordinator.request(
-                conversation_id, StartKind.WAKE, record=False
-            ),
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
             ),

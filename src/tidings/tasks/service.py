@@ -50,15 +50,6 @@ StartWith = Callable[[ConversationId, Callable[[ConversationTx], bool]], Awaitab
 """Runs a write on the locked conversation in the unit that starts its woken turn."""
 
 
-def _locked(
-    tx: Tx, conversation_id: str, clock: Clock, write: Callable[[ConversationTx], bool]
-) -> bool:
-    cx = ConversationTx.lock(tx, conversation_id, clock)
-    result = write(cx)
-    cx.save()
-    return result
-
-
 @dataclass(frozen=True, slots=True)
 class StartedTask:
     task_key: str
@@ -76,16 +67,14 @@ class BackgroundTasks:
         instance_id: str,
         *,
         results: Callable[[], Results | None],
-        wake: Callable[[ConversationId], None],
+        start_with: StartWith,
         metrics: Metrics | None = None,
-        start_with: StartWith | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.supervisor = supervisor
         self.instance_id = instance_id
         self._results = results
-        self._wake = wake
         self.metrics = metrics
         self._start_with = start_with
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
@@ -221,16 +210,8 @@ class BackgroundTasks:
             return after.delivered or not cx.slot_free()
 
         try:
-            if self._start_with is not None:
-                # The end, its notification and the woken turn's start commit together.
-                woken = await self._start_with(conversation_id, record)
-            else:
-                woken = await self.store.transact(
-                    lambda tx: _locked(tx, conversation_id, self.clock, record),
-                    route=conversation_id,
-                )
-                if woken:
-                    self._wake(conversation_id)
+            # The end, its notification and the woken turn's start commit together.
+            await self._start_with(conversation_id, record)
         except Exception:
             # Nothing is lost: the task stays running in the journal and becomes ``lost`` when
             # this instance is reconciled.
@@ -269,9 +250,7 @@ class BackgroundTasks:
             ):
                 log.info("killed the process left behind by task %s", task_key)
 
-            def lose(tx: Tx, conversation_id: str = conversation_id,
-                     task_key: str = task_key) -> bool:
-                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            def lose(cx: ConversationTx, task_key: str = task_key) -> bool:
                 task = journal.get(cx, task_key)
                 if task is None or task.state is not TaskState.RUNNING:
                     return False
@@ -279,10 +258,8 @@ class BackgroundTasks:
                 # conversation.
                 task = journal.hand_off(cx, task, deliver=False)
                 journal.finish(cx, task, state=TaskState.LOST, deliver=cx.slot_free())
-                cx.save()
                 return True
 
-            if await self.store.transact(lose, route=conversation_id):
+            if await self._start_with(conversation_id, lose):
                 marked += 1
-                self._wake(conversation_id)
         return marked
