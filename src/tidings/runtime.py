@@ -36,6 +36,7 @@ from tidings.errors import (
 )
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail.door import Door, DoorConfig
+from tidings.mail.relay import ChildRelay
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
@@ -51,6 +52,7 @@ from tidings.store import Store, open_store
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
+from tidings.tools.children import child_tools
 from tidings.tools.registry import Tool, ToolContext, ToolRegistry
 from tidings.tools.restart import restart_tool
 from tidings.tools.shell import shell_tool
@@ -60,6 +62,7 @@ from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,
     Conversation,
+    ConversationId,
     DeadLetter,
     DeliveryMode,
     Event,
@@ -151,6 +154,17 @@ class Runtime:
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
         self.runner.tasks = self.tasks
+        self.relay = ChildRelay(
+            store, self.clock, self.door,
+            start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
+                conversation_id, kind, write
+            ),
+            create_child=self._create_child,
+        )
+        self.runner.on_child_reply = self.relay.kick
+        for builtin in child_tools(self.relay):
+            if builtin.name not in self.tools:
+                self.tools.register(builtin)
         self.approvals = Approvals(store, self.clock, self.config.approvals)
         self.runner.approvals = self.approvals
         self.runner.metrics = self.tasks.metrics = self.metrics
@@ -239,6 +253,7 @@ class Runtime:
         await self.coordinator.sweep()
         # Fully initialised: restarts that gone instances accepted are completed now (L2).
         await complete_restarts(self.store, self.outbox, self.clock)
+        await self.relay.relay_pending()  # replies a gone instance did not relay (M16)
 
     async def close(self) -> None:
         """Stop running turns (committed as stopped), then the outbox, then the store.
@@ -251,6 +266,7 @@ class Runtime:
         try:
             await self.coordinator.close()
             await self.supervisor.close()
+            await self.relay.close()
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -269,6 +285,7 @@ class Runtime:
             await asyncio.sleep(interval)
             try:
                 await self.tasks.reconcile_lost()
+                await self.relay.relay_pending()
                 if self._results is not None:
                     await self._results.purge()
             except TidingsError as exc:
@@ -420,6 +437,11 @@ class Runtime:
         )
 
     # -- restart (L2) -------------------------------------------------------------------------
+
+    async def _create_child(self, parent_id: str, title: str) -> ConversationId:
+        parent = await self.conversations.get(parent_id)
+        child = await self.conversations.create(parent.owner, parent.profile, title=title[:200])
+        return child.conversation_id
 
     async def request_restart(
         self,

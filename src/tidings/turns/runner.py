@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 from tidings.approvals import Approvals, needs_approval
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
+from tidings.mail import relay
 from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
@@ -146,6 +147,8 @@ class _Progress:
     more_work: bool = False
     turn_tasks: list[str] = field(default_factory=list)
     """Turn-lifetime tasks started by this turn, not yet drained."""
+    child_replied: bool = False
+    """This turn answered a request a parent opened (the relay is kicked after the commit)."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
 
@@ -164,12 +167,14 @@ class TurnRunner:
         *,
         tasks: TurnTasks | None = None,
         approvals: Approvals | None = None,
+        on_child_reply: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
         self.approvals = approvals
+        self.on_child_reply = on_child_reply
         self.metrics = metrics
         self.outbox = outbox
         self.models = models
@@ -591,6 +596,10 @@ class TurnRunner:
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
             self._settle_turn_tasks(cx, plan, progress, stopped=False)
+            # A request a parent opened in this (child) conversation is answered (M16).
+            answered = [relay.answer(cx, item, status="completed", text=reply.text,
+                                     run_id=plan.run_id) for item in plan.inputs]
+            progress.child_replied = any(answered)
             # Tasks that ended during the turn are delivered now, for the next turn.
             progress.more_work = bool(journal.deliver_due(cx))
             run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
@@ -599,12 +608,18 @@ class TurnRunner:
             return run
 
         try:
-            return await self._commit(plan, progress, write)
+            run = await self._commit(plan, progress, write)
         except (SlotLostError, CommitOutcomeUnknownError):
             raise
         except TidingsError as exc:
             # The answer did not commit: give everything back at once (S7).
             raise _TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
+        self._kick_relay(progress)
+        return run
+
+    def _kick_relay(self, progress: _Progress) -> None:
+        if progress.child_replied and self.on_child_reply is not None:
+            self.on_child_reply()
 
     async def _finish_failed(
         self, plan: TurnPlan, progress: _Progress, failure: _TurnFailed
@@ -637,6 +652,13 @@ class TurnRunner:
             self._settle_turn_tasks(cx, plan, progress, stopped=failure.code == "stopped")
             if self.approvals is not None:
                 self.approvals.expire_run(cx, plan.run_id)
+            if failure.status is not RunStatus.NEEDS_ATTENTION:
+                # The parent is told how its request ended; a run that needs attention may
+                # still answer it after a retry.
+                text = f"(the child's turn ended {failure.status.value}: {failure.code})"
+                answered = [relay.answer(cx, item, status=failure.status.value, text=text,
+                                         run_id=plan.run_id) for item in plan.inputs]
+                progress.child_replied = any(answered)
             # Delivered stays, consumed does not; the error is kept with them (T5).
             kept = journal.unconsumed(cx)
             journal.keep_unconsumed(cx, kept, failure.code)
@@ -648,6 +670,7 @@ class TurnRunner:
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
         run = await self._commit(plan, progress, write)
+        self._kick_relay(progress)
         if failure.code == "stopped" and self.tasks is not None:
             # A turn-lifetime task does not outlive its stopped turn.
             self.tasks.kill(progress.turn_tasks + progress.drained)

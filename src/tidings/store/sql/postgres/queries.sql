@@ -681,3 +681,44 @@ SELECT * FROM approvals
 -- A run that ended without applying them: its pending approvals can never apply any more.
 UPDATE approvals SET status = 'expired', decided_at_us = :now_us
  WHERE run_id = :run_id AND status = 'pending';
+
+-- ============================================================================================
+-- Child conversations (M16, M17)
+-- ============================================================================================
+
+-- insert_child_request --
+INSERT INTO child_requests (request_id, parent_conversation_id, child_conversation_id, input_id,
+                            run_public_id, call_id, task_key, kind, state, created_at_us)
+VALUES (:request_id, :parent_conversation_id, :child_conversation_id, :input_id,
+        :run_public_id, :call_id, :task_key, :kind, 'open', :now_us);
+
+-- reply_child_request --
+-- The child's run that read the request answered it: once (the first answer stands).
+UPDATE child_requests
+   SET state = 'replied', reply_status = :reply_status, reply = :reply,
+       reply_run_id = :reply_run_id, replied_at_us = :now_us
+ WHERE input_id = :input_id AND state = 'open';
+
+-- unrelayed_child_requests --
+-- Level-triggered: every reply not yet relayed, oldest first.
+SELECT * FROM child_requests
+ WHERE state = 'replied' AND relayed_at_us IS NULL
+ ORDER BY replied_at_us, request_id
+ LIMIT :limit;
+
+-- mark_child_relayed --
+UPDATE child_requests SET relayed_at_us = :now_us
+ WHERE request_id = :request_id AND relayed_at_us IS NULL;
+
+-- child_link --
+-- Whether ``child`` is a child this parent opened (a send may only go there).
+SELECT request_id FROM child_requests
+ WHERE parent_conversation_id = :parent_conversation_id
+   AND child_conversation_id = :child_conversation_id
+ LIMIT 1;
+
+-- child_requests_of_parent --
+SELECT * FROM child_requests
+ WHERE parent_conversation_id = :parent_conversation_id
+ ORDER BY created_at_us, request_id
+ LIMIT :limit;

@@ -1,0 +1,251 @@
+"""Child conversations and the relay of their replies (M16, M17).
+
+A parent's turn opens requests in a child conversation: ``spawn`` creates the child with a
+brief, ``send`` asks it again. Each request is the child's input, stamped with the opening run
+and call, and a row in ``child_requests`` -- written in the unit that admits the input, so an
+open request always has its input. Only those requests are owed: a person's (or a third
+agent's) exchange inside the child has no row and is never relayed.
+
+The child's turn that read a request answers it in the unit that commits its reply (or its
+failure): the request becomes ``replied`` with the text, once. The relay then gives the reply
+to the parent as kernel mail (origin ``child``, text ``<task_result task=… status=…
+conversation=…>…</task_result>``) and sets the request's ``relayed_at`` -- both in one unit on
+the parent, and the marker is a conditional update, so a reply is relayed exactly once however
+the sweep and the kick race and wherever a crash falls. The sweep is level-triggered on
+``relayed_at`` (every minute by default); the kick after a child's reply is only a latency
+hint. A tombstoned parent owes nothing; a full parent queue is retried by the sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import html
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.clock import Clock
+from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
+from tidings.mail.door import Admission, Door
+from tidings.store import Row, Store
+from tidings.transcript import ConversationTx
+from tidings.types import (
+    Author,
+    AuthorKind,
+    ConversationId,
+    ConversationStatus,
+    Input,
+    Origin,
+    StartKind,
+    new_id,
+)
+
+log = logging.getLogger("tidings.relay")
+
+CHILD_REQUEST = "child_request"
+"""The meta key of a child's input that carries an owed request (the kernel's own)."""
+
+REPLY_LIMIT_CHARS = 32 * 1024
+
+StartWith = Callable[[str, StartKind, Callable[[ConversationTx], Any]], Awaitable[Any]]
+"""Runs a write on the locked conversation in the unit that starts its turn for the kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRequest:
+    """One request a parent opened in a child, and what became of it."""
+
+    request_id: str
+    parent_conversation_id: ConversationId
+    child_conversation_id: ConversationId
+    input_id: str
+    run_public_id: str
+    call_id: str
+    task_key: str
+    kind: str
+    state: str
+    reply_status: str | None
+    reply: str | None
+    relayed: bool
+
+
+def request_from_row(row: Row) -> ChildRequest:
+    return ChildRequest(
+        request_id=row["request_id"],
+        parent_conversation_id=ConversationId(row["parent_conversation_id"]),
+        child_conversation_id=ConversationId(row["child_conversation_id"]),
+        input_id=row["input_id"],
+        run_public_id=row["run_public_id"],
+        call_id=row["call_id"],
+        task_key=row["task_key"],
+        kind=row["kind"],
+        state=row["state"],
+        reply_status=row["reply_status"],
+        reply=row["reply"],
+        relayed=row["relayed_at_us"] is not None,
+    )
+
+
+def answer(cx: ConversationTx, item: Input, *, status: str, text: str, run_id: str) -> bool:
+    """In the unit that commits a child run's reply (or failure): answer the request the input
+    carried, if it carried one. Returns whether it did (the caller kicks the relay)."""
+    if CHILD_REQUEST not in item.meta:
+        return False
+    cx.tx.run_later(
+        "reply_child_request", input_id=item.input_id, reply_status=status,
+        reply=text[:REPLY_LIMIT_CHARS], reply_run_id=run_id, now_us=cx.now_us,
+    )
+    return True
+
+
+def render(request: ChildRequest) -> str:
+    """The parent's mail text: the reply as data inside its ``task_result`` element."""
+    body = html.escape(request.reply or "", quote=False)
+    return (
+        f'<task_result task="{html.escape(request.task_key)}" '
+        f'status="{html.escape(request.reply_status or "completed")}" '
+        f'conversation="{html.escape(request.child_conversation_id)}">{body}</task_result>'
+    )
+
+
+class ChildRelay:
+    """Opens child requests for tools and relays the replies to their parents."""
+
+    def __init__(
+        self, store: Store, clock: Clock, door: Door, *, start_with: StartWith,
+        create_child: Callable[[str, str], Awaitable[ConversationId]],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.door = door
+        self._start_with = start_with
+        self._create_child = create_child
+        self._kicked: asyncio.Task[int] | None = None
+
+    # -- opening requests (from a parent's tool call) -----------------------------------------
+
+    async def spawn(
+        self, parent_id: str, run_id: str, call_id: str, brief: str, *, title: str = ""
+    ) -> ChildRequest:
+        """Create a child conversation (the parent's owner, the parent's profile) and open the
+        brief as its first request."""
+        child_id = await self._create_child(parent_id, title or brief[:80])
+        return await self._open(parent_id, child_id, run_id, call_id, brief, kind="spawn")
+
+    async def send(
+        self, parent_id: str, child_id: str, run_id: str, call_id: str, message: str
+    ) -> ChildRequest:
+        """Open another request in a child this parent spawned (and only there)."""
+        row = await self.store.read(lambda tx: tx.one(
+            "child_link", parent_conversation_id=parent_id, child_conversation_id=child_id
+        ))
+        if row is None:
+            raise UnknownConversationError(child_id)
+        return await self._open(parent_id, child_id, run_id, call_id, message, kind="send")
+
+    async def _open(
+        self, parent_id: str, child_id: str, run_id: str, call_id: str, text: str, *, kind: str
+    ) -> ChildRequest:
+        request_id = new_id("creq")
+        task_key = f"child-{secrets.token_hex(4)}"
+        admission = self.door.prepare(
+            child_id, text, origin=Origin.AGENT,
+            authored_by=Author(AuthorKind.AGENT, f"conversation:{parent_id}", "parent agent"),
+            sender_conversation_id=parent_id, run_public_id=run_id, task_key=task_key,
+        )
+        admission = _with_meta(admission, {CHILD_REQUEST: request_id})
+
+        def write(cx: ConversationTx) -> ChildRequest:
+            item = self.door.admit(cx, admission)
+            cx.tx.run_later(
+                "insert_child_request", request_id=request_id, parent_conversation_id=parent_id,
+                child_conversation_id=child_id, input_id=item.input_id, run_public_id=run_id,
+                call_id=call_id, task_key=task_key, kind=kind, now_us=cx.now_us,
+            )
+            return ChildRequest(
+                request_id, ConversationId(parent_id), ConversationId(child_id), item.input_id,
+                run_id, call_id, task_key, kind, "open", None, None, False,
+            )
+
+        result: ChildRequest = await self._start_with(child_id, StartKind.AGENT, write)
+        return result
+
+    # -- the relay ------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """A latency hint after a child's reply committed: relay now rather than at the sweep."""
+        if self._kicked is None or self._kicked.done():
+            self._kicked = asyncio.get_running_loop().create_task(self.relay_pending())
+
+    async def relay_pending(self, *, limit: int = 200) -> int:
+        """Relay every replied, unrelayed request (the sweep, and the kick). Returns how many
+        this call relayed."""
+        rows = await self.store.read(
+            lambda tx: tx.all("unrelayed_child_requests", limit=limit)
+        )
+        relayed = 0
+        for row in rows:
+            request = request_from_row(row)
+            try:
+                if await self._relay(request):
+                    relayed += 1
+            except InputQueueFullError:
+                log.info("the parent %s is full; the sweep retries", request.parent_conversation_id)
+            except Exception:
+                log.exception("could not relay child request %s", request.request_id)
+        return relayed
+
+    async def _relay(self, request: ChildRequest) -> bool:
+        def write(cx: ConversationTx) -> bool:
+            marked = cx.tx.execute(
+                "mark_child_relayed", request_id=request.request_id, now_us=cx.now_us
+            )
+            if not marked:
+                return False  # relayed already (the sweep and a kick raced): nothing twice
+            if cx.conversation.status is ConversationStatus.TOMBSTONED:
+                return False  # a tombstoned parent owes nothing
+            self.door.deliver(
+                cx, render(request), origin=Origin.CHILD,
+                authored_by=Author(AuthorKind.HUMAN, cx.conversation.owner,
+                                   cx.conversation.owner),
+                sender_conversation_id=request.child_conversation_id,
+                run_public_id=request.run_public_id, task_key=request.task_key,
+                meta={"child_request": request.request_id,
+                      "status": request.reply_status or "completed"},
+            )
+            return True
+
+        try:
+            done: bool = await self._start_with(
+                request.parent_conversation_id, StartKind.MAIL, write
+            )
+        except UnknownConversationError:
+            return False
+        return done
+
+    async def close(self) -> None:
+        if self._kicked is not None:
+            self._kicked.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._kicked
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def requests_of(self, parent_id: str, *, limit: int = 100) -> list[ChildRequest]:
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        rows = await self.store.read(lambda tx: tx.all(
+            "child_requests_of_parent", parent_conversation_id=parent_id, limit=limit
+        ))
+        return [request_from_row(r) for r in rows]
+
+
+def _with_meta(admission: Admission, meta: dict[str, Any]) -> Admission:
+    return dataclasses.replace(admission, meta={**admission.meta, **meta})
+
+
+__all__ = ("CHILD_REQUEST", "ChildRelay", "ChildRequest", "answer", "render")
