@@ -4,6 +4,8 @@ opened comes back exactly once as kernel mail in a supplementary turn; nothing e
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import UnknownConversationError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime
+from tidings.tools.registry import Tool, ToolContext
 from tidings.types import Input, Origin, Profile, RunStatus, StartKind
 
 MODEL = ScriptedModel(
@@ -129,3 +132,22 @@ async def test_m16_a_tombstoned_parent_owes_nothing(runtimes: RuntimeFactory) ->
     (request,) = await rt.relay.requests_of(parent)
     assert request.relayed  # settled: the sweep does not retry it forever
     assert await rt.relay.relay_pending() == 0
+
+
+async def test_a5_the_built_in_tools_are_there_and_a_hosts_own_tool_wins(
+    runtimes: RuntimeFactory,
+) -> None:
+    async def my_send(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        return "the host's own send"
+
+    rt = await runtimes(models=[MODEL], tools=[Tool("send", "The host's send.", my_send)])
+    names = set(rt.tools.names())
+    assert {"shell", "task_status", "task_output", "wait", "tool_result_get",
+            "tool_result_list", "spawn", "send", "restart"} <= names
+    send = rt.tools.get("send")
+    assert send is not None
+    assert send.description == "The host's send."
+    # Only what a profile lists is offered; read-only ones are marked for the overlay (L4).
+    offered = rt.tools.offered(("task_status", "spawn", "unknown"))
+    assert [t.name for t in offered] == ["task_status", "spawn"]
+    assert [t.read_only for t in offered] == [True, False]
