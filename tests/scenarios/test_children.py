@@ -151,3 +151,31 @@ async def test_a5_the_built_in_tools_are_there_and_a_hosts_own_tool_wins(
     offered = rt.tools.offered(("task_status", "spawn", "unknown"))
     assert [t.name for t in offered] == ["task_status", "spawn"]
     assert [t.read_only for t in offered] == [True, False]
+
+
+async def test_m7_mail_wakes_an_idle_parent_as_a_persons_input_does(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent, child = await spawned(rt)
+    await wait_for_runs(rt, child, 1)
+    await wait_for_runs(rt, parent, 2)  # no sweep ran: the kick woke the idle parent
+    (_, mail_run) = await rt.runs(parent)
+    assert mail_run.trigger is StartKind.MAIL
+    (mail,) = await child_mail(rt, parent)
+    assert mail.run_id == mail_run.run_id  # materialized by the turn it started
+
+
+async def test_m12_an_archived_tool_less_parent_still_runs_its_mail_turn(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    # A tool-less parent: the kernel opens the request on its behalf (as its run would).
+    parent = (await rt.create_conversation("alice", Profile(model="scripted"))).conversation_id
+    request = await rt.relay.spawn(parent, "run_host", "call-1", "count to three")
+    await rt.archive(parent)
+    await wait_for_runs(rt, request.child_conversation_id, 1)
+    await wait_for_runs(rt, parent, 1)
+    (mail_run,) = await rt.runs(parent)
+    assert (mail_run.trigger, mail_run.status) == (StartKind.MAIL, RunStatus.COMPLETED)
+    assert (await rt.transcript(parent))[-1].content == "The child reported back."
