@@ -35,6 +35,7 @@ from tidings.errors import (
     UnknownRunError,
 )
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
+from tidings.mail import relay
 from tidings.mail.door import Door, DoorConfig
 from tidings.mail.relay import ChildRelay
 from tidings.metrics import Metrics
@@ -49,6 +50,7 @@ from tidings.results import (
     ResultsConfig,
 )
 from tidings.store import Store, open_store
+from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
@@ -410,6 +412,34 @@ class Runtime:
 
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
         return await self.coordinator.stop(conversation_id, owner=owner)
+
+    async def stop_run(
+        self, conversation_id: str, run_id: str, *, owner: str | None = None
+    ) -> list[str]:
+        """Stop a source run, running or completed (M14): no more mail for it -- its children's
+        unrelayed replies are cancelled, its supplementary inputs still queued here are
+        removed, its tasks' undelivered notifications cancelled. What it already published
+        stays. A running run is stopped as :meth:`stop` stops it. Returns the cancelled input
+        ids."""
+        self._require_unlocked()
+
+        def unit(cx: ConversationTx) -> tuple[list[str], bool]:
+            row = cx.tx.one("get_run", run_id=run_id)
+            if row is None or row["conversation_id"] != conversation_id:
+                raise UnknownRunError(run_id)
+            cancelled = cx.cancel_supplementary(run_id)
+            relay.cancel_run(cx, run_id)
+            for task in journal.of_run(cx, run_id):
+                if not task.delivered:
+                    journal.cancel(cx, task)
+            cx.record_event("run_stopped", {"run_public_id": run_id,
+                                            "cancelled_inputs": cancelled}, run_id)
+            return cancelled, row["status"] == RunStatus.RUNNING.value
+
+        cancelled, running = await self.conversations.change(conversation_id, unit, owner=owner)
+        if running:
+            await self.coordinator.stop(conversation_id, owner=owner)
+        return cancelled
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
         self._require_unlocked()

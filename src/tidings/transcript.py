@@ -233,6 +233,19 @@ class ConversationTx:
         """Unacknowledged signals of the conversation when it was locked."""
         return int(self.row.get("signal_backlog") or 0)
 
+    def cancel_supplementary(self, run_public_id: str) -> list[str]:
+        """Cancel the kernel inputs a source run is owed that are still queued here (M14)."""
+        rows = self.tx.all(
+            "cancel_queued_kernel_inputs", conversation_id=self.conversation_id,
+            run_public_id=run_public_id,
+        )
+        cancelled = [str(r["input_id"]) for r in rows]
+        if cancelled:
+            self.row["queued_inputs"] = int(self.row["queued_inputs"]) - len(cancelled)
+            self.record_event("input_cancelled",
+                              {"input_ids": cancelled, "run_public_id": run_public_id})
+        return cancelled
+
     def queued_inputs(self, limit: int) -> list[Input]:
         """Queued inputs in read order (kernel first, then arrival)."""
         if self.queued_count == 0:

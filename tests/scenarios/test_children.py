@@ -11,11 +11,12 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
-from tidings.errors import UnknownConversationError
+from tidings.errors import UnknownConversationError, UnknownRunError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime
 from tidings.tools.registry import Tool, ToolContext
-from tidings.types import Input, Origin, Profile, RunStatus, StartKind
+from tidings.transcript import ConversationTx
+from tidings.types import Input, InputState, Origin, Profile, RunStatus, StartKind
 
 MODEL = ScriptedModel(
     rules=[
@@ -179,3 +180,54 @@ async def test_m12_an_archived_tool_less_parent_still_runs_its_mail_turn(
     (mail_run,) = await rt.runs(parent)
     assert (mail_run.trigger, mail_run.status) == (StartKind.MAIL, RunStatus.COMPLETED)
     assert (await rt.transcript(parent))[-1].content == "The child reported back."
+
+
+async def test_m14_stopping_a_completed_source_run_suppresses_its_mail(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    rt.runner.on_child_reply = None  # the reply waits for a relay the test controls
+    parent, child = await spawned(rt)
+    (source,) = await rt.runs(parent)
+    before = await rt.transcript(parent)
+    await rt.stop_run(parent, source.run_id, owner="alice")  # completed, still stoppable
+    await wait_for_runs(rt, child, 1)  # the child answers anyway ...
+    assert await rt.relay.relay_pending() == 0  # ... but nothing is relayed
+    (request,) = await rt.relay.requests_of(parent)
+    assert request.state == "cancelled"
+    await rt.settle(parent)
+    assert await child_mail(rt, parent) == []
+    assert len(await rt.runs(parent)) == 1
+    assert await rt.transcript(parent) == before  # what the run published stands
+    with pytest.raises(UnknownRunError):
+        await rt.stop_run(parent, "run_unknown", owner="alice")
+
+
+async def test_m14_stopping_a_source_removes_its_queued_supplementary_inputs(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    rt.runner.on_child_reply = None
+    parent, child = await spawned(rt)
+    (source,) = await rt.runs(parent)
+    await wait_for_runs(rt, child, 1)
+    # The parent is busy (a turn holds its slot), so the relayed mail waits in its queue.
+
+    def hold(cx: ConversationTx) -> None:
+        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+
+    await rt.conversations.change(parent, hold)
+    assert await rt.relay.relay_pending() == 1
+    (mail,) = await child_mail(rt, parent)
+    cancelled = await rt.stop_run(parent, source.run_id, owner="alice")
+    assert cancelled == [mail.input_id]
+    (mail,) = await child_mail(rt, parent)
+    assert mail.state is InputState.CANCELLED
+
+    def release(cx: ConversationTx) -> None:
+        cx.release_slot("held-by-test")
+
+    await rt.conversations.change(parent, release)
+    rt.coordinator.request(parent, None)
+    await rt.settle(parent)
+    assert len(await rt.runs(parent)) == 1  # no turn for the removed mail

@@ -111,6 +111,14 @@ async def test_c8_http_retry_names_a_model_and_is_owner_scoped(servers: Servers)
                        422, "origin_not_allowed")
         inputs = (await alice.get(f"/v1/conversations/{conv}/inputs")).json()["items"]
         assert len(inputs) == 1
+        # Stopping the completed run (M14) is allowed and changes what it published nothing.
+        stop = f"/v1/conversations/{conv}/runs/{run['run_id']}/stop"
+        assert_problem(await bob.post(stop), 404, "unknown_conversation")
+        stopped = await alice.post(stop)
+        assert stopped.status_code == 200, stopped.text
+        assert stopped.json() == {"cancelled_inputs": []}
+        assert_problem(await alice.post(f"/v1/conversations/{conv}/runs/run_nope/stop"), 404,
+                       "unknown_run")
 
 
 async def test_l1_http_a_locked_server_refuses_work_until_an_operator_unlocks_it(

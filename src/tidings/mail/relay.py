@@ -102,6 +102,14 @@ def answer(cx: ConversationTx, item: Input, *, status: str, text: str, run_id: s
     return True
 
 
+def cancel_run(cx: ConversationTx, run_public_id: str) -> None:
+    """In a unit on the parent: its children owe a stopped source run nothing more (M14)."""
+    cx.tx.run_later(
+        "cancel_child_requests_of_run", parent_conversation_id=cx.conversation_id,
+        run_public_id=run_public_id,
+    )
+
+
 def render(request: ChildRequest) -> str:
     """The parent's mail text: the reply as data inside its ``task_result`` element."""
     body = html.escape(request.reply or "", quote=False)
@@ -248,4 +256,4 @@ def _with_meta(admission: Admission, meta: dict[str, Any]) -> Admission:
     return dataclasses.replace(admission, meta={**admission.meta, **meta})
 
 
-__all__ = ("CHILD_REQUEST", "ChildRelay", "ChildRequest", "answer", "render")
+__all__ = ("CHILD_REQUEST", "ChildRelay", "ChildRequest", "answer", "cancel_run", "render")

@@ -45,6 +45,7 @@ from tidings.service.schemas import (
     RetryCreate,
     RunList,
     RunOut,
+    RunStopped,
     Stopped,
     TaskOut,
     TaskPage,
@@ -178,6 +179,16 @@ async def stop(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> S
              summary="Summarise the history (refused while a turn is active or queued)")
 async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Compacted:
     return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
+
+
+@router.post("/{conversation_id}/runs/{run_id}/stop", response_model=RunStopped,
+             responses=WRITE,
+             summary="Stop a source run, running or completed: no more mail for it (M14)")
+async def stop_run(
+    conversation_id: str, run_id: str, runtime: RuntimeDep, owner: Principal
+) -> RunStopped:
+    cancelled = await runtime.stop_run(conversation_id, run_id, owner=owner)
+    return RunStopped(cancelled_inputs=cancelled)
 
 
 @router.post("/{conversation_id}/runs/{run_id}/retry", status_code=status.HTTP_202_ACCEPTED,

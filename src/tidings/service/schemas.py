@@ -237,6 +237,12 @@ class Stopped(BaseModel):
     run_ids: list[str] = Field(description="The runs asked to stop.")
 
 
+class RunStopped(BaseModel):
+    """A source run stopped: its queued supplementary inputs that were removed."""
+
+    cancelled_inputs: list[str]
+
+
 class Compacted(BaseModel):
     message_seq: int = Field(description="The position of the summary message.")
 

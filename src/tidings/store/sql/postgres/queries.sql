@@ -722,3 +722,16 @@ SELECT * FROM child_requests
  WHERE parent_conversation_id = :parent_conversation_id
  ORDER BY created_at_us, request_id
  LIMIT :limit;
+
+-- cancel_queued_kernel_inputs --
+-- A stopped source run's supplementary inputs still queued in this conversation (M14).
+UPDATE inputs SET state = 'cancelled'
+ WHERE conversation_id = :conversation_id AND run_public_id = :run_public_id AND kernel = 1
+   AND state = 'queued'
+RETURNING input_id;
+
+-- cancel_child_requests_of_run --
+-- A stopped source run is owed nothing more by its children (M14).
+UPDATE child_requests SET state = 'cancelled'
+ WHERE parent_conversation_id = :parent_conversation_id AND run_public_id = :run_public_id
+   AND relayed_at_us IS NULL AND state IN ('open', 'replied');
