@@ -231,3 +231,20 @@ async def test_m14_stopping_a_source_removes_its_queued_supplementary_inputs(
     rt.coordinator.request(parent, None)
     await rt.settle(parent)
     assert len(await rt.runs(parent)) == 1  # no turn for the removed mail
+
+
+async def test_m15_events_say_how_a_task_was_resolved(runtimes: RuntimeFactory) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent, child = await spawned(rt)
+    await wait_for_runs(rt, child, 1)
+    await wait_for_runs(rt, parent, 2)
+    (request,) = await rt.relay.requests_of(parent)
+    events = await rt.events(parent)
+    statuses = [e for e in events if e.type == "task_status"]
+    assert [e.data["resolved_by"] for e in statuses] == [
+        {"kind": "conversation", "public_id": child}]
+    assert statuses[0].data["task_key"] == request.task_key
+    accepted = [e for e in events if e.type == "input_accepted"
+                and e.data.get("origin") == "child"]
+    assert len(accepted) == 1  # the mail's acceptance, with its stamps
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # resumable: no gaps

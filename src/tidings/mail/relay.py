@@ -225,6 +225,13 @@ class ChildRelay:
                 meta={"child_request": request.request_id,
                       "status": request.reply_status or "completed"},
             )
+            cx.record_event(
+                "task_status",
+                {"task_key": request.task_key, "state": request.reply_status or "completed",
+                 "resolved_by": {"kind": "conversation",
+                                 "public_id": request.child_conversation_id}},
+                request.run_public_id,
+            )
             return True
 
         try:

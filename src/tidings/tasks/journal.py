@@ -211,6 +211,12 @@ def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     notification is owed any more (T8). Has no effect once one was delivered."""
     if task.delivered or task.reported_in_tool_result:
         return task
+    cx.record_event(
+        "task_status",
+        {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
+         "resolved_by": {"kind": "tool_result"}},
+        task.run_id,
+    )
     return _set(cx, replace(task, reported_in_tool_result=True))
 
 
@@ -282,7 +288,8 @@ def _deliver_if_due(
     cx.record_event(
         "task_status",
         {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
-         "delivered": True, "message_seq": seq},
+         "delivered": True, "message_seq": seq,
+         "resolved_by": {"kind": "notification", "message_seq": seq}},
         task.run_id,
     )
     return _set(cx, replace(task, delivered=True, notification_seq=seq))
