@@ -17,9 +17,10 @@ from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox
 from tidings.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
+from tidings.turns.runner import TurnConfig
 from tidings.types import OperationState, Profile, Published, RunStatus
 
 MODEL = ScriptedModel(
@@ -308,3 +309,23 @@ async def test_c3_a_paused_or_blocked_goal_holds_automatic_continuation(
     await rt.checkpoint(conv)  # resuming the goal lets the continuation run
     await wait_for_runs(rt, conv, 1)
     assert (await rt.signal_stats(conv)).backlog == 0
+
+
+async def test_m11_a_long_history_sends_the_newest_window_and_says_so(
+    runtimes: RuntimeFactory,
+) -> None:
+    recorder = _Recorder()
+    config = RuntimeConfig(turns=TurnConfig(history_messages=4))
+    rt = await runtimes(models=[recorder], config=config)
+    conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
+    for n in range(4):
+        await rt.post(conv, f"message {n}")
+        await wait_for_runs(rt, conv, n + 1)
+    trimmed = [e for e in await rt.events(conv) if e.type == "context_trimmed"]
+    runs = await rt.runs(conv)
+    # Turns 1-3 fit the window of 4 messages; turn 4 had 6 before its input: trimmed, not
+    # refused (reaching the window's end is not overflow).
+    assert [e.run_id for e in trimmed] == [runs[3].run_id]
+    assert trimmed[0].data["messages_total"] == 6
+    assert trimmed[0].data["messages_sent"] == 4
+    assert all(r.status is RunStatus.COMPLETED for r in runs)

@@ -147,6 +147,9 @@ class _Progress:
     more_work: bool = False
     turn_tasks: list[str] = field(default_factory=list)
     """Turn-lifetime tasks started by this turn, not yet drained."""
+    trimmed: dict[str, int] | None = None
+    """The history sent was the newest window of a longer one (M11): journalled once."""
+    trim_recorded: bool = False
     child_replied: bool = False
     """This turn answered a request a parent opened (the relay is kicked after the commit)."""
     drained: list[str] = field(default_factory=list)
@@ -248,6 +251,10 @@ class TurnRunner:
             plan.conversation_id, start_seq=plan.history_start_seq,
             last_seq=plan.last_message_seq,
         )
+        total = plan.last_message_seq - plan.history_start_seq
+        if total > len(messages):
+            # Reaching the window's end is not overflow: the newest window is sent (M11).
+            progress.trimmed = {"messages_total": total, "messages_sent": len(messages)}
         messages += [_input_message(i) for i in plan.inputs]
         if plan.notice is not None:
             messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))
@@ -507,6 +514,7 @@ class TurnRunner:
             plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
         )
         progress.pending = []
+        progress.trim_recorded = progress.trim_recorded or progress.trimmed is not None
         progress.notice_written = progress.notice_written or plan.notice is not None
 
     def _materialize_pending(self, cx: ConversationTx, plan: TurnPlan, progress: _Progress) -> None:
@@ -515,6 +523,9 @@ class TurnRunner:
         # alone; :meth:`_commit` records what became durable once it is.
         for item in progress.pending:
             cx.materialize(item, plan.run_id)
+        if progress.trimmed is not None and not progress.trim_recorded:
+            cx.record_event("context_trimmed",
+                            {"run_public_id": plan.run_id, **progress.trimmed}, plan.run_id)
         if plan.notice is not None and not progress.notice_written:
             cx.append_user(plan.notice, run_id=plan.run_id, meta=dict(plan.notice_meta))
 
