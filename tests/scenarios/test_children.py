@@ -4,6 +4,7 @@ opened comes back exactly once as kernel mail in a supplementary turn; nothing e
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,12 +12,21 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
-from tidings.errors import UnknownConversationError, UnknownRunError
+from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime
-from tidings.tools.registry import Tool, ToolContext
+from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.transcript import ConversationTx
-from tidings.types import Input, InputState, Origin, Profile, RunStatus, StartKind
+from tidings.types import (
+    ConversationId,
+    Input,
+    InputState,
+    Origin,
+    Profile,
+    RunId,
+    RunStatus,
+    StartKind,
+)
 
 MODEL = ScriptedModel(
     rules=[
@@ -248,3 +258,27 @@ async def test_m15_events_say_how_a_task_was_resolved(runtimes: RuntimeFactory) 
                 and e.data.get("origin") == "child"]
     assert len(accepted) == 1  # the mail's acceptance, with its stamps
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # resumable: no gaps
+
+
+async def test_m17_wait_observes_a_childs_reply_and_consumes_nothing(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent, child = await spawned(rt)
+    (request,) = await rt.relay.requests_of(parent)
+    (run,) = (await rt.runs(parent))[:1]
+    wait = rt.tools.get("wait")
+    assert wait is not None
+    context = ToolContext(ConversationId(parent), RunId(run.run_id), "call-wait")
+    seen = await wait.handler(context, {"task_key": request.task_key, "timeout_s": 20})
+    assert isinstance(seen, ToolOutput)
+    facts = json.loads(seen.content)
+    assert facts["state"] == "replied"
+    assert facts["reply"].startswith("one two three")
+    assert facts["child_conversation_id"] == child
+    await wait_for_runs(rt, parent, 2)
+    assert len(await child_mail(rt, parent)) == 1  # the mail still came, once
+    stranger = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    foreign = ToolContext(ConversationId(stranger), RunId(run.run_id), "call-x")
+    with pytest.raises(InvalidInputError):  # another conversation learns nothing
+        await wait.handler(foreign, {"task_key": request.task_key, "timeout_s": 0})

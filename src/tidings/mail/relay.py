@@ -51,6 +51,9 @@ CHILD_REQUEST = "child_request"
 
 REPLY_LIMIT_CHARS = 32 * 1024
 
+CHILD_TASK_PREFIX = "child-"
+"""A child request's task key starts so (a background task's with ``bg-``)."""
+
 StartWith = Callable[[str, StartKind, Callable[[ConversationTx], Any]], Awaitable[Any]]
 """Runs a write on the locked conversation in the unit that starts its turn for the kind."""
 
@@ -159,7 +162,7 @@ class ChildRelay:
         self, parent_id: str, child_id: str, run_id: str, call_id: str, text: str, *, kind: str
     ) -> ChildRequest:
         request_id = new_id("creq")
-        task_key = f"child-{secrets.token_hex(4)}"
+        task_key = f"{CHILD_TASK_PREFIX}{secrets.token_hex(4)}"
         admission = self.door.prepare(
             child_id, text, origin=Origin.AGENT,
             authored_by=Author(AuthorKind.AGENT, f"conversation:{parent_id}", "parent agent"),
@@ -263,4 +266,12 @@ def _with_meta(admission: Admission, meta: dict[str, Any]) -> Admission:
     return dataclasses.replace(admission, meta={**admission.meta, **meta})
 
 
-__all__ = ("CHILD_REQUEST", "ChildRelay", "ChildRequest", "answer", "cancel_run", "render")
+__all__ = (
+    "CHILD_REQUEST",
+    "CHILD_TASK_PREFIX",
+    "ChildRelay",
+    "ChildRequest",
+    "answer",
+    "cancel_run",
+    "render",
+)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidings.errors import InvalidInputError
+from tidings.mail.relay import CHILD_TASK_PREFIX, request_from_row
 from tidings.results import Results, UnknownResultError
 from tidings.store import Store
 from tidings.tasks.journal import TaskRecord, task_from_row
@@ -64,12 +65,32 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
     async def task_status(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
         return report(await read_task(context, _key(arguments)))
 
+    async def wait_child(context: ToolContext, task_key: str, deadline: float) -> ToolOutput:
+        """A child's reply, observed: the wait consumes nothing, the reply's mail still comes
+        (M17)."""
+        while True:
+            row = await store.read(lambda tx: tx.one(
+                "child_request_by_key", parent_conversation_id=context.conversation_id,
+                task_key=task_key))
+            if row is None:
+                raise InvalidInputError(f"no task {task_key!r} in this conversation")
+            request = request_from_row(row)
+            if request.state != "open" or time.monotonic() >= deadline:
+                return ToolOutput(json.dumps({
+                    "task_key": task_key, "child_conversation_id": request.child_conversation_id,
+                    "state": request.state, "status": request.reply_status,
+                    "reply": request.reply,
+                }))
+            await asyncio.sleep(_POLL_S)
+
     async def wait(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
         task_key = _key(arguments)
         timeout = arguments.get("timeout_s", 30)
         if not isinstance(timeout, int | float) or not 0 <= timeout <= MAX_WAIT_S:
             raise InvalidInputError(f"timeout_s must be between 0 and {MAX_WAIT_S:.0f}")
         deadline = time.monotonic() + float(timeout)
+        if task_key.startswith(CHILD_TASK_PREFIX):
+            return await wait_child(context, task_key, deadline)
         while True:
             task = await read_task(context, task_key)
             if task.state.terminal or time.monotonic() >= deadline:
@@ -123,7 +144,8 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
     return [
         Tool("task_status", "The state of a background task.", task_status,
              parameters=key_schema, read_only=True),
-        Tool("wait", "Wait (at most timeout_s, 60 at most) for a background task to end.",
+        Tool("wait", "Wait (at most timeout_s, 60 at most) for a background task to end, or "
+             "for a child conversation's reply (observed, not consumed).",
              wait, parameters={"type": "object", "properties": {
                  "task_key": {"type": "string"}, "timeout_s": {"type": "number"}},
                  "required": ["task_key"]}, read_only=True),

@@ -706,3 +706,7 @@ RETURNING input_id;
 UPDATE child_requests SET state = 'cancelled'
  WHERE parent_conversation_id = :parent_conversation_id AND run_public_id = :run_public_id
    AND relayed_at_us IS NULL AND state IN ('open', 'replied');
+
+-- child_request_by_key --
+SELECT * FROM child_requests
+ WHERE parent_conversation_id = :parent_conversation_id AND task_key = :task_key;
