@@ -6,18 +6,19 @@ Nothing here touches the store or the clock; every function is deterministic giv
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from tidings.clock import to_us
 from tidings.errors import InvalidInputError, PayloadTooLargeError
-from tidings.types import ConversationStatus, GoalStatus, Origin, StartKind
+from tidings.types import ConversationStatus, GoalStatus, Origin, Profile, StartKind
 
 _SLUG = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -283,3 +284,28 @@ def wakes(signal_type: str) -> bool:
     """Whether a signal of this type wakes its conversation (L3): background completions and
     restarts do; config, approval and job events stay passive."""
     return not signal_type.startswith(PASSIVE_SIGNAL_PREFIXES)
+
+
+APPROVAL_STRICTNESS = {"never": 0, "writes": 1, "always": 2}
+
+
+def frozen_environment(profile: Profile) -> dict[str, Any]:
+    """What a receipt keeps of the mailing run's profile (M5): model intent and fallbacks, the
+    explicit tool list (an empty one stays empty) and the approval mode."""
+    return {"model": profile.model, "fallbacks": list(profile.fallbacks),
+            "tools": list(profile.tools), "approval_mode": profile.approval_mode}
+
+
+def receipt_profile(current: Profile, environment: Mapping[str, Any]) -> Profile:
+    """The profile a receipt's turn runs on (M5): the frozen model and fallbacks; the frozen
+    tools that the answering profile still declares (an empty list stays empty); the stricter
+    of the frozen and the current approval mode. Later profile changes move none of it."""
+    frozen_mode = str(environment.get("approval_mode", "never"))
+    mode = max((frozen_mode, current.approval_mode),
+               key=lambda m: APPROVAL_STRICTNESS.get(m, 2))
+    tools = tuple(t for t in environment.get("tools", ()) if t in current.tools)
+    return dataclasses.replace(
+        current, model=str(environment.get("model", current.model)),
+        fallbacks=tuple(str(m) for m in environment.get("fallbacks", ())),
+        tools=tools, approval_mode=mode,
+    )

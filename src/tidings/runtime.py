@@ -162,6 +162,7 @@ class Runtime:
                 conversation_id, kind, write
             ),
             create_child=self._create_child,
+            profile_of=self._profile_of,
         )
         self.runner.on_child_reply = self.relay.kick
         for builtin in child_tools(self.relay):
@@ -467,6 +468,9 @@ class Runtime:
         )
 
     # -- restart (L2) -------------------------------------------------------------------------
+
+    async def _profile_of(self, conversation_id: str) -> Profile:
+        return (await self.conversations.get(conversation_id)).profile
 
     async def _create_child(self, parent_id: str, title: str) -> ConversationId:
         parent = await self.conversations.get(parent_id)

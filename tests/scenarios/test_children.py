@@ -13,7 +13,9 @@ import pytest
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
+from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
+from tidings.policy import receipt_profile
 from tidings.runtime import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.transcript import ConversationTx
@@ -282,3 +284,52 @@ async def test_m17_wait_observes_a_childs_reply_and_consumes_nothing(
     foreign = ToolContext(ConversationId(stranger), RunId(run.run_id), "call-x")
     with pytest.raises(InvalidInputError):  # another conversation learns nothing
         await wait.handler(foreign, {"task_key": request.task_key, "timeout_s": 0})
+
+
+class _Seeing:
+    """The scripted model under another name, recording the tools each request offered."""
+
+    def __init__(self, base: ScriptedModel, name: str) -> None:
+        self.inner = ScriptedModel(rules=base.rules, default=base.default, name=name)
+        self.name = name
+        self.offered: list[tuple[str, ...]] = []
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        self.offered.append(tuple(t.name for t in request.tools))
+        return await self.inner.complete(request, on_delta=on_delta)
+
+
+async def test_m5_m6_a_receipt_runs_on_the_mailing_runs_frozen_environment(
+    runtimes: RuntimeFactory,
+) -> None:
+    first, later = _Seeing(MODEL, "scripted"), _Seeing(MODEL, "later-model")
+    rt = await runtimes(models=[first, later])
+    rt.runner.on_child_reply = None  # the reply is relayed after the profile changed
+    parent, child = await spawned(rt)
+    await wait_for_runs(rt, child, 1)
+    # The parent's profile moves on: another model, other tools, a stricter approval mode.
+    await rt.set_profile(parent, Profile(model="later-model", tools=("send", "shell"),
+                                         approval_mode="writes"))
+    first.offered.clear()
+    assert await rt.relay.relay_pending() == 1
+    await wait_for_runs(rt, parent, 2)
+    (_, mail_run) = await rt.runs(parent)
+    # The frozen model answers; the tools are the frozen ones the profile still declares.
+    assert mail_run.model == "scripted"
+    assert later.offered == []
+    assert first.offered[-1] == ("send",)
+    (mail,) = await child_mail(rt, parent)
+    assert mail.meta["environment"] == {"model": "scripted", "fallbacks": [],
+                                        "tools": ["spawn", "send"], "approval_mode": "never"}
+
+
+def test_m5_the_receipt_profile_keeps_an_empty_tool_list_and_the_stricter_approval() -> None:
+    current = Profile(model="now", fallbacks=("b",), tools=("a", "b"), approval_mode="writes")
+    frozen = {"model": "then", "fallbacks": [], "tools": [], "approval_mode": "always"}
+    profile = receipt_profile(current, frozen)
+    assert (profile.model, profile.fallbacks, profile.tools, profile.approval_mode) == (
+        "then", (), (), "always")
+    looser = receipt_profile(current, {**frozen, "tools": ["b", "c"], "approval_mode": "never"})
+    assert (looser.tools, looser.approval_mode) == (("b",), "writes")

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import html
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from typing import Any
 from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
 from tidings.mail.door import Admission, Door
+from tidings.policy import frozen_environment
 from tidings.store import Row, Store
 from tidings.transcript import ConversationTx
 from tidings.types import (
@@ -40,6 +42,7 @@ from tidings.types import (
     ConversationStatus,
     Input,
     Origin,
+    Profile,
     StartKind,
     new_id,
 )
@@ -74,6 +77,8 @@ class ChildRequest:
     reply_status: str | None
     reply: str | None
     relayed: bool
+    environment: dict[str, Any]
+    """The opening run's frozen environment (M5): the reply's mail turn runs on it."""
 
 
 def request_from_row(row: Row) -> ChildRequest:
@@ -90,6 +95,7 @@ def request_from_row(row: Row) -> ChildRequest:
         reply_status=row["reply_status"],
         reply=row["reply"],
         relayed=row["relayed_at_us"] is not None,
+        environment=json.loads(row["environment"]),
     )
 
 
@@ -129,12 +135,14 @@ class ChildRelay:
     def __init__(
         self, store: Store, clock: Clock, door: Door, *, start_with: StartWith,
         create_child: Callable[[str, str], Awaitable[ConversationId]],
+        profile_of: Callable[[str], Awaitable[Profile]],
     ) -> None:
         self.store = store
         self.clock = clock
         self.door = door
         self._start_with = start_with
         self._create_child = create_child
+        self._profile_of = profile_of
         self._kicked: asyncio.Task[int] | None = None
 
     # -- opening requests (from a parent's tool call) -----------------------------------------
@@ -161,6 +169,7 @@ class ChildRelay:
     async def _open(
         self, parent_id: str, child_id: str, run_id: str, call_id: str, text: str, *, kind: str
     ) -> ChildRequest:
+        environment = json.dumps(frozen_environment(await self._profile_of(parent_id)))
         request_id = new_id("creq")
         task_key = f"{CHILD_TASK_PREFIX}{secrets.token_hex(4)}"
         admission = self.door.prepare(
@@ -175,11 +184,13 @@ class ChildRelay:
             cx.tx.run_later(
                 "insert_child_request", request_id=request_id, parent_conversation_id=parent_id,
                 child_conversation_id=child_id, input_id=item.input_id, run_public_id=run_id,
-                call_id=call_id, task_key=task_key, kind=kind, now_us=cx.now_us,
+                call_id=call_id, task_key=task_key, kind=kind, environment=environment,
+                now_us=cx.now_us,
             )
             return ChildRequest(
                 request_id, ConversationId(parent_id), ConversationId(child_id), item.input_id,
                 run_id, call_id, task_key, kind, "open", None, None, False,
+                json.loads(environment),
             )
 
         result: ChildRequest = await self._start_with(child_id, StartKind.AGENT, write)
@@ -226,7 +237,8 @@ class ChildRelay:
                 sender_conversation_id=request.child_conversation_id,
                 run_public_id=request.run_public_id, task_key=request.task_key,
                 meta={"child_request": request.request_id,
-                      "status": request.reply_status or "completed"},
+                      "status": request.reply_status or "completed",
+                      "environment": request.environment},
             )
             cx.record_event(
                 "task_status",

@@ -48,6 +48,7 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.outbox import Outbox
+from tidings.policy import receipt_profile
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
@@ -757,7 +758,12 @@ SUMMARY_REQUEST = (
 
 
 def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
-    """A person's retry that names one of the profile's models tries it first (C8)."""
+    """A person's retry that names one of the profile's models tries it first (C8); a receipt's
+    turn runs on its frozen environment (M5)."""
+    for item in inputs:
+        environment = item.meta.get("environment")
+        if item.origin.is_kernel and isinstance(environment, dict):
+            return receipt_profile(profile, environment)
     for item in reversed(inputs):
         retry = item.meta.get("retry")
         model = retry.get("model") if isinstance(retry, dict) else None

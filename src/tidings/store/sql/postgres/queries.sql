@@ -688,9 +688,10 @@ UPDATE approvals SET status = 'expired', decided_at_us = :now_us
 
 -- insert_child_request --
 INSERT INTO child_requests (request_id, parent_conversation_id, child_conversation_id, input_id,
-                            run_public_id, call_id, task_key, kind, state, created_at_us)
+                            run_public_id, call_id, task_key, kind, environment, state,
+                            created_at_us)
 VALUES (:request_id, :parent_conversation_id, :child_conversation_id, :input_id,
-        :run_public_id, :call_id, :task_key, :kind, 'open', :now_us);
+        :run_public_id, :call_id, :task_key, :kind, :environment, 'open', :now_us);
 
 -- reply_child_request --
 -- The child's run that read the request answered it: once (the first answer stands).

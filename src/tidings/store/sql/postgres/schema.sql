@@ -296,6 +296,7 @@ CREATE TABLE IF NOT EXISTS child_requests (
     call_id text NOT NULL,
     task_key text NOT NULL,
     kind text NOT NULL CHECK (kind IN ('spawn', 'send')),
+    environment text NOT NULL,
     state text NOT NULL CHECK (state IN ('open', 'replied', 'cancelled')),
     reply_status text,
     reply text,

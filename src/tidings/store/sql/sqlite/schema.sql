@@ -306,6 +306,7 @@ CREATE TABLE IF NOT EXISTS child_requests (
     call_id TEXT NOT NULL,
     task_key TEXT NOT NULL,
     kind TEXT NOT NULL CHECK (kind IN ('spawn', 'send')),
+    environment TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('open', 'replied', 'cancelled')),
     reply_status TEXT,
     reply TEXT,
