@@ -36,6 +36,7 @@ from tidings.errors import (
     TidingsError,
     UnknownConversationError,
 )
+from tidings.mail.batching import mail_batch
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
 from tidings.records import conversation_from_row, input_from_row, run_from_row
@@ -375,9 +376,10 @@ class Coordinator:
             instance_id=self.outbox.instance_id, now_us=cx.now_us,
         )
         cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
-        taken = inputs if decision.trigger in (
-            StartKind.PERSON, StartKind.AGENT, StartKind.MAIL
-        ) else []
+        taken = inputs if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
+        if decision.trigger is StartKind.MAIL:
+            # Up to 16 contiguous, compatible receipts share one supplementary reply (M8).
+            taken = mail_batch(inputs, owner=c.owner)
         notice: str | None = None
         notice_meta: dict[str, Any] = {}
         if decision.trigger is StartKind.GOAL:

@@ -333,3 +333,36 @@ def test_m5_the_receipt_profile_keeps_an_empty_tool_list_and_the_stricter_approv
         "then", (), (), "always")
     looser = receipt_profile(current, {**frozen, "tools": ["b", "c"], "approval_mode": "never"})
     assert (looser.tools, looser.approval_mode) == (("b",), "writes")
+
+
+async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alone(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    rt.runner.on_child_reply = None
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+
+    def hold(cx: ConversationTx) -> None:  # the parent is busy: mail waits in its queue
+        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+
+    await rt.conversations.change(parent, hold)
+    for source in ("run_a", "run_a", "run_a", "run_b"):
+        request = await rt.relay.spawn(parent, source, f"call-{source}", "count to three")
+        await wait_for_runs(rt, request.child_conversation_id, 1)
+        assert await rt.relay.relay_pending() == 1
+    assert len(await child_mail(rt, parent)) == 4
+
+    def release(cx: ConversationTx) -> None:
+        cx.release_slot("held-by-test")
+
+    await rt.conversations.change(parent, release)
+    rt.coordinator.request(parent, None)
+    await wait_for_runs(rt, parent, 2)
+    runs = await rt.runs(parent)
+    assert [r.trigger for r in runs] == [StartKind.MAIL, StartKind.MAIL]
+    by_run: dict[str, list[str | None]] = {}
+    for mail in await child_mail(rt, parent):
+        assert mail.run_id is not None
+        by_run.setdefault(mail.run_id, []).append(mail.run_public_id)
+    # The three receipts of one source run shared the first reply; the other run's went alone.
+    assert by_run == {runs[0].run_id: ["run_a"] * 3, runs[1].run_id: ["run_b"]}

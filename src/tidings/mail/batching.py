@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tidings.types import Author, AuthorKind, ConversationId, InputId, Origin, RunId
+from tidings.types import Author, AuthorKind, ConversationId, Input, InputId, Origin, RunId
 
 MAX_BATCH_RECEIPTS = 16
 """M8: at most this many receipts share one supplementary reply."""
@@ -247,6 +247,39 @@ def next_batch(
         batch.append(receipt)
         total += receipt.content_bytes
     return tuple(batch)
+
+
+def receipt_of(item: Input, *, owner: str) -> Receipt:
+    """An arrived kernel input as a receipt: the answering conversation's owner answers it,
+    its environment is the frozen one it carries (M5); without one it batches with nothing
+    that carries one."""
+    frozen = item.meta.get("environment")
+    environment = (
+        FrozenEnvironment(
+            model=str(frozen.get("model", "")),
+            fallbacks=tuple(str(m) for m in frozen.get("fallbacks", ())),
+            tools=tuple(str(t) for t in frozen.get("tools", ())),
+            approval_mode=str(frozen.get("approval_mode", "never")),
+        ) if isinstance(frozen, dict)
+        else FrozenEnvironment(model="", fallbacks=(), tools=(), approval_mode="unknown")
+    )
+    return Receipt(
+        input_id=item.input_id, queue_position=item.queue_position, origin=item.origin,
+        principals=Principals(owner=owner, answerer=owner, authored_by=item.authored_by),
+        environment=environment, sender_conversation_id=item.sender_conversation_id,
+        run_public_id=item.run_public_id, task_key=item.task_key,
+        content_bytes=len(item.content.encode("utf-8")),
+    )
+
+
+def mail_batch(inputs: Sequence[Input], *, owner: str) -> list[Input]:
+    """What a mail turn takes at a turn boundary (M8): the head receipt and the contiguous,
+    compatible ones after it, up to the limits -- never reaching past an incompatible one."""
+    kernel = [i for i in inputs if i.origin.is_kernel]
+    if not kernel:
+        return []
+    chosen = {r.input_id for r in next_batch([receipt_of(i, owner=owner) for i in kernel])}
+    return [i for i in kernel if i.input_id in chosen]
 
 
 def batches(
