@@ -23,6 +23,7 @@ CHECKS = (
     "restart_completed handled exactly once",
     "no two runs of the conversation overlap in time",
     "transcript pairing intact",
+    "both children's replies relayed once and answered in one supplementary turn",
     "a repeated idempotency key publishes nothing new",
     "a stale lease's ack is refused and changes nothing",
     "a spent attempt budget ends in a visible dead letter",

@@ -4,12 +4,15 @@
    ends its turn.
 2. The build ends; its ``task_notification`` lands after the tool result, wakes the
    conversation, and the answer consumes it.
-3. A crash mid-task: a child process running the runtime is SIGKILLed while its deploy runs;
+3. Delegation (M16, M8): the model spawns two child conversations; their replies come back as
+   ``task_result`` mail, relayed once each, and are answered together in one supplementary
+   turn.
+4. A crash mid-task: a child process running the runtime is SIGKILLed while its deploy runs;
    a new instance finds the task ``lost`` and the model is told so, once.
-4. An authorized restart mid-task (L2): a child process commits a ``restart`` operation
+5. An authorized restart mid-task (L2): a child process commits a ``restart`` operation
    ("accepted, not completed") and exits; the next instance completes it, and one
    ``restart_completed`` turn answers, with the interrupted task reported honestly.
-5. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
+6. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
 
 It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
 """
@@ -29,9 +32,13 @@ from tidings.demo.outbox_tour import outbox_tour
 from tidings.demo.restart import restart_child, run_child
 from tidings.demo.script import (
     BUILD_REQUEST,
+    COMBINED,
+    DELEGATION_PROFILE,
+    DELEGATION_REQUEST,
     INTERRUPTED,
     MODEL,
     OWNER,
+    PAUSE,
     PROFILE,
     RESTARTED,
     demo_config,
@@ -96,7 +103,8 @@ async def run_demo(url: str, console: Console) -> bool:
 
     console.rule("[bold]1. A person asks; the model starts a background build and ends its turn")
     opening = _now()
-    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+    async with Runtime.open(url, models=[MODEL], tools=[PAUSE], config=config,
+                            master_key=key) as rt:
         timeline.note(opening, "host", f"runtime instance {rt.instance_id} up (pid {os.getpid()})")
         conv = (await rt.create_conversation(OWNER, PROFILE, title="demo")).conversation_id
         await rt.post(conv, BUILD_REQUEST)
@@ -114,9 +122,27 @@ async def run_demo(url: str, console: Console) -> bool:
                       f"delivered={int(journal.delivered)} consumed={int(journal.consumed)}; "
                       f"notice at seq {journal.notification_seq} > tool result at seq "
                       f"{result}[/]", highlight=False)
+
+        console.rule("[bold]3. Delegation: two child conversations report back in one turn")
+        lead = (await rt.create_conversation(OWNER, DELEGATION_PROFILE, title="delegation")
+                ).conversation_id
+        await rt.post(lead, DELEGATION_REQUEST)
+
+        def combined(view: Snapshot) -> bool:
+            return any(m.content == COMBINED for m in view.messages)
+
+        lead_view = await _wait(rt, lead, combined, console,
+                                "waiting for both helpers to report")
+        timeline.show(lead_view)
+        requests = await rt.relay.requests_of(lead)
+        lead_inputs = await rt.inputs(lead)
+        for request in requests:
+            console.print(f"  [dim]{request.task_key}: child {request.child_conversation_id} "
+                          f"{request.state}, relayed={int(request.relayed)}[/]",
+                          highlight=False)
     timeline.note(_now(), "host", f"instance {rt.instance_id} shut down")
 
-    console.rule("[bold]3. A crash mid-task: the runtime process is killed with SIGKILL")
+    console.rule("[bold]4. A crash mid-task: the runtime process is killed with SIGKILL")
     spawned = _now()
     crashed, kill = await run_child(url, conv, crash=True, env=child_env)
     try:
@@ -128,14 +154,15 @@ async def run_demo(url: str, console: Console) -> bool:
     timeline.note(_now(), "host", f"SIGKILL to process {crashed.facts['pid']} while "
                   f"{crashed.facts['task_key']} runs: no shutdown code runs")
     opening = _now()
-    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+    async with Runtime.open(url, models=[MODEL], tools=[PAUSE], config=config,
+                            master_key=key) as rt:
         timeline.note(opening, "host", f"new instance {rt.instance_id} up; it reconciles the "
                       "gone one")
         view = await _wait(rt, conv, _handled(crashed.facts["task_key"]), console,
                            "waiting for the lost task to be reported")
         timeline.show(view)
 
-    console.rule("[bold]4. An authorized restart mid-task (L2)")
+    console.rule("[bold]5. An authorized restart mid-task (L2)")
     spawned = _now()
     restarted, _ = await run_child(url, conv, crash=False, env=child_env)
     exited = _now()
@@ -153,7 +180,8 @@ async def run_demo(url: str, console: Console) -> bool:
                 and any(m.content == RESTARTED for m in view.messages))
 
     opening = _now()
-    async with Runtime.open(url, models=[MODEL], config=config, master_key=key) as rt:
+    async with Runtime.open(url, models=[MODEL], tools=[PAUSE], config=config,
+                            master_key=key) as rt:
         timeline.note(opening, "host", f"new instance {rt.instance_id} up; once initialised it "
                       "completes the restart")
         view = await _wait(rt, conv, restart_done, console,
@@ -163,7 +191,7 @@ async def run_demo(url: str, console: Console) -> bool:
         console.print(f"  [dim]operation {operation_id}: accepted → {operation.state.value} "
                       f"by instance {rt.instance_id}[/]", highlight=False)
 
-    console.rule("[bold]5. Underneath: the signal outbox")
+    console.rule("[bold]6. Underneath: the signal outbox")
     results = await outbox_tour(url, console)
 
     console.rule("[bold]Checks, made by reading the database")
@@ -185,6 +213,7 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.restart_completed_once(view, record, RESTARTED),
         checks.runs_never_overlap(view),
         checks.pairing_intact(view),
+        checks.delegated_once_in_one_turn(lead_view, requests, lead_inputs),
         *results,
     ]
     for line in checks.render(results):

@@ -8,7 +8,7 @@ them) and returns a :class:`Check`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -16,9 +16,10 @@ from rich.markup import escape
 
 from tidings.demo.timeline import Snapshot
 from tidings.lifecycle import RESTART_COMPLETED
+from tidings.mail.relay import ChildRequest
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
-from tidings.types import Message, RunStatus, StartKind
+from tidings.types import Input, Message, Origin, RunStatus, StartKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,22 @@ def nothing_replayed(view: Snapshot) -> Check:
                  "called no tool" if ok
                  else f"tool calls in automatic turns at seq {automatic}; {calls} background "
                  f"calls, {len(view.tasks)} tasks")
+
+
+def delegated_once_in_one_turn(view: Snapshot, requests: Sequence[ChildRequest],
+                               inputs: Sequence[Input]) -> Check:
+    """M16/M8: each child's reply relayed exactly once, both answered in one mail turn."""
+    name = "both children's replies relayed once and answered in one supplementary turn"
+    mails = [i for i in inputs if i.origin is Origin.CHILD]
+    mail_runs = {i.run_id for i in mails}
+    mail_turns = [r for r in view.runs if r.trigger is StartKind.MAIL]
+    ok = (
+        len(requests) == 2 and all(r.relayed for r in requests) and len(mails) == 2
+        and sorted(m.task_key or "" for m in mails) == sorted(r.task_key for r in requests)
+        and len(mail_turns) == 1 and mail_runs == {mail_turns[0].run_id}
+    )
+    return Check(name, ok, f"{len(requests)} requests, {len(mails)} child mail inputs, "
+                           f"{len(mail_turns)} mail turn(s)")
 
 
 def render(checks: Iterable[Check]) -> list[str]:

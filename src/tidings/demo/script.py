@@ -8,13 +8,17 @@ same every time.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import sys
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from tidings.coordinator import CoordinatorConfig
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import RuntimeConfig
+from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.runner import TurnConfig
 from tidings.types import Profile
 
@@ -37,8 +41,27 @@ INTERRUPTED = ("The deploy was interrupted before it finished; its outcome is un
                "will not report it as done.")
 RESTARTED = "The runtime restarted as you asked; I am back, and nothing was run twice."
 
+DELEGATION_REQUEST = "Split the release notes between two helpers."
+CHANGELOG_BRIEF = "Summarise the changelog for the release notes."
+ISSUES_BRIEF = "Summarise the open issues for the release notes."
+CHANGELOG_SUMMARY = "12 changes, 2 of them breaking."
+ISSUES_SUMMARY = "3 open issues, none blocking."
+DELEGATED = "Asked two helpers; I will combine their answers when they report."
+COMBINED = "Both helpers reported; the release notes can be written now."
+DELEGATION_PROFILE = Profile(model="scripted", tools=("spawn", "pause"))
+
 MODEL = ScriptedModel(
     rules=[
+        # Delegation: both children's replies come back as task_result mail, in one turn.
+        Rule({"text_contains": "<task_result"}, {"text": COMBINED}),
+        Rule({"text_contains": DELEGATION_REQUEST},
+             {"tool_calls": [
+                 {"name": "spawn", "arguments": {"brief": CHANGELOG_BRIEF, "title": "changelog"}},
+                 {"name": "spawn", "arguments": {"brief": ISSUES_BRIEF, "title": "issues"}},
+                 {"name": "pause", "arguments": {}}]}),
+        Rule({"tool_result": "pause"}, {"text": DELEGATED}),
+        Rule({"text_contains": CHANGELOG_BRIEF}, {"text": CHANGELOG_SUMMARY}),
+        Rule({"text_contains": ISSUES_BRIEF}, {"text": ISSUES_SUMMARY}),
         Rule({"text_contains": "build the release"},
              {"tool_calls": [{"name": "shell", "arguments": {
                  "command": BUILD_COMMAND, "background": True}}]}),
@@ -54,6 +77,15 @@ MODEL = ScriptedModel(
     ],
     default={"text": "Noted."},
 )
+
+
+async def _pause(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+    """The parent keeps working a moment, so both children answer while its turn runs."""
+    await asyncio.sleep(1.0)
+    return "paused"
+
+
+PAUSE = Tool("pause", "Think for a moment.", _pause, read_only=True)
 
 
 def demo_config() -> RuntimeConfig:

@@ -116,9 +116,9 @@ class Timeline:
                           f"[dim]turn {self._turns} starts ({run.trigger.value}) → "
                           f"{run.status.value}{took}[/]"))
         for m in view.messages:
-            if ("msg", str(m.seq)) in self._shown:
+            if ("msg", f"{m.conversation_id}:{m.seq}") in self._shown:
                 continue
-            self._shown.add(("msg", str(m.seq)))
+            self._shown.add(("msg", f"{m.conversation_id}:{m.seq}"))
             items.append((m.created_at_us, 1, *self._message(m, tasks_by_key)))
         noticed = {str(m.meta.get("task_key")): m.created_at_us for m in view.messages
                    if m.meta.get("kind") == NOTIFICATION_KIND}
@@ -134,9 +134,10 @@ class Timeline:
             items.append((at_us, 0, "process",
                           escape(f"{t.task_key} ended: {t.state.value}{how}{took}")))
         for e in view.events:
-            if e.type not in _LIFECYCLE or ("event", str(e.seq)) in self._shown:
+            key = ("event", f"{e.conversation_id}:{e.seq}")
+            if e.type not in _LIFECYCLE or key in self._shown:
                 continue
-            self._shown.add(("event", str(e.seq)))
+            self._shown.add(key)
             items.append((e.at_us, 1, "runtime", _LIFECYCLE[e.type](e.data)))
         for at_us, _, actor, markup in sorted(items, key=lambda i: (i[0], i[1])):
             self._line(at_us, actor, markup)
@@ -168,4 +169,6 @@ class Timeline:
             )
         if kind is not None:
             return "runtime", escape(f"[{kind}] {_short(m.content)}")
+        if m.origin is not None and m.origin.is_kernel:
+            return "runtime", escape(f"{m.origin.value} mail: {_short(m.content)}")
         return "person", escape(f"“{_short(m.content)}”")

@@ -144,6 +144,7 @@ class ChildRelay:
         self._create_child = create_child
         self._profile_of = profile_of
         self._kicked: asyncio.Task[int] | None = None
+        self._again = False
 
     # -- opening requests (from a parent's tool call) -----------------------------------------
 
@@ -199,9 +200,21 @@ class ChildRelay:
     # -- the relay ------------------------------------------------------------------------------
 
     def kick(self) -> None:
-        """A latency hint after a child's reply committed: relay now rather than at the sweep."""
+        """A latency hint after a child's reply committed: relay now rather than at the sweep.
+
+        Kicks coalesce: one pass runs at a time, and a kick during a pass makes it go round
+        once more, so a reply committed after the pass read its rows is not left to the sweep.
+        """
+        self._again = True
         if self._kicked is None or self._kicked.done():
-            self._kicked = asyncio.get_running_loop().create_task(self.relay_pending())
+            self._kicked = asyncio.get_running_loop().create_task(self._kicked_passes())
+
+    async def _kicked_passes(self) -> int:
+        relayed = 0
+        while self._again:
+            self._again = False
+            relayed += await self.relay_pending()
+        return relayed
 
     async def relay_pending(self, *, limit: int = 200) -> int:
         """Relay every replied, unrelayed request (the sweep, and the kick). Returns how many
