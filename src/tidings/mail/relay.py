@@ -54,6 +54,9 @@ CHILD_REQUEST = "child_request"
 
 REPLY_LIMIT_CHARS = 32 * 1024
 
+RELAYS_PER_UNIT = 64
+"""A parent's replies relayed in one unit, at most (its mail turn batches up to 16 of them)."""
+
 CHILD_TASK_PREFIX = "child-"
 """A child request's task key starts so (a background task's with ``bg-``)."""
 
@@ -102,8 +105,8 @@ def request_from_row(row: Row) -> ChildRequest:
 def answer(cx: ConversationTx, item: Input, *, status: str, text: str, run_id: str) -> bool:
     """In the unit that commits a child run's reply (or failure): answer the request the input
     carried, if it carried one. Returns whether it did (the caller kicks the relay)."""
-    if CHILD_REQUEST not in item.meta:
-        return False
+    if item.origin is not Origin.AGENT or CHILD_REQUEST not in item.meta:
+        return False  # not a request a parent opened here (the parent's own mail included)
     cx.tx.run_later(
         "reply_child_request", input_id=item.input_id, reply_status=status,
         reply=text[:REPLY_LIMIT_CHARS], reply_run_id=run_id, now_us=cx.now_us,
@@ -218,57 +221,67 @@ class ChildRelay:
 
     async def relay_pending(self, *, limit: int = 200) -> int:
         """Relay every replied, unrelayed request (the sweep, and the kick). Returns how many
-        this call relayed."""
+        this call relayed. A parent's replies are relayed together, in one unit that also
+        starts its mail turn -- one commit for many replies, and one batch for the turn."""
         rows = await self.store.read(
             lambda tx: tx.all("unrelayed_child_requests", limit=limit)
         )
-        relayed = 0
+        by_parent: dict[str, list[ChildRequest]] = {}
         for row in rows:
             request = request_from_row(row)
-            try:
-                if await self._relay(request):
-                    relayed += 1
-            except InputQueueFullError:
-                log.info("the parent %s is full; the sweep retries", request.parent_conversation_id)
-            except Exception:
-                log.exception("could not relay child request %s", request.request_id)
+            by_parent.setdefault(request.parent_conversation_id, []).append(request)
+        relayed = 0
+        for parent_id, requests in by_parent.items():
+            for start in range(0, len(requests), RELAYS_PER_UNIT):
+                try:
+                    relayed += await self._relay(
+                        parent_id, requests[start:start + RELAYS_PER_UNIT]
+                    )
+                except InputQueueFullError:
+                    log.info("the parent %s is full; the sweep retries", parent_id)
+                    break
+                except Exception:
+                    log.exception("could not relay the child replies of %s", parent_id)
+                    break
         return relayed
 
-    async def _relay(self, request: ChildRequest) -> bool:
-        def write(cx: ConversationTx) -> bool:
-            marked = cx.tx.execute(
-                "mark_child_relayed", request_id=request.request_id, now_us=cx.now_us
-            )
-            if not marked:
-                return False  # relayed already (the sweep and a kick raced): nothing twice
-            if cx.conversation.status is ConversationStatus.TOMBSTONED:
-                return False  # a tombstoned parent owes nothing
-            self.door.deliver(
-                cx, render(request), origin=Origin.CHILD,
-                authored_by=Author(AuthorKind.HUMAN, cx.conversation.owner,
-                                   cx.conversation.owner),
-                sender_conversation_id=request.child_conversation_id,
-                run_public_id=request.run_public_id, task_key=request.task_key,
-                meta={"child_request": request.request_id,
-                      "status": request.reply_status or "completed",
-                      "environment": request.environment},
-            )
-            cx.record_event(
-                "task_status",
-                {"task_key": request.task_key, "state": request.reply_status or "completed",
-                 "resolved_by": {"kind": "conversation",
-                                 "public_id": request.child_conversation_id}},
-                request.run_public_id,
-            )
-            return True
+    async def _relay(self, parent_id: str, requests: list[ChildRequest]) -> int:
+        def write(cx: ConversationTx) -> int:
+            done = 0
+            for request in requests:
+                marked = cx.tx.execute(
+                    "mark_child_relayed", request_id=request.request_id, now_us=cx.now_us
+                )
+                if not marked:
+                    continue  # relayed already (the sweep and a kick raced): nothing twice
+                if cx.conversation.status is ConversationStatus.TOMBSTONED:
+                    continue  # a tombstoned parent owes nothing
+                self.door.deliver(
+                    cx, render(request), origin=Origin.CHILD,
+                    authored_by=Author(AuthorKind.HUMAN, cx.conversation.owner,
+                                       cx.conversation.owner),
+                    sender_conversation_id=request.child_conversation_id,
+                    run_public_id=request.run_public_id, task_key=request.task_key,
+                    meta={"relayed_request": request.request_id,
+                          "status": request.reply_status or "completed",
+                          "environment": request.environment},
+                )
+                cx.record_event(
+                    "task_status",
+                    {"task_key": request.task_key,
+                     "state": request.reply_status or "completed",
+                     "resolved_by": {"kind": "conversation",
+                                     "public_id": request.child_conversation_id}},
+                    request.run_public_id,
+                )
+                done += 1
+            return done
 
         try:
-            done: bool = await self._start_with(
-                request.parent_conversation_id, StartKind.MAIL, write
-            )
+            relayed: int = await self._start_with(parent_id, StartKind.MAIL, write)
         except UnknownConversationError:
-            return False
-        return done
+            return 0
+        return relayed
 
     async def close(self) -> None:
         if self._kicked is not None:
