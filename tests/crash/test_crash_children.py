@@ -38,7 +38,7 @@ asyncio.run(main())
 """
 
 
-async def test_m16_a_reply_committed_before_a_crash_is_relayed_once_after_restart(
+async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restart(
     backend: Backend,
 ) -> None:
     child = await asyncio.create_subprocess_exec(

@@ -301,7 +301,7 @@ class _Seeing:
         return await self.inner.complete(request, on_delta=on_delta)
 
 
-async def test_m5_m6_a_receipt_runs_on_the_mailing_runs_frozen_environment(
+async def test_m6_a_receipt_runs_on_the_mailing_runs_frozen_environment(
     runtimes: RuntimeFactory,
 ) -> None:
     first, later = _Seeing(MODEL, "scripted"), _Seeing(MODEL, "later-model")
