@@ -29,9 +29,8 @@ import functools
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from tidings.approvals import Approvals, needs_approval
 from tidings.clock import Clock, to_us
@@ -56,14 +55,19 @@ from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.history import HistoryCache
+from tidings.turns.plan import (
+    TurnConfig,
+    TurnFailed,
+    TurnOutcome,
+    TurnPlan,
+    TurnProgress,
+    TurnTasks,
+)
 from tidings.types import (
-    ConversationId,
     Input,
-    Lease,
     Message,
     Profile,
     Run,
-    RunId,
     RunStatus,
     StartKind,
 )
@@ -72,89 +76,6 @@ log = logging.getLogger("tidings.turns")
 T = TypeVar("T")
 
 TOOL_RESULT_LIMIT = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class TurnConfig:
-    """Bounds of one turn; durations carry their unit."""
-
-    history_messages: int = 200
-    inputs_per_turn: int = 64
-    max_steps: int = 32
-    model_attempts: int = 3
-    retry_base: timedelta = timedelta(milliseconds=500)
-    retry_cap: timedelta = timedelta(seconds=8)
-    model_timeout: timedelta = timedelta(seconds=120)
-    slot_ttl: timedelta = timedelta(seconds=30)
-    task_drain: timedelta = timedelta(minutes=10)
-    """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
-
-
-class TurnTasks(Protocol):
-    """What a turn needs of the background tasks it started."""
-
-    async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool: ...
-
-    def kill(self, task_keys: Sequence[str]) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TurnPlan:
-    """What the slot-taking unit decided: the run and everything it reads."""
-
-    conversation_id: ConversationId
-    run_id: RunId
-    trigger: StartKind
-    slot_token: str
-    profile: Profile
-    inputs: tuple[Input, ...]
-    started_at_us: int
-    history_start_seq: int
-    last_message_seq: int
-    lease: Lease | None
-    notice: str | None = None
-    notice_meta: Mapping[str, Any] = field(default_factory=dict)
-    appended: tuple[Message, ...] = ()
-    """Messages the slot-taking unit wrote itself (a notification): the history cache takes
-    them without reading them back."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    """The committed run, and whether work was waiting when its slot was released."""
-
-    run: Run
-    more_work: bool
-
-
-class _TurnFailed(Exception):
-    def __init__(self, status: RunStatus, code: str, errors: Sequence[dict[str, Any]]) -> None:
-        super().__init__(code)
-        self.status = status
-        self.code = code
-        self.errors = list(errors)
-
-
-@dataclass
-class _Progress:
-    """What the turn has committed so far (the failure path finishes from here)."""
-
-    pending: list[Input]
-    steps: int = 0
-    model: str | None = None
-    open_calls: list[ToolCall] = field(default_factory=list)
-    taken: set[str] = field(default_factory=set)
-    notice_written: bool = False
-    more_work: bool = False
-    turn_tasks: list[str] = field(default_factory=list)
-    """Turn-lifetime tasks started by this turn, not yet drained."""
-    trimmed: dict[str, int] | None = None
-    """The history sent was the newest window of a longer one (M11): journalled once."""
-    trim_recorded: bool = False
-    child_replied: bool = False
-    """This turn answered a request a parent opened (the relay is kicked after the commit)."""
-    drained: list[str] = field(default_factory=list)
-    """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
 
 
 class TurnRunner:
@@ -199,7 +120,7 @@ class TurnRunner:
         by a person, ``shutdown``, ``slot_lost``); None means the caller's own cancellation,
         which is re-raised after the turn's state is committed.
         """
-        progress = _Progress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
+        progress = TurnProgress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
         if self.metrics is not None and plan.lease is not None and plan.lease.deliveries:
             # From the oldest fact's publication to the turn that reads it (A6).
             oldest = min(d.published_at_us for d in plan.lease.deliveries)
@@ -211,18 +132,18 @@ class TurnRunner:
         early = stop_reason()
         if early is not None and early != "slot_lost":
             # Stopped before it began: end it the way a stopped turn ends.
-            stopped = _TurnFailed(RunStatus.STOPPED, early, [])
+            stopped = TurnFailed(RunStatus.STOPPED, early, [])
             return TurnOutcome(await self._finish_failed(plan, progress, stopped),
                                more_work=progress.more_work)
         try:
             run = await self._loop(plan, progress)
-        except _TurnFailed as failed:
+        except TurnFailed as failed:
             run = await self._finish_failed(plan, progress, failed)
         except asyncio.CancelledError:
             reason = stop_reason()
             if reason == "slot_lost":
                 raise  # another holder owns the conversation now; write nothing
-            stop = _TurnFailed(RunStatus.STOPPED, reason or "shutdown", [])
+            stop = TurnFailed(RunStatus.STOPPED, reason or "shutdown", [])
             finishing = asyncio.ensure_future(self._finish_failed(plan, progress, stop))
             try:
                 await asyncio.shield(finishing)
@@ -239,7 +160,7 @@ class TurnRunner:
             )
         return TurnOutcome(run, more_work=progress.more_work)
 
-    async def _loop(self, plan: TurnPlan, progress: _Progress) -> Run:
+    async def _loop(self, plan: TurnPlan, progress: TurnProgress) -> Run:
         profile = _retry_profile(plan.profile, plan.inputs)
         if plan.appended:
             self.history.extend(plan.conversation_id, start_seq=plan.history_start_seq,
@@ -269,7 +190,7 @@ class TurnRunner:
         )
         while True:
             if progress.steps >= self.config.max_steps:
-                raise _TurnFailed(RunStatus.FAILED, "max_steps_exceeded", [])
+                raise TurnFailed(RunStatus.FAILED, "max_steps_exceeded", [])
             progress.steps += 1
             reply = await self._call_model(
                 replace(request, messages=tuple(messages)), profile, progress
@@ -313,7 +234,7 @@ class TurnRunner:
             messages += [prompt_message(m) for m in joined]
 
     async def _synthesis_round(
-        self, plan: TurnPlan, progress: _Progress, reply: ModelReply
+        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
     ) -> list[Message] | None:
         """Wait (bounded) for the turn's turn-lifetime tasks, then hand their notifications
         to the turn: the reply so far is kept as an interim answer and the model is asked
@@ -330,7 +251,7 @@ class TurnRunner:
         self,
         cx: ConversationTx,
         plan: TurnPlan,
-        progress: _Progress,
+        progress: TurnProgress,
         text: str,
         keys: Sequence[str],
     ) -> list[Message] | None:
@@ -358,7 +279,7 @@ class TurnRunner:
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
     def _settle_turn_tasks(
-        self, cx: ConversationTx, plan: TurnPlan, progress: _Progress, *, stopped: bool
+        self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, *, stopped: bool
     ) -> None:
         """As the turn ends: a stopped run's tasks owe nothing any more (their notifications
         are cancelled); otherwise the turn-lifetime tasks still owed go to the conversation."""
@@ -375,7 +296,7 @@ class TurnRunner:
     # -- the model ----------------------------------------------------------------------------
 
     async def _call_model(
-        self, request: ModelRequest, profile: Profile, progress: _Progress
+        self, request: ModelRequest, profile: Profile, progress: TurnProgress
     ) -> ModelReply:
         """Ask each model of the profile in turn: retry the retryable, skip the unavailable.
 
@@ -412,12 +333,12 @@ class TurnRunner:
                         labels={"model": name, "kind": error.kind.value},
                     )
                 if error.kind is ModelErrorKind.PERMANENT:
-                    raise _TurnFailed(RunStatus.FAILED, error.failure_code, errors)
+                    raise TurnFailed(RunStatus.FAILED, error.failure_code, errors)
                 if error.kind is ModelErrorKind.UNAVAILABLE:
                     break
                 if attempt < cfg.model_attempts:
                     await asyncio.sleep(self._retry_delay(attempt))
-        raise _TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
+        raise TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
 
     def _retry_delay(self, attempt: int) -> float:
         base = to_us(self.config.retry_base) / 1e6
@@ -456,7 +377,7 @@ class TurnRunner:
         )
 
     async def _execute_approved(
-        self, plan: TurnPlan, progress: _Progress, offered: Sequence[Tool], call: ToolCall,
+        self, plan: TurnPlan, progress: TurnProgress, offered: Sequence[Tool], call: ToolCall,
         approval_id: str,
     ) -> ToolOutput:
         """Hold the call until a person decides (L5); run it only through the fence."""
@@ -483,7 +404,7 @@ class TurnRunner:
     # -- commits ------------------------------------------------------------------------------
 
     async def _commit(
-        self, plan: TurnPlan, progress: _Progress, write: Callable[[ConversationTx], T]
+        self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T]
     ) -> T:
         """Run ``write`` fenced by the slot; once durable, the pending inputs are written."""
 
@@ -510,7 +431,7 @@ class TurnRunner:
         self._committed(plan, progress, appended)
         return result
 
-    def _committed(self, plan: TurnPlan, progress: _Progress, appended: list[Message]) -> None:
+    def _committed(self, plan: TurnPlan, progress: TurnProgress, appended: list[Message]) -> None:
         self.history.extend(
             plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
         )
@@ -518,7 +439,9 @@ class TurnRunner:
         progress.trim_recorded = progress.trim_recorded or progress.trimmed is not None
         progress.notice_written = progress.notice_written or plan.notice is not None
 
-    def _materialize_pending(self, cx: ConversationTx, plan: TurnPlan, progress: _Progress) -> None:
+    def _materialize_pending(
+        self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress
+    ) -> None:
         """Write the inputs read so far, and the turn's own notice, once."""
         # A unit may run more than once before it commits: it reads progress and leaves it
         # alone; :meth:`_commit` records what became durable once it is.
@@ -534,7 +457,7 @@ class TurnRunner:
         self,
         cx: ConversationTx,
         plan: TurnPlan,
-        progress: _Progress,
+        progress: TurnProgress,
         text: str,
         calls: Sequence[ToolCall],
         held: Mapping[str, str],
@@ -566,7 +489,7 @@ class TurnRunner:
         self,
         cx: ConversationTx,
         plan: TurnPlan,
-        progress: _Progress,
+        progress: TurnProgress,
         outputs: Sequence[ToolOutput],
     ) -> list[Message]:
         """The step's results, then -- the safe point -- the task notifications that are due
@@ -598,7 +521,7 @@ class TurnRunner:
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
     async def _finish_completed(
-        self, plan: TurnPlan, progress: _Progress, reply: ModelReply
+        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
             self._materialize_pending(cx, plan, progress)
@@ -625,16 +548,16 @@ class TurnRunner:
             raise
         except TidingsError as exc:
             # The answer did not commit: give everything back at once (S7).
-            raise _TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
+            raise TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
         self._kick_relay(progress)
         return run
 
-    def _kick_relay(self, progress: _Progress) -> None:
+    def _kick_relay(self, progress: TurnProgress) -> None:
         if progress.child_replied and self.on_child_reply is not None:
             self.on_child_reply()
 
     async def _finish_failed(
-        self, plan: TurnPlan, progress: _Progress, failure: _TurnFailed
+        self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
             self._materialize_pending(cx, plan, progress)
@@ -692,7 +615,7 @@ class TurnRunner:
         self,
         cx: ConversationTx,
         plan: TurnPlan,
-        progress: _Progress,
+        progress: TurnProgress,
         status: RunStatus,
         code: str | None,
         errors: Sequence[dict[str, Any]],
@@ -740,10 +663,10 @@ class TurnRunner:
         request = ModelRequest(
             model=profile.model, system=profile.system, tools=(), messages=tuple(messages)
         )
-        progress = _Progress(pending=[])
+        progress = TurnProgress(pending=[])
         try:
             reply = await self._call_model(request, profile, progress)
-        except _TurnFailed as failure:
+        except TurnFailed as failure:
             raise ModelError(
                 ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
             ) from None

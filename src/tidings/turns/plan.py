@@ -1,0 +1,111 @@
+"""What a turn is given and what it reports: its bounds, its plan, its progress, its outcome.
+
+Plain data shared by the coordinator (which makes a plan in the unit that takes the slot) and
+the turn runner (which carries it out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+from tidings.models.base import ToolCall
+from tidings.types import (
+    ConversationId,
+    Input,
+    Lease,
+    Message,
+    Profile,
+    Run,
+    RunId,
+    RunStatus,
+    StartKind,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Bounds of one turn; durations carry their unit."""
+
+    history_messages: int = 200
+    inputs_per_turn: int = 64
+    max_steps: int = 32
+    model_attempts: int = 3
+    retry_base: timedelta = timedelta(milliseconds=500)
+    retry_cap: timedelta = timedelta(seconds=8)
+    model_timeout: timedelta = timedelta(seconds=120)
+    slot_ttl: timedelta = timedelta(seconds=30)
+    task_drain: timedelta = timedelta(minutes=10)
+    """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
+
+
+class TurnTasks(Protocol):
+    """What a turn needs of the background tasks it started."""
+
+    async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool: ...
+
+    def kill(self, task_keys: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """What the slot-taking unit decided: the run and everything it reads."""
+
+    conversation_id: ConversationId
+    run_id: RunId
+    trigger: StartKind
+    slot_token: str
+    profile: Profile
+    inputs: tuple[Input, ...]
+    started_at_us: int
+    history_start_seq: int
+    last_message_seq: int
+    lease: Lease | None
+    notice: str | None = None
+    notice_meta: Mapping[str, Any] = field(default_factory=dict)
+    appended: tuple[Message, ...] = ()
+    """Messages the slot-taking unit wrote itself (a notification): the history cache takes
+    them without reading them back."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """The committed run, and whether work was waiting when its slot was released."""
+
+    run: Run
+    more_work: bool
+
+
+class TurnFailed(Exception):
+    def __init__(self, status: RunStatus, code: str, errors: Sequence[dict[str, Any]]) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+        self.errors = list(errors)
+
+
+@dataclass
+class TurnProgress:
+    """What the turn has committed so far (the failure path finishes from here)."""
+
+    pending: list[Input]
+    steps: int = 0
+    model: str | None = None
+    open_calls: list[ToolCall] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+    notice_written: bool = False
+    more_work: bool = False
+    turn_tasks: list[str] = field(default_factory=list)
+    """Turn-lifetime tasks started by this turn, not yet drained."""
+    trimmed: dict[str, int] | None = None
+    """The history sent was the newest window of a longer one (M11): journalled once."""
+    trim_recorded: bool = False
+    child_replied: bool = False
+    """This turn answered a request a parent opened (the relay is kicked after the commit)."""
+    drained: list[str] = field(default_factory=list)
+    """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
+
+
+__all__ = ("TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")
