@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from tidings.approvals import Approvals, needs_approval
+from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
 from tidings.mail import relay
@@ -50,11 +50,11 @@ from tidings.outbox import Outbox
 from tidings.policy import receipt_profile
 from tidings.store import Store, Tx
 from tidings.tasks import journal
-from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.history import HistoryCache
+from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import (
     TurnConfig,
     TurnFailed,
@@ -78,7 +78,7 @@ T = TypeVar("T")
 TOOL_RESULT_LIMIT = 64 * 1024
 
 
-class TurnRunner:
+class TurnRunner(TurnObligations):
     """Runs turns for the coordinator; holds no per-conversation state between turns."""
 
     def __init__(
@@ -233,66 +233,6 @@ class TurnRunner:
                 )
             messages += [prompt_message(m) for m in joined]
 
-    async def _synthesis_round(
-        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
-    ) -> list[Message] | None:
-        """Wait (bounded) for the turn's turn-lifetime tasks, then hand their notifications
-        to the turn: the reply so far is kept as an interim answer and the model is asked
-        again. None when there is nothing to tell (the reply is then final)."""
-        keys, progress.turn_tasks = progress.turn_tasks, []
-        progress.drained += keys
-        if self.tasks is not None:
-            await self.tasks.wait_journalled(keys, to_us(self.config.task_drain) / 1e6)
-        return await self._commit(plan, progress, functools.partial(
-            self._write_synthesis, plan=plan, progress=progress, text=reply.text, keys=keys
-        ))
-
-    def _write_synthesis(
-        self,
-        cx: ConversationTx,
-        plan: TurnPlan,
-        progress: TurnProgress,
-        text: str,
-        keys: Sequence[str],
-    ) -> list[Message] | None:
-        self._materialize_pending(cx, plan, progress)
-        owed = [
-            t for k in keys
-            if (t := journal.get(cx, k)) is not None and not t.handed_off
-            and is_eligible(replace(t.flags, handed_off=True))
-        ]
-        if not owed:
-            return None
-        cx.append_assistant(text, run_id=plan.run_id,
-                            meta={"model": progress.model, "interim": True})
-        joined_from = len(cx.appended)
-        for task in owed:
-            # Announced as accepted input of this run -- without an input id: not a new turn.
-            cx.record_event(
-                "input_accepted",
-                {"origin": "task_result", "run_public_id": plan.run_id,
-                 "task_key": task.task_key},
-                plan.run_id,
-            )
-            journal.hand_off(cx, task)
-        journal.deliver_due(cx, during_run=plan.run_id)
-        return [m for m in cx.appended[joined_from:] if m.role == "user"]
-
-    def _settle_turn_tasks(
-        self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, *, stopped: bool
-    ) -> None:
-        """As the turn ends: a stopped run's tasks owe nothing any more (their notifications
-        are cancelled); otherwise the turn-lifetime tasks still owed go to the conversation."""
-        if stopped:
-            for task in journal.of_run(cx, plan.run_id):
-                if not task.delivered:
-                    journal.cancel(cx, task)
-            return
-        for key in progress.turn_tasks + progress.drained:
-            owned = journal.get(cx, key)
-            if owned is not None:
-                journal.hand_off(cx, owned)
-
     # -- the model ----------------------------------------------------------------------------
 
     async def _call_model(
@@ -367,39 +307,6 @@ class TurnRunner:
             text = head.decode("utf-8", "ignore")
             output = replace(output, content=f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes]")
         return output
-
-    def _needs_approval(
-        self, profile: Profile, offered: Sequence[Tool], call: ToolCall
-    ) -> bool:
-        tool = next((t for t in offered if t.name == call.name), None)
-        return self.approvals is not None and tool is not None and (
-            tool.needs_approval or needs_approval(profile.approval_mode, read_only=tool.read_only)
-        )
-
-    async def _execute_approved(
-        self, plan: TurnPlan, progress: TurnProgress, offered: Sequence[Tool], call: ToolCall,
-        approval_id: str,
-    ) -> ToolOutput:
-        """Hold the call until a person decides (L5); run it only through the fence."""
-        assert self.approvals is not None
-        approvals = self.approvals
-        approval = await approvals.wait(approval_id)
-        meta = {"approval_id": approval_id, "approval": approval.status}
-        if approval.status == "denied":
-            return ToolOutput(f"denied by {approval.decided_by}: the tool was not run",
-                              is_error=True, meta=meta)
-        if approval.status != "approved":
-            return ToolOutput(f"approval {approval.status}: the tool was not run",
-                              is_error=True, meta=meta)
-        applied = await self._commit(
-            plan, progress, lambda cx: approvals.apply(cx, approval_id, plan.run_id)
-        )
-        if not applied:
-            return ToolOutput("this approval was applied already: nothing is applied twice",
-                              is_error=True, meta=meta)
-        output = await self._execute(plan, offered, call)
-        return replace(output, meta={**output.meta, "approval_id": approval_id,
-                                     "approval": "applied"})
 
     # -- commits ------------------------------------------------------------------------------
 
@@ -551,10 +458,6 @@ class TurnRunner:
             raise TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
         self._kick_relay(progress)
         return run
-
-    def _kick_relay(self, progress: TurnProgress) -> None:
-        if progress.child_replied and self.on_child_reply is not None:
-            self.on_child_reply()
 
     async def _finish_failed(
         self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
