@@ -4,12 +4,18 @@ machine's CPU counters and the revision measured. Imported by ``bench/*.py`` run
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,3 +104,51 @@ def source_revision() -> str:
         return "unknown"
     return head + ("+dirty" if dirty else "")
 
+
+
+def now_us() -> int:
+    """Wall-clock microseconds (comparable with the runtime's system clock stamps)."""
+    return time.time_ns() // 1000
+
+
+def raw_sqlite_commit_us(seconds: float) -> float:
+    """The baseline: median µs of one single-row SQLite commit (WAL, synchronous=FULL)."""
+    folder = tempfile.mkdtemp(prefix="tidings-bench-raw-")
+    try:
+        conn = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE raw (id INTEGER PRIMARY KEY, v TEXT)")
+        samples: list[float] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
+            conn.execute("COMMIT")
+            samples.append(time.perf_counter() - t0)
+        conn.close()
+        return statistics.median(samples) * 1e6
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def scratch_url(backend: str, dsn: str, purpose: str) -> AsyncIterator[str]:
+    """A fresh database for one measurement: a SQLite file in a temp folder, or a PostgreSQL
+    database created on ``dsn`` and dropped afterwards."""
+    if backend == "sqlite":
+        folder = tempfile.mkdtemp(prefix=f"tidings-bench-{purpose}-")
+        try:
+            yield os.path.join(folder, f"{purpose}.db")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    name = f"tidings_bench_{purpose}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield pg_url(dsn, name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

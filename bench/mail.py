@@ -51,24 +51,29 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import re
-import shutil
-import sqlite3
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
 from typing import Any
 
 import psycopg
-from harness import Results, err, fmt, guarded, log, pg_url, source_revision
+from harness import (
+    Results,
+    err,
+    fmt,
+    guarded,
+    log,
+    now_us,
+    raw_sqlite_commit_us,
+    scratch_url,
+    source_revision,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -97,10 +102,6 @@ class Plan:
 
 QUICK = Plan("quick", children=50, rounds=3, drain_rounds=1, raw_seconds=1.0)
 FULL = Plan("full", children=200, rounds=5, drain_rounds=2, raw_seconds=2.0)
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000  # the clock of the runtime's own stamps (SystemClock)
 
 
 class FanModel:
@@ -229,46 +230,6 @@ class Probe:
         self.relay_times.clear()
         self.relayed_by.clear()
         self.relay_calls.clear()
-
-
-@contextlib.asynccontextmanager
-async def scratch_url(backend: str, dsn: str) -> AsyncIterator[str]:
-    if backend == "sqlite":
-        folder = tempfile.mkdtemp(prefix="tidings-bench-mail-")
-        try:
-            yield os.path.join(folder, "mail.db")
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        return
-    name = f"tidings_bench_mail_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
-        yield pg_url(dsn, name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def raw_sqlite_commit_us(seconds: float) -> float:
-    folder = tempfile.mkdtemp(prefix="tidings-bench-raw-")
-    try:
-        conn = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("CREATE TABLE raw (id INTEGER PRIMARY KEY, v TEXT)")
-        samples: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
-            conn.execute("COMMIT")
-            samples.append(time.perf_counter() - t0)
-        conn.close()
-        return statistics.median(samples) * 1e6
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def raw_pg_commit_us(dsn: str, seconds: float) -> float:
@@ -409,7 +370,7 @@ async def one_round(
 
 async def fan_in(backend: str, dsn: str, plan: Plan, children: int,
                  stall_seconds: float) -> dict[str, Any]:
-    async with scratch_url(backend, dsn) as url:
+    async with scratch_url(backend, dsn, "mail") as url:
         model = FanModel()
         config = RuntimeConfig(
             coordinator=CoordinatorConfig(max_concurrent_turns=max(256, 2 * children + 8)),

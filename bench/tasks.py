@@ -26,22 +26,25 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import secrets
-import shutil
-import sqlite3
-import statistics
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from harness import Results, err, fmt, guarded, log, pg_url, source_revision
+from harness import (
+    Results,
+    err,
+    fmt,
+    guarded,
+    log,
+    now_us,
+    raw_sqlite_commit_us,
+    scratch_url,
+    source_revision,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -81,27 +84,12 @@ def payload() -> bytes:
 
 @contextlib.asynccontextmanager
 async def scratch_store(backend: str, dsn: str) -> AsyncIterator[Store]:
-    if backend == "sqlite":
-        folder = tempfile.mkdtemp(prefix="tidings-bench-tasks-")
-        store = await open_store(os.path.join(folder, "tasks.db"))
+    async with scratch_url(backend, dsn, "tasks") as url:
+        store = await open_store(url)
         try:
             yield store
         finally:
             await store.close()
-            shutil.rmtree(folder, ignore_errors=True)
-        return
-    name = f"tidings_bench_tasks_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
-        store = await open_store(pg_url(dsn, name))
-        try:
-            yield store
-        finally:
-            await store.close()
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def raw_aes_mb_s(data: bytes, rounds: int) -> float:
@@ -147,10 +135,6 @@ async def envelope(backend: str, dsn: str, plan: Plan) -> dict[str, Any]:
         }
 
 
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
 class Starter:
     """Starts ``sleep`` in the background on a person's word; notes when a notification is
     read. Everything else is answered at once."""
@@ -173,44 +157,9 @@ class Starter:
         return ModelReply("started")
 
 
-def raw_sqlite_commit_us(seconds: float) -> float:
-    folder = tempfile.mkdtemp(prefix="tidings-bench-raw-")
-    try:
-        conn = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("CREATE TABLE raw (id INTEGER PRIMARY KEY, v TEXT)")
-        samples: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO raw (v) VALUES ('payload-of-a-small-row')")
-            conn.execute("COMMIT")
-            samples.append(time.perf_counter() - t0)
-        conn.close()
-        return statistics.median(samples) * 1e6
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
-        if backend == "sqlite":
-            folder = tempfile.mkdtemp(prefix="tidings-bench-wake-")
-            stack.callback(shutil.rmtree, folder, True)
-            url = os.path.join(folder, "wake.db")
-        else:
-            name = f"tidings_bench_wake_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {name}")
-
-            def drop() -> None:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-            stack.callback(drop)
-            url = pg_url(dsn, name)
+        url = await stack.enter_async_context(scratch_url(backend, dsn, "wake"))
         model = Starter()
         config = RuntimeConfig(coordinator=CoordinatorConfig(max_concurrent_turns=256))
         rt = await stack.enter_async_context(Runtime.open(url, models=[model], config=config))
