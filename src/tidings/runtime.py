@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -382,9 +381,7 @@ class Runtime:
         admission = self.door.prepare(
             conversation_id, text, authored_by=authored_by, owner=owner,
             idempotency_key=f"retry-{run_id}-{model or 'default'}"[:200],
-        )
-        admission = dataclasses.replace(
-            admission, meta={"retry": {"run_public_id": run_id, "model": model}}
+            kernel_meta={"retry": {"run_public_id": run_id, "model": model}},
         )
         return await self.coordinator.start_with(
             conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)

@@ -112,9 +112,14 @@ class Door:
         meta: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         owner: str | None = None,
+        kernel_meta: Mapping[str, Any] | None = None,
     ) -> Admission:
         """Check a caller's input before any transaction: every refusal that needs no
-        database is made here, with a typed error."""
+        database is made here, with a typed error.
+
+        ``kernel_meta`` is the runtime's own marking of an input it admits on someone's behalf
+        (a retry, a child request): it may use the reserved keys a caller's ``meta`` may not.
+        """
         check_id(conversation_id, "conversation id")
         try:
             origin = Origin(origin)
@@ -163,6 +168,7 @@ class Door:
         reserved = RESERVED_META_KEYS & set(extra)
         if reserved:
             raise InvalidInputError(f"meta keys {sorted(reserved)} are the kernel's own")
+        extra.update(kernel_meta or {})
         return Admission(
             conversation_id=conversation_id, content=content, origin=origin, author=author,
             mode=mode, sender_conversation_id=sender_conversation_id,

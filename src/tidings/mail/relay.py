@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import html
 import json
 import logging
@@ -31,7 +30,7 @@ from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
-from tidings.mail.door import Admission, Door
+from tidings.mail.door import Door
 from tidings.policy import frozen_environment
 from tidings.store import Row, Store
 from tidings.transcript import ConversationTx
@@ -180,8 +179,8 @@ class ChildRelay:
             child_id, text, origin=Origin.AGENT,
             authored_by=Author(AuthorKind.AGENT, f"conversation:{parent_id}", "parent agent"),
             sender_conversation_id=parent_id, run_public_id=run_id, task_key=task_key,
+            kernel_meta={CHILD_REQUEST: request_id},
         )
-        admission = _with_meta(admission, {CHILD_REQUEST: request_id})
 
         def write(cx: ConversationTx) -> ChildRequest:
             item = self.door.admit(cx, admission)
@@ -298,10 +297,6 @@ class ChildRelay:
             "child_requests_of_parent", parent_conversation_id=parent_id, limit=limit
         ))
         return [request_from_row(r) for r in rows]
-
-
-def _with_meta(admission: Admission, meta: dict[str, Any]) -> Admission:
-    return dataclasses.replace(admission, meta={**admission.meta, **meta})
 
 
 __all__ = (
