@@ -40,6 +40,7 @@ from tidings.mail.relay import ChildRelay
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
+from tidings.policy import receipt_profile
 from tidings.results import (
     MasterKey,
     MasterKeyError,
@@ -372,16 +373,29 @@ class Runtime:
         if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
             raise InvalidInputError(f"run {run_id!r} is {run.status.value}: only a failed run "
                                     "or one that needs attention is retried")
-        if model is not None and model not in conversation.profile.models:
+        # A mail run keeps its receipt's frozen environment (M10): the retry runs on it, and
+        # may name only a model that environment allows.
+        environment = next((
+            i.meta["environment"] for i in await self.inputs(conversation_id, owner=owner)
+            if i.run_id == run_id and i.origin.is_kernel
+            and isinstance(i.meta.get("environment"), dict)
+        ), None)
+        allowed = (
+            receipt_profile(conversation.profile, environment).models
+            if environment is not None else conversation.profile.models
+        )
+        if model is not None and model not in allowed:
             raise InvalidInputError(
-                f"model {model!r} is not one of the profile's models "
-                f"({', '.join(conversation.profile.models)})"
+                f"model {model!r} is not one this run may use ({', '.join(allowed)})"
             )
+        retry: dict[str, Any] = {"run_public_id": run_id, "model": model}
+        if environment is not None:
+            retry["environment"] = environment
         text = "Please retry the request that failed" + (f", with {model}." if model else ".")
         admission = self.door.prepare(
             conversation_id, text, authored_by=authored_by, owner=owner,
             idempotency_key=f"retry-{run_id}-{model or 'default'}"[:200],
-            kernel_meta={"retry": {"run_public_id": run_id, "model": model}},
+            kernel_meta={"retry": retry},
         )
         return await self.coordinator.start_with(
             conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RuntimeFactory
+from tests.scenarios.test_retry import FAST, Switchable
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
@@ -366,3 +367,37 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
         by_run.setdefault(mail.run_id, []).append(mail.run_public_id)
     # The three receipts of one source run shared the first reply; the other run's went alone.
     assert by_run == {runs[0].run_id: ["run_a"] * 3, runs[1].run_id: ["run_b"]}
+
+
+async def test_m10_a_failed_mail_run_is_held_and_retried_within_its_frozen_models(
+    runtimes: RuntimeFactory,
+) -> None:
+    flaky, spare, other = Switchable("flaky"), Switchable("spare"), Switchable("other")
+    flaky.up = other.up = True
+    rt = await runtimes(models=[flaky, spare, other], config=FAST)
+    rt.runner.on_child_reply = None
+    profile = Profile(model="flaky", fallbacks=("spare",))
+    parent = (await rt.create_conversation("alice", profile)).conversation_id
+    request = await rt.relay.spawn(parent, "run_host", "call-1", "count to three")
+    await wait_for_runs(rt, request.child_conversation_id, 1)  # the child answers (flaky up)
+
+    flaky.up = False
+    assert await rt.relay.relay_pending() == 1
+    await wait_for_runs(rt, parent, 1)
+    (held,) = await rt.runs(parent)
+    assert (held.trigger, held.status) == (StartKind.MAIL, RunStatus.NEEDS_ATTENTION)
+    (mail,) = await child_mail(rt, parent)
+    assert mail.run_id == held.run_id  # its prompt stays with it
+
+    # The profile moves on; the retry may still only name a model the receipt allows.
+    await rt.set_profile(parent, Profile(model="other"))
+    with pytest.raises(InvalidInputError):
+        await rt.retry(parent, held.run_id, model="other", owner="alice")
+    spare.up = True
+    await rt.retry(parent, held.run_id, model="spare", owner="alice")
+    await wait_for_runs(rt, parent, 2)
+    retried = (await rt.runs(parent))[1]
+    assert (retried.status, retried.model) == (RunStatus.COMPLETED, "spare")
+    assert other.calls == 0
+    assert len(await rt.relay.requests_of(parent)) == 1  # the child request is not repeated
+    assert len(await child_mail(rt, parent)) == 1

@@ -592,7 +592,12 @@ def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
             return receipt_profile(profile, environment)
     for item in reversed(inputs):
         retry = item.meta.get("retry")
-        model = retry.get("model") if isinstance(retry, dict) else None
+        if not isinstance(retry, dict):
+            continue
+        if isinstance(retry.get("environment"), dict):
+            # A retried mail run stays within its receipt's frozen environment (M10).
+            profile = receipt_profile(profile, retry["environment"])
+        model = retry.get("model")
         if isinstance(model, str) and model in profile.models:
             return replace(profile, model=model,
                            fallbacks=tuple(m for m in profile.models if m != model))
