@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ from tidings.errors import (
     InvalidInputError,
     RuntimeLockedError,
     TidingsError,
+    UnknownConversationError,
     UnknownRunError,
+    UnknownTaskError,
 )
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail import relay
@@ -165,7 +168,8 @@ class Runtime:
             profile_of=self._profile_of,
         )
         self.runner.on_child_reply = self.relay.kick
-        for builtin in child_tools(self.relay):
+        self.runner.children = self.relay
+        for builtin in child_tools(self.relay, lambda parent, key: self.cancel_child(parent, key)):
             if builtin.name not in self.tools:
                 self.tools.register(builtin)
         self.approvals = Approvals(store, self.clock, self.config.approvals)
@@ -423,35 +427,98 @@ class Runtime:
         self.coordinator.request(conversation_id, StartKind.GOAL)
 
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
-        return await self.coordinator.stop(conversation_id, owner=owner)
+        """A person's stop of the running turn: it is stopped as :meth:`stop_run` stops a
+        source (its mail suppressed, its children's requests cancelled, in cascade)."""
+        self._require_unlocked()
+        runs = await self.coordinator.stop(conversation_id, owner=owner)
+        seen: set[str] = set()
+        for run_id in runs:
+            await self._stop_run(conversation_id, run_id, owner=owner, seen=seen)
+        return runs
 
     async def stop_run(
         self, conversation_id: str, run_id: str, *, owner: str | None = None
     ) -> list[str]:
         """Stop a source run, running or completed (M14): no more mail for it -- its children's
         unrelayed replies are cancelled, its supplementary inputs still queued here are
-        removed, its tasks' undelivered notifications cancelled. What it already published
-        stays. A running run is stopped as :meth:`stop` stops it. Returns the cancelled input
-        ids."""
+        removed, a supplementary reply to it that is running is stopped, its tasks'
+        undelivered notifications cancelled. What it already published stays. A running run
+        is stopped as :meth:`stop` stops it. The cancel cascades (M16): a child turn that was
+        answering a cancelled request is stopped the same way, down the tree, and owes its own
+        children's replies to no one. Returns the cancelled input ids."""
+        self._require_unlocked()
+        cancelled, _ = await self._stop_run(conversation_id, run_id, owner=owner, seen=set())
+        return cancelled
+
+    async def cancel_child(
+        self, parent_id: str, task_key: str, *, owner: str | None = None
+    ) -> list[relay.Cancelled]:
+        """Cancel one request the parent opened (a spawn or a send, by its task key): its reply
+        is owed to no one, and the cancel cascades below it (M16). Returns what was cancelled,
+        the request first -- the canceller is told, even what lay below. Empty when its reply
+        was relayed or consumed already."""
         self._require_unlocked()
 
-        def unit(cx: ConversationTx) -> tuple[list[str], bool]:
+        def unit(cx: ConversationTx) -> list[relay.Cancelled]:
+            if cx.tx.one("child_request_by_key", parent_conversation_id=parent_id,
+                         task_key=task_key) is None:
+                raise UnknownTaskError(task_key)
+            return relay.cancel_request(cx, task_key)
+
+        requests = await self.conversations.change(parent_id, unit, owner=owner)
+        return requests + await self._cascade(requests, set())
+
+    async def _stop_run(
+        self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str]
+    ) -> tuple[list[str], list[relay.Cancelled]]:
+        seen.add(run_id)
+
+        def unit(cx: ConversationTx) -> tuple[list[str], list[relay.Cancelled], bool]:
             row = cx.tx.one("get_run", run_id=run_id)
             if row is None or row["conversation_id"] != conversation_id:
                 raise UnknownRunError(run_id)
-            cancelled = cx.cancel_supplementary(run_id)
-            relay.cancel_run(cx, run_id)
+            cancelled, in_flight = cx.cancel_supplementary(run_id)
+            requests = relay.cancel_run(cx, run_id)
             for task in journal.of_run(cx, run_id):
                 if not task.delivered:
                     journal.cancel(cx, task)
-            cx.record_event("run_stopped", {"run_public_id": run_id,
-                                            "cancelled_inputs": cancelled}, run_id)
-            return cancelled, row["status"] == RunStatus.RUNNING.value
+            # A supplementary reply to this source that has started is not delivered (M14).
+            answering = cx.tx.all("running_replies_to_run", conversation_id=conversation_id,
+                                  run_public_id=run_id)
+            cx.record_event("run_stopped", {
+                "run_public_id": run_id, "cancelled_inputs": cancelled,
+                "cancelled_requests": [r.task_key for r in requests],
+            }, run_id)
+            return cancelled, requests, (row["status"] == RunStatus.RUNNING.value
+                                         or bool(answering) or in_flight is not None)
 
-        cancelled, running = await self.conversations.change(conversation_id, unit, owner=owner)
+        cancelled, requests, running = await self.conversations.change(
+            conversation_id, unit, owner=owner
+        )
         if running:
             await self.coordinator.stop(conversation_id, owner=owner)
-        return cancelled
+        return cancelled, requests + await self._cascade(requests, seen)
+
+    async def _cascade(
+        self, requests: list[relay.Cancelled], seen: set[str]
+    ) -> list[relay.Cancelled]:
+        """Below cancelled requests: a request not yet read is withdrawn from the child's
+        queue; the child run that read one is stopped as a source, and so on down."""
+        below: list[relay.Cancelled] = []
+        for request in requests:
+            try:
+                child_run = await self.conversations.change(
+                    request.child_conversation_id,
+                    functools.partial(relay.withdraw, cancelled=request),
+                )
+            except UnknownConversationError:
+                continue  # a child deleted since: nothing below it is owed
+            if child_run is not None and child_run not in seen:
+                _, deeper = await self._stop_run(
+                    request.child_conversation_id, child_run, owner=None, seen=seen
+                )
+                below += deeper
+        return below
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
         self._require_unlocked()

@@ -233,18 +233,46 @@ class ConversationTx:
         """Unacknowledged signals of the conversation when it was locked."""
         return int(self.row.get("signal_backlog") or 0)
 
-    def cancel_supplementary(self, run_public_id: str) -> list[str]:
-        """Cancel the kernel inputs a source run is owed that are still queued here (M14)."""
-        rows = self.tx.all(
-            "cancel_queued_kernel_inputs", conversation_id=self.conversation_id,
+    def in_flight(self) -> tuple[str | None, frozenset[str]]:
+        """The run holding the slot, and the queued inputs it took when it started (they stay
+        queued until it materializes them at its first commit)."""
+        _, _, running = self.slot_holder()
+        if running is None:
+            return None, frozenset()
+        start = self.tx.one("running_turn_start", conversation_id=self.conversation_id,
+                            run_id=running)
+        taken = json.loads(start["data"]).get("inputs", []) if start is not None else []
+        return str(running), frozenset(str(i) for i in taken)
+
+    def cancel_supplementary(self, run_public_id: str) -> tuple[list[str], str | None]:
+        """Cancel the kernel inputs a source run is owed that are still queued here (M14).
+        Returns them, and the running run that took some of them already (the caller stops
+        it: that started reply is not delivered)."""
+        queued = [str(r["input_id"]) for r in self.tx.all(
+            "queued_kernel_inputs_of_run", conversation_id=self.conversation_id,
             run_public_id=run_public_id,
-        )
-        cancelled = [str(r["input_id"]) for r in rows]
+        )]
+        if not queued:
+            return [], None
+        running, taken = self.in_flight()
+        cancelled = [i for i in queued if i not in taken and self.tx.one(
+            "cancel_queued_input", conversation_id=self.conversation_id, input_id=i
+        ) is not None]
         if cancelled:
             self.row["queued_inputs"] = int(self.row["queued_inputs"]) - len(cancelled)
             self.record_event("input_cancelled",
                               {"input_ids": cancelled, "run_public_id": run_public_id})
-        return cancelled
+        return cancelled, running if taken & set(queued) else None
+
+    def cancel_queued(self, input_id: str) -> bool:
+        """Withdraw one input still queued here (a request its sender cancelled before it
+        was read). False when it was read already, or was never queued here."""
+        if self.tx.one("cancel_queued_input", conversation_id=self.conversation_id,
+                       input_id=input_id) is None:
+            return False
+        self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
+        self.record_event("input_cancelled", {"input_ids": [input_id]})
+        return True
 
     def queued_inputs(self, limit: int) -> list[Input]:
         """Queued inputs in read order (kernel first, then arrival)."""

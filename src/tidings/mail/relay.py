@@ -24,7 +24,7 @@ import html
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,9 @@ CHILD_REQUEST = "child_request"
 """The meta key of a child's input that carries an owed request (the kernel's own)."""
 
 REPLY_LIMIT_CHARS = 32 * 1024
+
+REPLY_POLL_S = 0.25
+"""How often a wait on a reply re-reads, for a reply committed by another process."""
 
 RELAYS_PER_UNIT = 64
 """A parent's replies relayed in one unit, at most (its mail turn batches up to 16 of them)."""
@@ -81,6 +84,10 @@ class ChildRequest:
     relayed: bool
     environment: dict[str, Any]
     """The opening run's frozen environment (M5): the reply's mail turn runs on it."""
+    owner_run: str | None = None
+    """A turn-owned spawn: the run whose reply its first report settles in (M16)."""
+    consumed_in_run: str | None = None
+    """The run that consumed the reply in-run (a wait, a synthesis round), not as mail."""
 
 
 def request_from_row(row: Row) -> ChildRequest:
@@ -98,6 +105,8 @@ def request_from_row(row: Row) -> ChildRequest:
         reply=row["reply"],
         relayed=row["relayed_at_us"] is not None,
         environment=json.loads(row["environment"]),
+        owner_run=row["owner_run"],
+        consumed_in_run=row["consumed_in_run"],
     )
 
 
@@ -113,12 +122,77 @@ def answer(cx: ConversationTx, item: Input, *, status: str, text: str, run_id: s
     return True
 
 
-def cancel_run(cx: ConversationTx, run_public_id: str) -> None:
-    """In a unit on the parent: its children owe a stopped source run nothing more (M14)."""
-    cx.tx.run_later(
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A request whose reply is owed to no one any more, and where it was asked."""
+
+    request_id: str
+    child_conversation_id: ConversationId
+    input_id: str
+    task_key: str
+
+
+def _cancelled(rows: list[Row]) -> list[Cancelled]:
+    return [Cancelled(r["request_id"], ConversationId(r["child_conversation_id"]),
+                      r["input_id"], r["task_key"]) for r in rows]
+
+
+def cancel_run(cx: ConversationTx, run_public_id: str) -> list[Cancelled]:
+    """In a unit on the parent: its children owe a stopped source run nothing more (M14).
+    Returns the requests cancelled, for the caller to cascade into the children."""
+    return _cancelled(cx.tx.all(
         "cancel_child_requests_of_run", parent_conversation_id=cx.conversation_id,
         run_public_id=run_public_id,
+    ))
+
+
+def cancel_request(cx: ConversationTx, task_key: str) -> list[Cancelled]:
+    """In a unit on the parent: one request it opened is cancelled (nothing if its reply was
+    relayed or consumed already, or it is no request of this parent)."""
+    return _cancelled(cx.tx.all(
+        "cancel_child_request", parent_conversation_id=cx.conversation_id, task_key=task_key,
+    ))
+
+
+def withdraw(cx: ConversationTx, cancelled: Cancelled) -> str | None:
+    """In a unit on the child: a cancelled request not yet read is withdrawn from its queue;
+    one already read -- or taken by the turn running now -- names the child run that read it
+    (for the cascade to stop)."""
+    row = cx.tx.one("input_state", input_id=cancelled.input_id)
+    if row is None or row["state"] == "cancelled":
+        return None
+    if row["state"] == "materialized":
+        return None if row["run_id"] is None else str(row["run_id"])
+    running, taken = cx.in_flight()
+    if cancelled.input_id in taken:
+        return running  # in flight: the turn that took it is stopped instead
+    cx.cancel_queued(cancelled.input_id)
+    return None
+
+
+def consume_in_run(cx: ConversationTx, request_id: str, run_id: str) -> ChildRequest | None:
+    """In a unit of the run that owns a turn-owned request: consume its reply there (M16) --
+    once: never again in this run, never as mail. None when it was consumed already, or its
+    reply has not come, or this run does not own it."""
+    if not cx.tx.execute("consume_child_request_in_run", request_id=request_id, run_id=run_id,
+                         now_us=cx.now_us):
+        return None
+    cx.tx.run_later("mark_consumed_in_run", request_id=request_id, run_id=run_id)
+    row = cx.tx.one("child_request", request_id=request_id)
+    assert row is not None
+    request = request_from_row(row)
+    cx.record_event(
+        "task_status",
+        {"task_key": request.task_key, "state": request.reply_status or "completed",
+         "resolved_by": {"kind": "conversation", "public_id": request.child_conversation_id}},
+        run_id,
     )
+    return request
+
+
+def owned_replies(cx: ConversationTx, run_id: str) -> list[str]:
+    """The turn-owned requests of ``run_id`` whose replies arrived and are not consumed."""
+    return [str(r["request_id"]) for r in cx.tx.all("owned_child_replies", run_id=run_id)]
 
 
 def render(request: ChildRequest) -> str:
@@ -147,16 +221,20 @@ class ChildRelay:
         self._profile_of = profile_of
         self._kicked: asyncio.Task[int] | None = None
         self._again = False
+        self._replied = asyncio.Event()
 
     # -- opening requests (from a parent's tool call) -----------------------------------------
 
     async def spawn(
-        self, parent_id: str, run_id: str, call_id: str, brief: str, *, title: str = ""
+        self, parent_id: str, run_id: str, call_id: str, brief: str, *, title: str = "",
+        turn_owned: bool = False,
     ) -> ChildRequest:
         """Create a child conversation (the parent's owner, the parent's profile) and open the
-        brief as its first request."""
+        brief as its first request. A turn-owned spawn's first report settles in ``run_id``
+        before its reply is final, not as mail (M16)."""
         child_id = await self._create_child(parent_id, title or brief[:80])
-        return await self._open(parent_id, child_id, run_id, call_id, brief, kind="spawn")
+        return await self._open(parent_id, child_id, run_id, call_id, brief, kind="spawn",
+                                owner_run=run_id if turn_owned else None)
 
     async def send(
         self, parent_id: str, child_id: str, run_id: str, call_id: str, message: str
@@ -170,7 +248,8 @@ class ChildRelay:
         return await self._open(parent_id, child_id, run_id, call_id, message, kind="send")
 
     async def _open(
-        self, parent_id: str, child_id: str, run_id: str, call_id: str, text: str, *, kind: str
+        self, parent_id: str, child_id: str, run_id: str, call_id: str, text: str, *, kind: str,
+        owner_run: str | None = None,
     ) -> ChildRequest:
         environment = json.dumps(frozen_environment(await self._profile_of(parent_id)))
         request_id = new_id("creq")
@@ -190,10 +269,13 @@ class ChildRelay:
                 call_id=call_id, task_key=task_key, kind=kind, environment=environment,
                 now_us=cx.now_us,
             )
+            if owner_run is not None:
+                cx.tx.run_later("insert_turn_owned_request", request_id=request_id,
+                                owner_run=owner_run)
             return ChildRequest(
                 request_id, ConversationId(parent_id), ConversationId(child_id), item.input_id,
                 run_id, call_id, task_key, kind, "open", None, None, False,
-                json.loads(environment),
+                json.loads(environment), owner_run,
             )
 
         result: ChildRequest = await self._start_with(child_id, StartKind.AGENT, write)
@@ -207,9 +289,31 @@ class ChildRelay:
         Kicks coalesce: one pass runs at a time, and a kick during a pass makes it go round
         once more, so a reply committed after the pass read its rows is not left to the sweep.
         """
+        self._replied.set()  # wake the waits on a reply (they re-read; another process polls)
+        self._replied = asyncio.Event()
         self._again = True
         if self._kicked is None or self._kicked.done():
             self._kicked = asyncio.get_running_loop().create_task(self._kicked_passes())
+
+    async def await_replies(self, request_ids: Sequence[str], within: float) -> bool:
+        """Wait, at most ``within`` seconds, until every request has its reply (or was
+        cancelled). Wakes on a reply committed here; polls for one committed elsewhere."""
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            rows = await self.store.read(lambda tx: [
+                tx.one("child_request", request_id=r) for r in request_ids
+            ])
+            if all(row is None or row["state"] != "open" for row in rows):
+                return True
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._replied.wait(), min(left, REPLY_POLL_S))
+
+    async def reply_of(self, request_id: str) -> ChildRequest | None:
+        row = await self.store.read(lambda tx: tx.one("child_request", request_id=request_id))
+        return None if row is None else request_from_row(row)
 
     async def _kicked_passes(self) -> int:
         relayed = 0
@@ -302,9 +406,14 @@ class ChildRelay:
 __all__ = (
     "CHILD_REQUEST",
     "CHILD_TASK_PREFIX",
+    "Cancelled",
     "ChildRelay",
     "ChildRequest",
     "answer",
+    "cancel_request",
     "cancel_run",
+    "consume_in_run",
+    "owned_replies",
     "render",
+    "withdraw",
 )

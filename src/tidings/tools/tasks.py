@@ -67,7 +67,8 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
 
     async def wait_child(context: ToolContext, task_key: str, deadline: float) -> ToolOutput:
         """A child's reply, observed: the wait consumes nothing, the reply's mail still comes
-        (M17)."""
+        (M17). The exception is the first report of a turn-owned spawn of this very run: the
+        open wait receives it, once, and the run's reply does not get it again (M16)."""
         while True:
             row = await store.read(lambda tx: tx.one(
                 "child_request_by_key", parent_conversation_id=context.conversation_id,
@@ -76,12 +77,20 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
                 raise InvalidInputError(f"no task {task_key!r} in this conversation")
             request = request_from_row(row)
             if request.state != "open" or time.monotonic() >= deadline:
-                return ToolOutput(json.dumps({
-                    "task_key": task_key, "child_conversation_id": request.child_conversation_id,
-                    "state": request.state, "status": request.reply_status,
-                    "reply": request.reply,
-                }))
+                break
             await asyncio.sleep(_POLL_S)
+        facts = {
+            "task_key": task_key, "child_conversation_id": request.child_conversation_id,
+            "state": request.state, "status": request.reply_status, "reply": request.reply,
+        }
+        meta: dict[str, Any] = {"task_key": task_key}
+        if request.owner_run == context.run_id and request.state == "replied":
+            if request.consumed_in_run is not None:
+                facts["reply"] = None
+                facts["note"] = "received already in this turn"
+            else:
+                meta["consume_child_request"] = request.request_id
+        return ToolOutput(json.dumps(facts), meta=meta)
 
     async def wait(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
         task_key = _key(arguments)

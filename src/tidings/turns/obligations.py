@@ -8,6 +8,7 @@ that the loop reads on its own; it uses the runner's commit and tool execution.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -15,13 +16,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tidings.approvals import Approvals, needs_approval
 from tidings.clock import to_us
+from tidings.mail import relay
 from tidings.models.base import ModelReply, ToolCall
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolOutput
 from tidings.transcript import ConversationTx
-from tidings.turns.plan import TurnConfig, TurnPlan, TurnProgress, TurnTasks
-from tidings.types import Message, Profile
+from tidings.turns.plan import TurnChildren, TurnConfig, TurnPlan, TurnProgress, TurnTasks
+from tidings.types import Message, Origin, Profile
 
 T = TypeVar("T")
 
@@ -31,6 +33,7 @@ class TurnObligations:
 
     config: TurnConfig
     tasks: TurnTasks | None
+    children: TurnChildren | None
     approvals: Approvals | None
     on_child_reply: Callable[[], None] | None
 
@@ -51,15 +54,23 @@ class TurnObligations:
     async def _synthesis_round(
         self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
     ) -> list[Message] | None:
-        """Wait (bounded) for the turn's turn-lifetime tasks, then hand their notifications
-        to the turn: the reply so far is kept as an interim answer and the model is asked
-        again. None when there is nothing to tell (the reply is then final)."""
+        """Wait (bounded) for the turn's turn-lifetime tasks and the first reports of its
+        turn-owned children, then hand them to the turn: the reply so far is kept as an
+        interim answer and the model is asked again. None when there is nothing to tell (the
+        reply is then final)."""
         keys, progress.turn_tasks = progress.turn_tasks, []
+        children, progress.turn_children = progress.turn_children, []
         progress.drained += keys
-        if self.tasks is not None:
-            await self.tasks.wait_journalled(keys, to_us(self.config.task_drain) / 1e6)
+        within = to_us(self.config.task_drain) / 1e6
+        waits = []
+        if self.tasks is not None and keys:
+            waits.append(self.tasks.wait_journalled(keys, within))
+        if self.children is not None and children:
+            waits.append(self.children.await_replies(children, within))
+        await asyncio.gather(*waits)
         return await self._commit(plan, progress, functools.partial(
-            self._write_synthesis, plan=plan, progress=progress, text=reply.text, keys=keys
+            self._write_synthesis, plan=plan, progress=progress, text=reply.text, keys=keys,
+            children=children,
         ))
 
     def _write_synthesis(
@@ -69,6 +80,7 @@ class TurnObligations:
         progress: TurnProgress,
         text: str,
         keys: Sequence[str],
+        children: Sequence[str],
     ) -> list[Message] | None:
         self._materialize_pending(cx, plan, progress)
         owed = [
@@ -76,7 +88,10 @@ class TurnObligations:
             if (t := journal.get(cx, k)) is not None and not t.handed_off
             and is_eligible(replace(t.flags, handed_off=True))
         ]
-        if not owed:
+        # A report not yet come stays owned by the run; at its end it becomes mail (M16).
+        replies = [r for rid in children
+                   if (r := relay.consume_in_run(cx, rid, plan.run_id)) is not None]
+        if not owed and not replies:
             return None
         cx.append_assistant(text, run_id=plan.run_id,
                             meta={"model": progress.model, "interim": True})
@@ -91,7 +106,45 @@ class TurnObligations:
             )
             journal.hand_off(cx, task)
         journal.deliver_due(cx, during_run=plan.run_id)
+        for request in replies:
+            # A turn-owned spawn's first report settles here, before the reply is final, and
+            # is not also mail (M16).
+            cx.record_event(
+                "input_accepted",
+                {"origin": "child", "run_public_id": plan.run_id,
+                 "task_key": request.task_key,
+                 "sender_conversation_public_id": request.child_conversation_id},
+                plan.run_id,
+            )
+            cx.append_user(relay.render(request), origin=Origin.CHILD, run_id=plan.run_id,
+                           meta={"task_key": request.task_key, "request_id": request.request_id,
+                                 "sender_conversation_id": request.child_conversation_id})
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
+
+    def _settle_delegation(
+        self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, output: ToolOutput
+    ) -> ToolOutput:
+        """In the unit that records a tool's result: a turn-owned spawn becomes an obligation
+        of the turn, and a result that shows a turn-owned child's first report (a spawn that
+        waited, a wait) consumes it -- once, never again in this run, never as mail (M16)."""
+        owned = output.meta.get("turn_child_request")
+        shown = output.meta.get("consume_child_request")
+        if isinstance(owned, str):
+            progress.delegated = True
+            if shown is None:
+                progress.turn_children.append(owned)
+        if not isinstance(shown, str):
+            return output
+        if relay.consume_in_run(cx, shown, plan.run_id) is not None:
+            if shown in progress.turn_children:
+                progress.turn_children.remove(shown)
+            return output
+        # Another result of this turn showed it first (two waits in one step).
+        return ToolOutput(
+            f"the report of task {output.meta.get('task_key', '')} was received already in "
+            "this turn", meta={k: v for k, v in output.meta.items()
+                                if k != "consume_child_request"},
+        )
 
     def _settle_turn_tasks(
         self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, *, stopped: bool
@@ -142,7 +195,8 @@ class TurnObligations:
                                      "approval": "applied"})
 
     def _kick_relay(self, progress: TurnProgress) -> None:
-        if progress.child_replied and self.on_child_reply is not None:
+        # A turn that delegated leaves what it did not consume to the relay as it ends.
+        if (progress.child_replied or progress.delegated) and self.on_child_reply is not None:
             self.on_child_reply()
 
 

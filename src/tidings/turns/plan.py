@@ -49,6 +49,12 @@ class TurnTasks(Protocol):
     def kill(self, task_keys: Sequence[str]) -> None: ...
 
 
+class TurnChildren(Protocol):
+    """What a turn needs of the child conversations it delegated to (M16)."""
+
+    async def await_replies(self, request_ids: Sequence[str], within: float) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class TurnPlan:
     """What the slot-taking unit decided: the run and everything it reads."""
@@ -104,8 +110,12 @@ class TurnProgress:
     trim_recorded: bool = False
     child_replied: bool = False
     """This turn answered a request a parent opened (the relay is kicked after the commit)."""
+    turn_children: list[str] = field(default_factory=list)
+    """Turn-owned child requests whose first report this turn has not consumed yet (M16)."""
+    delegated: bool = False
+    """The turn opened turn-owned requests: what it leaves unconsumed becomes mail at its end."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
 
 
-__all__ = ("TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")
+__all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

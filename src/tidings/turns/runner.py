@@ -56,6 +56,7 @@ from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.history import HistoryCache
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import (
+    TurnChildren,
     TurnConfig,
     TurnFailed,
     TurnOutcome,
@@ -91,6 +92,7 @@ class TurnRunner(TurnObligations):
         config: TurnConfig | None = None,
         *,
         tasks: TurnTasks | None = None,
+        children: TurnChildren | None = None,
         approvals: Approvals | None = None,
         on_child_reply: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
@@ -98,6 +100,7 @@ class TurnRunner(TurnObligations):
     ) -> None:
         self.store = store
         self.tasks = tasks
+        self.children = children
         self.approvals = approvals
         self.on_child_reply = on_child_reply
         self.metrics = metrics
@@ -196,8 +199,9 @@ class TurnRunner(TurnObligations):
                 replace(request, messages=tuple(messages)), profile, progress
             )
             if not reply.tool_calls:
-                if progress.turn_tasks:
-                    # The reply is not final while its turn-lifetime tasks are owed (M4).
+                if progress.turn_tasks or progress.turn_children:
+                    # The reply is not final while its turn-lifetime tasks or its turn-owned
+                    # children's first reports are owed (M4, M16).
                     joined = await self._synthesis_round(plan, progress, reply)
                     if joined is not None:
                         messages.append(PromptMessage("assistant", reply.text))
@@ -401,6 +405,7 @@ class TurnRunner(TurnObligations):
     ) -> list[Message]:
         """The step's results, then -- the safe point -- the task notifications that are due
         and the steers (M3, T4). Returns the user-role messages that joined."""
+        outputs = [self._settle_delegation(cx, plan, progress, o) for o in outputs]
         for call, output in zip(progress.open_calls, outputs, strict=True):
             cx.append_tool_result(
                 call.call_id, output.content, tool_name=call.name, run_id=plan.run_id,

@@ -693,6 +693,9 @@ INSERT INTO child_requests (request_id, parent_conversation_id, child_conversati
 VALUES (:request_id, :parent_conversation_id, :child_conversation_id, :input_id,
         :run_public_id, :call_id, :task_key, :kind, :environment, 'open', :now_us);
 
+-- insert_turn_owned_request --
+INSERT INTO turn_owned_requests (request_id, owner_run) VALUES (:request_id, :owner_run);
+
 -- reply_child_request --
 -- The child's run that read the request answered it: once (the first answer stands).
 UPDATE child_requests
@@ -701,11 +704,38 @@ UPDATE child_requests
  WHERE input_id = :input_id AND state = 'open';
 
 -- unrelayed_child_requests --
--- Level-triggered: every reply not yet relayed, oldest first.
-SELECT * FROM child_requests
- WHERE state = 'replied' AND relayed_at_us IS NULL
- ORDER BY replied_at_us, request_id
+-- Level-triggered: every reply not yet relayed, oldest first -- but a turn-owned reply only
+-- once the run that owns it has ended without consuming it (M16).
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.state = 'replied' AND c.relayed_at_us IS NULL
+   AND (o.owner_run IS NULL OR NOT EXISTS (
+        SELECT 1 FROM runs r WHERE r.run_id = o.owner_run AND r.status IN ('queued', 'running')))
+ ORDER BY c.replied_at_us, c.request_id
  LIMIT :limit;
+
+-- consume_child_request_in_run --
+-- A turn-owned reply consumed by the run that owns it (a wait, or its synthesis round): it is
+-- never relayed as mail after this (M16, M17).
+UPDATE child_requests SET relayed_at_us = :now_us
+ WHERE request_id = :request_id AND state = 'replied' AND relayed_at_us IS NULL
+   AND EXISTS (SELECT 1 FROM turn_owned_requests o
+                WHERE o.request_id = :request_id AND o.owner_run = :run_id);
+
+-- mark_consumed_in_run --
+UPDATE turn_owned_requests SET consumed_in_run = :run_id WHERE request_id = :request_id;
+
+-- owned_child_replies --
+-- The replies a run owns that arrived and are not consumed yet.
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE o.owner_run = :run_id AND c.state = 'replied' AND c.relayed_at_us IS NULL
+ ORDER BY c.replied_at_us, c.request_id;
+
+-- child_request --
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.request_id = :request_id;
 
 -- mark_child_relayed --
 UPDATE child_requests SET relayed_at_us = :now_us
@@ -719,24 +749,56 @@ SELECT request_id FROM child_requests
  LIMIT 1;
 
 -- child_requests_of_parent --
-SELECT * FROM child_requests
- WHERE parent_conversation_id = :parent_conversation_id
- ORDER BY created_at_us, request_id
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.parent_conversation_id = :parent_conversation_id
+ ORDER BY c.created_at_us, c.request_id
  LIMIT :limit;
 
--- cancel_queued_kernel_inputs --
--- A stopped source run's supplementary inputs still queued in this conversation (M14).
-UPDATE inputs SET state = 'cancelled'
+-- queued_kernel_inputs_of_run --
+-- A source run's supplementary inputs still queued in this conversation (M14).
+SELECT input_id FROM inputs
  WHERE conversation_id = :conversation_id AND run_public_id = :run_public_id AND kernel = 1
    AND state = 'queued'
-RETURNING input_id;
+ ORDER BY queue_position;
 
 -- cancel_child_requests_of_run --
 -- A stopped source run is owed nothing more by its children (M14).
 UPDATE child_requests SET state = 'cancelled'
  WHERE parent_conversation_id = :parent_conversation_id AND run_public_id = :run_public_id
-   AND relayed_at_us IS NULL AND state IN ('open', 'replied');
+   AND relayed_at_us IS NULL AND state IN ('open', 'replied')
+RETURNING request_id, child_conversation_id, input_id, task_key;
+
+-- cancel_child_request --
+-- One request its parent cancelled (a ``cancel`` call): its reply is owed to no one (M16).
+UPDATE child_requests SET state = 'cancelled'
+ WHERE parent_conversation_id = :parent_conversation_id AND task_key = :task_key
+   AND relayed_at_us IS NULL AND state IN ('open', 'replied')
+RETURNING request_id, child_conversation_id, input_id, task_key;
+
+-- input_state --
+SELECT state, run_id FROM inputs WHERE input_id = :input_id;
 
 -- child_request_by_key --
-SELECT * FROM child_requests
- WHERE parent_conversation_id = :parent_conversation_id AND task_key = :task_key;
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.parent_conversation_id = :parent_conversation_id AND c.task_key = :task_key;
+
+-- cancel_queued_input --
+-- One queued input withdrawn (a cancelled child request not yet read).
+UPDATE inputs SET state = 'cancelled'
+ WHERE conversation_id = :conversation_id AND input_id = :input_id AND state = 'queued'
+RETURNING input_id;
+
+-- running_replies_to_run --
+-- A supplementary reply to a source run that has started and is not delivered yet (M14).
+SELECT DISTINCT i.run_id FROM inputs i JOIN runs r ON r.run_id = i.run_id
+ WHERE i.conversation_id = :conversation_id AND i.run_public_id = :run_public_id
+   AND i.kernel = 1 AND i.state = 'materialized' AND r.status = 'running';
+
+-- running_turn_start --
+-- The start of a run still running: its turn_status event names the inputs it took.
+SELECT data FROM events
+ WHERE conversation_id = :conversation_id AND run_id = :run_id AND type = 'turn_status'
+ ORDER BY seq DESC
+ LIMIT 1;

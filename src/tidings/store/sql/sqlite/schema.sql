@@ -320,3 +320,12 @@ CREATE INDEX IF NOT EXISTS child_requests_unrelayed
     ON child_requests (replied_at_us) WHERE state = 'replied' AND relayed_at_us IS NULL;
 CREATE INDEX IF NOT EXISTS child_requests_parent
     ON child_requests (parent_conversation_id, created_at_us);
+
+-- A turn-owned spawn's first report settles in the run that opened it (M16).
+CREATE TABLE IF NOT EXISTS turn_owned_requests (
+    request_id TEXT PRIMARY KEY REFERENCES child_requests (request_id),
+    owner_run TEXT NOT NULL,
+    consumed_in_run TEXT
+);
+
+CREATE INDEX IF NOT EXISTS turn_owned_requests_owner ON turn_owned_requests (owner_run);

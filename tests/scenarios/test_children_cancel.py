@@ -1,0 +1,140 @@
+"""M14 and M16 cancels: a cancel owes nothing below the canceller -- the child turn answering a
+cancelled request is stopped, its own requests are cancelled, a grandchild's reply never wakes
+the cancelled child -- while the canceller is told what it cancelled. Stopping a source stops
+its supplementary reply that has started."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.conftest import RuntimeFactory
+from tests.scenarios.test_tasks import wait_for_runs
+from tidings.errors import UnknownTaskError
+from tidings.models.scripted import Rule, ScriptedModel
+from tidings.runtime import Runtime
+from tidings.tools.registry import ToolContext, ToolOutput
+from tidings.types import ConversationId, Origin, Profile, RunId, RunStatus, StartKind
+
+MODEL = ScriptedModel(
+    rules=[
+        Rule({"text_contains": "<task_result"}, {"text": "Read the report.", "delay_seconds": 3}),
+        Rule({"tool_result": "spawn"}, {"text": "Delegated."}),
+        Rule({"text_contains": "delegate deeper"},
+             {"tool_calls": [{"name": "spawn", "arguments": {
+                 "brief": "count slowly", "lifetime": "turn"}}]}),
+        Rule({"text_contains": "please delegate"},
+             {"tool_calls": [{"name": "spawn", "arguments": {"brief": "delegate deeper"}}]}),
+        Rule({"text_contains": "please ask"},
+             {"tool_calls": [{"name": "spawn", "arguments": {"brief": "count to three"}}]}),
+        Rule({"text_contains": "count to three"}, {"text": "one two three"}),
+        Rule({"text_contains": "count slowly"}, {"text": "one... two", "delay_seconds": 30}),
+    ],
+    default={"text": "ok"},
+)
+PROFILE = Profile(model="scripted", tools=("spawn", "send", "cancel"))
+
+
+async def eventually(rt: Runtime, conversation: str, status: RunStatus) -> None:
+    """Until some run of the conversation has ``status`` (20 s at most)."""
+    for _ in range(400):
+        if any(r.status is status for r in await rt.runs(conversation)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {status.value} run in {conversation}")
+
+
+async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    await rt.post(parent, "please delegate")
+    await wait_for_runs(rt, parent, 1)
+    (request,) = await rt.relay.requests_of(parent)
+    child = request.child_conversation_id
+    await eventually(rt, child, RunStatus.RUNNING)  # the child waits on its grandchild
+    for _ in range(400):
+        if await rt.relay.requests_of(child):
+            break
+        await asyncio.sleep(0.05)
+    (deeper,) = await rt.relay.requests_of(child)
+    grandchild = deeper.child_conversation_id
+    await eventually(rt, grandchild, RunStatus.RUNNING)
+
+    (run,) = await rt.runs(parent)
+    cancel = rt.tools.get("cancel")
+    assert cancel is not None
+    told = await cancel.handler(
+        ToolContext(ConversationId(parent), RunId(run.run_id), "call-c"),
+        {"task_key": request.task_key},
+    )
+    assert isinstance(told, ToolOutput)
+    cancelled = json.loads(told.content)["cancelled"]
+    assert cancelled == [  # the canceller is told, down the tree
+        {"task_key": request.task_key, "conversation": child},
+        {"task_key": deeper.task_key, "conversation": grandchild},
+    ]
+    await eventually(rt, child, RunStatus.STOPPED)
+    await eventually(rt, grandchild, RunStatus.STOPPED)
+    await rt.relay.relay_pending()
+    await rt.settle(child)
+    await rt.settle(parent)
+    # The grandchild's cancelled reply never wakes the cancelled child; nothing reaches the
+    # parent.
+    assert [r.trigger for r in await rt.runs(child)] == [StartKind.AGENT]
+    assert [i for i in await rt.inputs(child) if i.origin is Origin.CHILD] == []
+    assert [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD] == []
+    assert [r.state for r in await rt.relay.requests_of(child)] == ["cancelled"]
+    assert [r.state for r in await rt.relay.requests_of(parent)] == ["cancelled"]
+    # Cancelling again: nothing is owed any more, and the canceller is told so.
+    assert await rt.cancel_child(parent, request.task_key) == []
+    with pytest.raises(UnknownTaskError):
+        await rt.cancel_child(parent, "child-00000000")
+
+
+async def test_m16_a_cancelled_request_not_yet_read_is_withdrawn(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    await rt.post(parent, "hello")
+    await wait_for_runs(rt, parent, 1)
+    (run,) = await rt.runs(parent)
+    busy = await rt.relay.spawn(parent, run.run_id, "call-1", "count slowly")
+    child = busy.child_conversation_id
+    await eventually(rt, child, RunStatus.RUNNING)  # busy with the brief
+    queued = await rt.relay.send(parent, child, run.run_id, "call-2", "count to three")
+    (cancelled,) = await rt.cancel_child(parent, queued.task_key)
+    assert cancelled.task_key == queued.task_key
+    brief = next(i for i in await rt.inputs(child) if i.input_id == queued.input_id)
+    assert brief.state.value == "cancelled"  # withdrawn from the queue: never read
+    # The turn busy with the brief is not the cancelled request's: it runs on.
+    assert [r.status for r in await rt.runs(child)] == [RunStatus.RUNNING]
+    assert [r.state for r in await rt.relay.requests_of(parent)] == ["open", "cancelled"]
+
+
+async def test_m14_stopping_a_source_stops_its_supplementary_reply_that_started(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    await rt.post(parent, "please ask")
+    await wait_for_runs(rt, parent, 1)
+    source = (await rt.runs(parent))[0]
+    # The child answers; the parent's mail turn starts and reads slowly.
+    for _ in range(400):
+        runs = await rt.runs(parent)
+        if len(runs) == 2 and runs[1].status is RunStatus.RUNNING:
+            break
+        await asyncio.sleep(0.05)
+    (_, mail_run) = await rt.runs(parent)
+    assert mail_run.trigger is StartKind.MAIL
+    await rt.stop_run(parent, source.run_id, owner="alice")
+    await rt.settle(parent)
+    (_, mail_run) = await rt.runs(parent)
+    assert mail_run.status is RunStatus.STOPPED  # the started reply is not delivered
+    assert (await rt.run(source.run_id)).status is RunStatus.COMPLETED  # its answer remains
+    assert "Read the report." not in [m.content for m in await rt.transcript(parent)]
