@@ -7,6 +7,7 @@ so a principal cannot learn that someone else's conversation exists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -237,6 +238,14 @@ class Conversations:
             lambda tx: tx.all("list_runs", conversation_id=conversation_id, limit=_page(limit))
         )
         return [run_from_row(r) for r in rows]
+
+    async def models_spent(self, conversation_id: str, run_id: str) -> list[str]:
+        """The models whose attempts an ended run spent (its final ``turn_status`` says)."""
+        row = await self.store.read(lambda tx: tx.one(
+            "last_turn_status", conversation_id=conversation_id, run_id=run_id
+        ))
+        spent = json.loads(row["data"]).get("models_spent", []) if row is not None else []
+        return [str(m) for m in spent]
 
     async def run(self, run_id: str, *, owner: str | None = None) -> Run:
         check_id(run_id, "run id")

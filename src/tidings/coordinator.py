@@ -81,6 +81,9 @@ class _Entry:
     turn: asyncio.Task[TurnOutcome] | None = None
     turn_started: bool = False
     stop_reason: str | None = None
+    stopped_runs: set[str] = field(default_factory=set)
+    """Runs a stop named before their turn task existed here (the gap after the start's
+    commit): such a turn begins stopped."""
     compacting: bool = False
     starting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -269,7 +272,8 @@ class Coordinator:
                 self._retry_at(conversation_id, begin.slot_deadline_us)
             return
         self.turns_started += 1
-        entry.stop_reason = None
+        entry.stop_reason = "stopped" if begin.plan.run_id in entry.stopped_runs else None
+        entry.stopped_runs.clear()
         entry.turn_started = False
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
         keeper = asyncio.create_task(self._keep(begin.plan, entry))
@@ -533,6 +537,8 @@ class Coordinator:
             entry.kinds = {k for k in entry.kinds if not k.automatic}
             if entry.turn is not None:
                 self._interrupt(entry, "stopped")
+            else:
+                entry.stopped_runs.update(runs)
         return runs
 
     # -- compaction (C7) ----------------------------------------------------------------------

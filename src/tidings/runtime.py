@@ -394,7 +394,16 @@ class Runtime:
             )
         retry: dict[str, Any] = {"run_public_id": run_id, "model": model}
         if environment is not None:
+            # ...and does not renew the route its first run spent: only an unspent model.
+            spent = await self.conversations.models_spent(conversation_id, run_id)
+            if model in spent:
+                raise InvalidInputError(f"model {model!r} was spent by run {run_id!r}; name "
+                                        "another the run may use")
+            if all(m in spent for m in allowed):
+                raise InvalidInputError(f"every model run {run_id!r} may use is spent "
+                                        f"({', '.join(allowed)})")
             retry["environment"] = environment
+            retry["spent"] = spent
         text = "Please retry the request that failed" + (f", with {model}." if model else ".")
         admission = self.door.prepare(
             conversation_id, text, authored_by=authored_by, owner=owner,

@@ -239,7 +239,7 @@ class ConversationTx:
         _, _, running = self.slot_holder()
         if running is None:
             return None, frozenset()
-        start = self.tx.one("running_turn_start", conversation_id=self.conversation_id,
+        start = self.tx.one("last_turn_status", conversation_id=self.conversation_id,
                             run_id=running)
         taken = json.loads(start["data"]).get("inputs", []) if start is not None else []
         return str(running), frozenset(str(i) for i in taken)

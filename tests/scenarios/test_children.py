@@ -14,12 +14,13 @@ from tests.conftest import RuntimeFactory
 from tests.scenarios.test_retry import FAST, Switchable
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
-from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
+from tidings.models.base import DeltaCallback, ModelErrorKind, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.policy import receipt_profile
-from tidings.runtime import Runtime
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.transcript import ConversationTx
+from tidings.turns.plan import TurnConfig
 from tidings.types import (
     ConversationId,
     Input,
@@ -369,10 +370,45 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
     assert by_run == {runs[0].run_id: ["run_a"] * 3, runs[1].run_id: ["run_b"]}
 
 
+async def test_m8_a_batch_commits_only_on_uncut_history_else_the_head_goes_alone(
+    runtimes: RuntimeFactory,
+) -> None:
+    config = RuntimeConfig(turns=TurnConfig(history_messages=4))
+    rt = await runtimes(models=[MODEL], config=config)
+    rt.runner.on_child_reply = None
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    for n in range(3):  # a history longer than the window: every request is cut
+        await rt.post(parent, f"hello {n}")
+        await wait_for_runs(rt, parent, n + 1)
+
+    def hold(cx: ConversationTx) -> None:
+        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+
+    await rt.conversations.change(parent, hold)
+    for n in range(3):  # three compatible receipts of one source run
+        request = await rt.relay.spawn(parent, "run_a", f"call-{n}", "count to three")
+        await wait_for_runs(rt, request.child_conversation_id, 1)
+        assert await rt.relay.relay_pending() == 1
+
+    def release(cx: ConversationTx) -> None:
+        cx.release_slot("held-by-test")
+
+    await rt.conversations.change(parent, release)
+    rt.coordinator.request(parent, None)
+    await wait_for_runs(rt, parent, 6)
+    mail_runs = [r.run_id for r in await rt.runs(parent) if r.trigger is StartKind.MAIL]
+    assert len(mail_runs) == 3
+    # The head went alone each time; the rest stayed queued, in order, for their own turns.
+    assert [m.run_id for m in await child_mail(rt, parent)] == mail_runs
+    assert any(e.type == "context_trimmed" for e in await rt.events(parent))
+
+
 async def test_m10_a_failed_mail_run_is_held_and_retried_within_its_frozen_models(
     runtimes: RuntimeFactory,
 ) -> None:
-    flaky, spare, other = Switchable("flaky"), Switchable("spare"), Switchable("other")
+    # The spare is out (skipped, not spent); the flaky one spends its attempts.
+    flaky, spare = Switchable("flaky"), Switchable("spare", down=ModelErrorKind.UNAVAILABLE)
+    other = Switchable("other")
     flaky.up = other.up = True
     rt = await runtimes(models=[flaky, spare, other], config=FAST)
     rt.runner.on_child_reply = None
@@ -393,11 +429,16 @@ async def test_m10_a_failed_mail_run_is_held_and_retried_within_its_frozen_model
     await rt.set_profile(parent, Profile(model="other"))
     with pytest.raises(InvalidInputError):
         await rt.retry(parent, held.run_id, model="other", owner="alice")
-    spare.up = True
+    # ...and not one whose attempts the held run spent: the route's budget is not renewed.
+    with pytest.raises(InvalidInputError, match="spent"):
+        await rt.retry(parent, held.run_id, model="flaky", owner="alice")
+    flaky.up = spare.up = True
+    spent_calls = flaky.calls
     await rt.retry(parent, held.run_id, model="spare", owner="alice")
     await wait_for_runs(rt, parent, 2)
     retried = (await rt.runs(parent))[1]
     assert (retried.status, retried.model) == (RunStatus.COMPLETED, "spare")
     assert other.calls == 0
+    assert flaky.calls == spent_calls  # the spent model is not tried again
     assert len(await rt.relay.requests_of(parent)) == 1  # the child request is not repeated
     assert len(await child_mail(rt, parent)) == 1

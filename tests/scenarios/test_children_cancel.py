@@ -122,15 +122,13 @@ async def test_m14_stopping_a_source_stops_its_supplementary_reply_that_started(
     rt = await runtimes(models=[MODEL])
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(parent, "please ask")
-    await wait_for_runs(rt, parent, 1)
-    source = (await rt.runs(parent))[0]
     # The child answers; the parent's mail turn starts and reads slowly.
     for _ in range(400):
         runs = await rt.runs(parent)
         if len(runs) == 2 and runs[1].status is RunStatus.RUNNING:
             break
         await asyncio.sleep(0.05)
-    (_, mail_run) = await rt.runs(parent)
+    (source, mail_run) = await rt.runs(parent)
     assert mail_run.trigger is StartKind.MAIL
     await rt.stop_run(parent, source.run_id, owner="alice")
     await rt.settle(parent)

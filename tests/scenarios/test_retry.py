@@ -27,17 +27,18 @@ FAST = RuntimeConfig(turns=TurnConfig(model_attempts=2, retry_base=timedelta(0))
 class Switchable:
     """A model that is down until switched on; it records every call."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, down: ModelErrorKind = ModelErrorKind.RETRYABLE) -> None:
         self.name = name
         self.up = False
         self.calls = 0
+        self.down = down
 
     async def complete(
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
         self.calls += 1
         if not self.up:
-            raise ModelError(ModelErrorKind.RETRYABLE, "overloaded", model=self.name)
+            raise ModelError(self.down, "overloaded", model=self.name)
         return ModelReply(text=f"answered by {self.name}")
 
 

@@ -211,6 +211,10 @@ class Door:
             cx.record_event("continuation_resumed", {"input_id": accepted.input_id})
         return accepted
 
+    def room(self, cx: ConversationTx) -> int:
+        """How many more inputs the conversation's queue takes now."""
+        return max(0, self.config.queue_limit - cx.queued_count)
+
     def deliver(
         self,
         cx: ConversationTx,
@@ -225,12 +229,16 @@ class Door:
     ) -> Input:
         """Write the kernel's own mail in the caller's unit: no admission checks, always queued.
 
-        Archived conversations admit it too; only a tombstoned one owes nothing.
+        Archived conversations admit it too; only a tombstoned one owes nothing. The queue's
+        bound holds for it as for anyone: a full queue refuses it, and the kernel's sweep
+        offers it again later (M13, M16).
         """
         if not origin.is_kernel:
             raise InvalidInputError("deliver writes only the kernel's origins")
         if cx.conversation.status is ConversationStatus.TOMBSTONED:
             raise UnknownConversationError(cx.conversation_id)
+        if self.room(cx) <= 0:
+            raise InputQueueFullError(cx.conversation_id, self.config.queue_limit)
         return cx.add_input(
             content=content,
             origin=origin,

@@ -352,6 +352,11 @@ class ChildRelay:
         def write(cx: ConversationTx) -> int:
             done = 0
             for request in requests:
+                if (cx.conversation.status is not ConversationStatus.TOMBSTONED
+                        and self.door.room(cx) <= 0):
+                    # A full queue: what is left stays unrelayed, for the sweep (M16).
+                    log.info("the parent %s is full; the sweep retries", parent_id)
+                    break
                 marked = cx.tx.execute(
                     "mark_child_relayed", request_id=request.request_id, now_us=cx.now_us
                 )

@@ -141,7 +141,12 @@ class TurnRunner(TurnObligations):
         try:
             run = await self._loop(plan, progress)
         except TurnFailed as failed:
-            run = await self._finish_failed(plan, progress, failed)
+            if plan.trigger is StartKind.MAIL and failed.code == "model_permanent":
+                # The model refused the receipt itself: the mail completes as a message with
+                # what was received, not a retryable run (M10).
+                run = await self._finish_refused(plan, progress, failed)
+            else:
+                run = await self._finish_failed(plan, progress, failed)
         except asyncio.CancelledError:
             reason = stop_reason()
             if reason == "slot_lost":
@@ -180,7 +185,16 @@ class TurnRunner(TurnObligations):
         if total > len(messages):
             # Reaching the window's end is not overflow: the newest window is sent (M11).
             progress.trimmed = {"messages_total": total, "messages_sent": len(messages)}
-        messages += [_input_message(i) for i in plan.inputs]
+        inputs = plan.inputs
+        if plan.trigger is StartKind.MAIL and len(inputs) > 1 and (
+            progress.trimmed is not None or self.models.get(profile.model) is None
+        ):
+            # A batch shares a reply only on the uncut history and a model that can open it;
+            # else the head goes alone and the rest stay queued for their own turns (M8).
+            inputs = inputs[:1]
+            progress.pending = list(inputs)
+            progress.taken = {i.input_id for i in inputs}
+        messages += [_input_message(i) for i in inputs]
         if plan.notice is not None:
             messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))
         facts = runtime_facts(plan.lease.deliveries) if plan.lease is not None else None
@@ -432,14 +446,31 @@ class TurnRunner(TurnObligations):
             cx.materialize(steer, plan.run_id)
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
+    async def _finish_refused(
+        self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
+    ) -> Run:
+        if len(progress.pending) > 1:
+            # A degraded reply does not carry a batch: the head alone, the rest stay queued.
+            progress.pending = progress.pending[:1]
+            progress.taken = {progress.pending[0].input_id}
+        received = "\n\n".join(i.content for i in plan.inputs if i.input_id in progress.taken)
+        text = (f"(The model refused this input ({failure.code}); it was received as "
+                f"follows.)\n\n{received}")
+        return await self._finish_completed(
+            plan, progress, ModelReply(text), meta={"refused": failure.code,
+                                                    "errors": list(failure.errors)[-8:]},
+        )
+
     async def _finish_completed(
-        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
+        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply,
+        meta: dict[str, Any] | None = None,
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
             self._materialize_pending(cx, plan, progress)
             # Every notification delivered so far was in this turn's request: handled (T5).
             journal.consume(cx, journal.unconsumed(cx))
-            cx.append_assistant(reply.text, run_id=plan.run_id, meta={"model": progress.model})
+            cx.append_assistant(reply.text, run_id=plan.run_id,
+                                meta={"model": progress.model, **(meta or {})})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
             self._settle_turn_tasks(cx, plan, progress, stopped=False)
@@ -544,6 +575,12 @@ class TurnRunner(TurnObligations):
             data["failure_code"] = code
         if errors:
             data["errors"] = list(errors)[-8:]
+            # The route spent (a model skipped as unavailable spent nothing): a retry of a
+            # mail run does not renew it (M10).
+            data["models_spent"] = list(dict.fromkeys(
+                str(e["model"]) for e in errors
+                if e.get("model") and e.get("kind") in ("retryable", "permanent")
+            ))
         cx.record_event("turn_status", data, plan.run_id)
         cx.release_slot(plan.slot_token)
         # Read under the lock, before the slot is released: what it shows was committed
@@ -600,13 +637,23 @@ def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
         if not isinstance(retry, dict):
             continue
         if isinstance(retry.get("environment"), dict):
-            # A retried mail run stays within its receipt's frozen environment (M10).
-            profile = receipt_profile(profile, retry["environment"])
+            # A retried mail run stays within its receipt's frozen environment, on the models
+            # its first run did not spend (M10).
+            profile = _unspent(receipt_profile(profile, retry["environment"]),
+                               retry.get("spent", []))
         model = retry.get("model")
         if isinstance(model, str) and model in profile.models:
             return replace(profile, model=model,
                            fallbacks=tuple(m for m in profile.models if m != model))
     return profile
+
+
+def _unspent(profile: Profile, spent: Sequence[str]) -> Profile:
+    """The profile on the models not spent yet (the first left leads)."""
+    left = [m for m in profile.models if m not in spent]
+    if not left or left == list(profile.models):
+        return profile
+    return replace(profile, model=left[0], fallbacks=tuple(left[1:]))
 
 
 def _input_message(item: Input) -> PromptMessage:

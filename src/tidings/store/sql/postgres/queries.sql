@@ -796,8 +796,9 @@ SELECT DISTINCT i.run_id FROM inputs i JOIN runs r ON r.run_id = i.run_id
  WHERE i.conversation_id = :conversation_id AND i.run_public_id = :run_public_id
    AND i.kernel = 1 AND i.state = 'materialized' AND r.status = 'running';
 
--- running_turn_start --
--- The start of a run still running: its turn_status event names the inputs it took.
+-- last_turn_status --
+-- A run's newest turn_status: while it runs, its start (naming the inputs it took); once it
+-- ended, its end (naming the models it tried).
 SELECT data FROM events
  WHERE conversation_id = :conversation_id AND run_id = :run_id AND type = 'turn_status'
  ORDER BY seq DESC
