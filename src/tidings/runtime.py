@@ -486,20 +486,19 @@ class Runtime:
             row = cx.tx.one("get_run", run_id=run_id)
             if row is None or row["conversation_id"] != conversation_id:
                 raise UnknownRunError(run_id)
-            cancelled, in_flight = cx.cancel_supplementary(run_id)
+            cancelled = cx.cancel_supplementary(run_id)
             requests = relay.cancel_run(cx, run_id)
             for task in journal.of_run(cx, run_id):
                 if not task.delivered:
                     journal.cancel(cx, task)
             # A supplementary reply to this source that has started is not delivered (M14).
-            answering = cx.tx.all("running_replies_to_run", conversation_id=conversation_id,
-                                  run_public_id=run_id)
+            answering = relay.started_reply_to(cx, run_id)
             cx.record_event("run_stopped", {
                 "run_public_id": run_id, "cancelled_inputs": cancelled,
                 "cancelled_requests": [r.task_key for r in requests],
             }, run_id)
             return cancelled, requests, (row["status"] == RunStatus.RUNNING.value
-                                         or bool(answering) or in_flight is not None)
+                                         or answering is not None)
 
         cancelled, requests, running = await self.conversations.change(
             conversation_id, unit, owner=owner

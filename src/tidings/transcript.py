@@ -244,17 +244,16 @@ class ConversationTx:
         taken = json.loads(start["data"]).get("inputs", []) if start is not None else []
         return str(running), frozenset(str(i) for i in taken)
 
-    def cancel_supplementary(self, run_public_id: str) -> tuple[list[str], str | None]:
-        """Cancel the kernel inputs a source run is owed that are still queued here (M14).
-        Returns them, and the running run that took some of them already (the caller stops
-        it: that started reply is not delivered)."""
+    def cancel_supplementary(self, run_public_id: str) -> list[str]:
+        """Cancel the kernel inputs a source run is owed that are still queued here (M14) --
+        not those the running turn took already (it is the caller's to stop). Returns them."""
         queued = [str(r["input_id"]) for r in self.tx.all(
             "queued_kernel_inputs_of_run", conversation_id=self.conversation_id,
             run_public_id=run_public_id,
         )]
         if not queued:
-            return [], None
-        running, taken = self.in_flight()
+            return []
+        _, taken = self.in_flight()
         cancelled = [i for i in queued if i not in taken and self.tx.one(
             "cancel_queued_input", conversation_id=self.conversation_id, input_id=i
         ) is not None]
@@ -262,7 +261,7 @@ class ConversationTx:
             self.row["queued_inputs"] = int(self.row["queued_inputs"]) - len(cancelled)
             self.record_event("input_cancelled",
                               {"input_ids": cancelled, "run_public_id": run_public_id})
-        return cancelled, running if taken & set(queued) else None
+        return cancelled
 
     def cancel_queued(self, input_id: str) -> bool:
         """Withdraw one input still queued here (a request its sender cancelled before it

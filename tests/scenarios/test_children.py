@@ -348,10 +348,16 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
         cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
 
     await rt.conversations.change(parent, hold)
-    for source in ("run_a", "run_a", "run_a", "run_b"):
-        request = await rt.relay.spawn(parent, source, f"call-{source}", "count to three")
+    for n in range(3):  # worker finals of run_a (each child's first report)...
+        request = await rt.relay.spawn(parent, "run_a", f"call-{n}", "count to three")
         await wait_for_runs(rt, request.child_conversation_id, 1)
         assert await rt.relay.relay_pending() == 1
+    # ...and an ordinary receipt of another run: a later send's reply.
+    again = await rt.relay.send(parent, request.child_conversation_id, "run_b", "call-b",
+                                "count to three again")
+    await wait_for_runs(rt, request.child_conversation_id, 2)
+    assert await rt.relay.relay_pending() == 1
+    assert again.kind == "send"
     assert len(await child_mail(rt, parent)) == 4
 
     def release(cx: ConversationTx) -> None:

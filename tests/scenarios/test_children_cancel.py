@@ -136,3 +136,38 @@ async def test_m14_stopping_a_source_stops_its_supplementary_reply_that_started(
     assert mail_run.status is RunStatus.STOPPED  # the started reply is not delivered
     assert (await rt.run(source.run_id)).status is RunStatus.COMPLETED  # its answer remains
     assert "Read the report." not in [m.content for m in await rt.transcript(parent)]
+
+
+async def test_m9_worker_finals_of_two_runs_share_a_combined_report_that_a_stop_keeps(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[MODEL])
+    rt.runner.on_child_reply = None  # the relay runs when the test says
+    parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    for words in ("hello", "hello again"):
+        await rt.post(parent, words)
+        await wait_for_runs(rt, parent, 1)
+    await rt.settle(parent)
+    first, second = await rt.runs(parent)
+    requests = [await rt.relay.spawn(parent, run.run_id, f"call-{n}", "count to three")
+                for n, run in enumerate((first, second))]
+    assert await rt.relay.await_replies([r.request_id for r in requests], 20)
+    assert await rt.relay.relay_pending() == 2  # in one unit: one mail turn reads both
+    await eventually(rt, parent, RunStatus.RUNNING)
+    (*_, combined) = await rt.runs(parent)
+    assert combined.trigger is StartKind.MAIL
+    # Stopping one source while the combined report is being written retracts nothing.
+    await rt.stop_run(parent, first.run_id, owner="alice")
+    await wait_for_runs(rt, parent, 3)
+    assert (await rt.run(combined.run_id)).status is RunStatus.COMPLETED
+    mails = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    assert {m.run_id for m in mails} == {combined.run_id}  # both read by the one reply
+    reply = (await rt.transcript(parent))[-1]
+    assert reply.content == "Read the report."
+    # Its singular sender fields are empty; callback_sources lists every source.
+    assert reply.meta["sender_conversation_public_id"] is None
+    assert reply.meta["run_public_id"] is None
+    assert reply.meta["task_key"] is None
+    sources = reply.meta["callback_sources"]
+    assert [s["run_public_id"] for s in sources] == [first.run_id, second.run_id]
+    assert [s["callback_result"] for s in sources] == [r.request_id for r in requests]

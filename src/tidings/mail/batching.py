@@ -263,12 +263,20 @@ def receipt_of(item: Input, *, owner: str) -> Receipt:
         ) if isinstance(frozen, dict)
         else FrozenEnvironment(model="", fallbacks=(), tools=(), approval_mode="unknown")
     )
+    final = item.meta.get("worker_final")
+    worker = (
+        WorkerFinal(requester=str(final.get("requester", "")),
+                    memory_context=str(final.get("memory_context", "")),
+                    callback_result=(str(final["callback_result"])
+                                     if final.get("callback_result") else None))
+        if isinstance(final, dict) else None
+    )
     return Receipt(
         input_id=item.input_id, queue_position=item.queue_position, origin=item.origin,
         principals=Principals(owner=owner, answerer=owner, authored_by=item.authored_by),
         environment=environment, sender_conversation_id=item.sender_conversation_id,
         run_public_id=item.run_public_id, task_key=item.task_key,
-        content_bytes=len(item.content.encode("utf-8")),
+        content_bytes=len(item.content.encode("utf-8")), worker_final=worker,
     )
 
 

@@ -42,7 +42,7 @@ from tidings.types import (
 RESERVED_META_KEYS = frozenset(
     {"kind", "authored_by", "sender_conversation_id", "sender_conversation_public_id",
      "task_key", "run_public_id", "origin", "callback_sources", "input_id", "retry",
-     "child_request", "relayed_request", "environment"}
+     "child_request", "relayed_request", "environment", "worker_final", "callback_result"}
 )
 """Meta keys only the kernel writes: a caller cannot dress an input up as a notification."""
 

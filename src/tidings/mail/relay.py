@@ -30,8 +30,10 @@ from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
+from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door
 from tidings.policy import frozen_environment
+from tidings.records import input_from_row
 from tidings.store import Row, Store
 from tidings.transcript import ConversationTx
 from tidings.types import (
@@ -158,7 +160,7 @@ def withdraw(cx: ConversationTx, cancelled: Cancelled) -> str | None:
     """In a unit on the child: a cancelled request not yet read is withdrawn from its queue;
     one already read -- or taken by the turn running now -- names the child run that read it
     (for the cascade to stop)."""
-    row = cx.tx.one("input_state", input_id=cancelled.input_id)
+    row = cx.tx.one("get_input", input_id=cancelled.input_id)
     if row is None or row["state"] == "cancelled":
         return None
     if row["state"] == "materialized":
@@ -168,6 +170,38 @@ def withdraw(cx: ConversationTx, cancelled: Cancelled) -> str | None:
         return running  # in flight: the turn that took it is stopped instead
     cx.cancel_queued(cancelled.input_id)
     return None
+
+
+def started_reply_to(cx: ConversationTx, source_run: str) -> str | None:
+    """In a unit on a conversation whose source run is being stopped: the running turn that
+    has read (or taken) that run's mail -- a started, undelivered supplementary reply, which
+    the stop cancels (M14) -- unless it is a combined report of several worker finals, which
+    the conversation owns once their results were read (M9). None when there is none."""
+    running, taken = cx.in_flight()
+    if running is None:
+        return None
+    reading = [input_from_row(row) for i in sorted(taken)
+               if (row := cx.tx.one("get_input", input_id=i)) is not None]
+    reading += [input_from_row(row) for row in cx.tx.all(
+        "inputs_of_run", conversation_id=cx.conversation_id, run_id=running)
+                if row["input_id"] not in taken]
+    mail = [i for i in reading if i.origin.is_kernel]
+    if not any(i.run_public_id == source_run for i in mail):
+        return None
+    owner = cx.conversation.owner
+    if combined_sources([receipt_of(i, owner=owner) for i in mail]).combined:
+        return None
+    return running
+
+
+def worker_final(request: ChildRequest, parent_owner: str) -> dict[str, str] | None:
+    """A spawned child's first report is an independent worker final (M8, M9): its frozen
+    requester, the memory context it answers into, and the exact result pointer. A later
+    send's reply is ordinary child mail."""
+    if request.kind != "spawn":
+        return None
+    return {"requester": parent_owner, "memory_context": request.parent_conversation_id,
+            "callback_result": request.request_id}
 
 
 def consume_in_run(cx: ConversationTx, request_id: str, run_id: str) -> ChildRequest | None:
@@ -372,7 +406,9 @@ class ChildRelay:
                     run_public_id=request.run_public_id, task_key=request.task_key,
                     meta={"relayed_request": request.request_id,
                           "status": request.reply_status or "completed",
-                          "environment": request.environment},
+                          "environment": request.environment,
+                          **({"worker_final": final} if (final := worker_final(
+                              request, cx.conversation.owner)) is not None else {})},
                 )
                 cx.record_event(
                     "task_status",
@@ -420,5 +456,7 @@ __all__ = (
     "consume_in_run",
     "owned_replies",
     "render",
+    "started_reply_to",
     "withdraw",
+    "worker_final",
 )

@@ -36,6 +36,7 @@ from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
 from tidings.mail import relay
+from tidings.mail.batching import combined_sources, receipt_of
 from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
@@ -470,7 +471,8 @@ class TurnRunner(TurnObligations):
             # Every notification delivered so far was in this turn's request: handled (T5).
             journal.consume(cx, journal.unconsumed(cx))
             cx.append_assistant(reply.text, run_id=plan.run_id,
-                                meta={"model": progress.model, **(meta or {})})
+                                meta={"model": progress.model, **(meta or {}),
+                                      **_reply_sources(cx, plan, progress)})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
             self._settle_turn_tasks(cx, plan, progress, stopped=False)
@@ -646,6 +648,14 @@ def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
             return replace(profile, model=model,
                            fallbacks=tuple(m for m in profile.models if m != model))
     return profile
+
+
+def _reply_sources(cx: ConversationTx, plan: TurnPlan, progress: TurnProgress) -> dict[str, Any]:
+    """A supplementary reply's sender fields and ``callback_sources`` (M9): a combined report
+    of several worker finals names them all and no single sender."""
+    mail = [receipt_of(i, owner=cx.conversation.owner) for i in plan.inputs
+            if i.origin.is_kernel and i.input_id in progress.taken]
+    return combined_sources(mail).as_meta() if mail else {}
 
 
 def _unspent(profile: Profile, spent: Sequence[str]) -> Profile:

@@ -747,8 +747,8 @@ UPDATE child_requests SET state = 'cancelled'
    AND relayed_at_us IS NULL AND state IN ('open', 'replied')
 RETURNING request_id, child_conversation_id, input_id, task_key;
 
--- input_state --
-SELECT state, run_id FROM inputs WHERE input_id = :input_id;
+-- get_input --
+SELECT * FROM inputs WHERE input_id = :input_id;
 
 -- child_request_by_key --
 SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
@@ -761,12 +761,6 @@ UPDATE inputs SET state = 'cancelled'
  WHERE conversation_id = :conversation_id AND input_id = :input_id AND state = 'queued'
 RETURNING input_id;
 
--- running_replies_to_run --
--- A supplementary reply to a source run that has started and is not delivered yet (M14).
-SELECT DISTINCT i.run_id FROM inputs i JOIN runs r ON r.run_id = i.run_id
- WHERE i.conversation_id = :conversation_id AND i.run_public_id = :run_public_id
-   AND i.kernel = 1 AND i.state = 'materialized' AND r.status = 'running';
-
 -- last_turn_status --
 -- A run's newest turn_status: while it runs, its start (naming the inputs it took); once it
 -- ended, its end (naming the models it tried).
@@ -774,3 +768,8 @@ SELECT data FROM events
  WHERE conversation_id = :conversation_id AND run_id = :run_id AND type = 'turn_status'
  ORDER BY seq DESC
  LIMIT 1;
+
+-- inputs_of_run --
+-- The inputs a run read (materialized by it).
+SELECT * FROM inputs WHERE conversation_id = :conversation_id AND run_id = :run_id
+ ORDER BY queue_position;
