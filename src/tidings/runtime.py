@@ -39,7 +39,7 @@ from tidings.errors import (
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail import relay
 from tidings.mail.door import Door, DoorConfig
-from tidings.mail.relay import ChildRelay
+from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
@@ -476,6 +476,14 @@ class Runtime:
 
         requests = await self.conversations.change(parent_id, unit, owner=owner)
         return requests + await self._cascade(requests, set())
+
+    async def children_of(
+        self, parent_id: str, *, owner: str | None = None, limit: int = 100
+    ) -> list[ChildRequest]:
+        """The requests the parent opened in its children (spawns and sends), oldest first,
+        with what became of each: open, replied, cancelled; relayed or consumed in-run."""
+        await self.conversations.get(parent_id, owner=owner)  # foreign = unknown
+        return await self.relay.requests_of(parent_id, limit=limit)
 
     async def _stop_run(
         self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str]

@@ -36,6 +36,8 @@ ROUTES: dict[str, set[str]] = {
     "/v1/conversations/{conversation_id}/approvals/{approval_id}/decision": {"post"},
     "/v1/conversations/{conversation_id}/runs/{run_id}/retry": {"post"},
     "/v1/conversations/{conversation_id}/runs/{run_id}/stop": {"post"},
+    "/v1/conversations/{conversation_id}/children": {"get"},
+    "/v1/conversations/{conversation_id}/children/{task_key}/cancel": {"post"},
     "/v1/conversations/{conversation_id}/tasks": {"get"},
     "/v1/conversations/{conversation_id}/tasks/{task_key}": {"get"},
     "/v1/conversations/{conversation_id}/results": {"get"},

@@ -384,20 +384,24 @@ class ChildRelay:
 
     async def _relay(self, parent_id: str, requests: list[ChildRequest]) -> int:
         def write(cx: ConversationTx) -> int:
+            tombstoned = cx.conversation.status is ConversationStatus.TOMBSTONED
+            room = len(requests) if tombstoned else self.door.room(cx)
+            if room < len(requests):
+                # A full queue: what is left stays unrelayed, for the sweep (M16).
+                log.info("the parent %s is full; the sweep retries", parent_id)
+            taking = requests[:room]
+            if not taking:
+                return 0
+            marked = {str(r["request_id"]) for r in cx.tx.all(
+                "mark_children_relayed", request_ids=[r.request_id for r in taking],
+                now_us=cx.now_us,
+            )}  # relayed already (the sweep and a kick raced): nothing twice
+            if tombstoned:
+                return 0  # a tombstoned parent owes nothing
             done = 0
-            for request in requests:
-                if (cx.conversation.status is not ConversationStatus.TOMBSTONED
-                        and self.door.room(cx) <= 0):
-                    # A full queue: what is left stays unrelayed, for the sweep (M16).
-                    log.info("the parent %s is full; the sweep retries", parent_id)
-                    break
-                marked = cx.tx.execute(
-                    "mark_child_relayed", request_id=request.request_id, now_us=cx.now_us
-                )
-                if not marked:
-                    continue  # relayed already (the sweep and a kick raced): nothing twice
-                if cx.conversation.status is ConversationStatus.TOMBSTONED:
-                    continue  # a tombstoned parent owes nothing
+            for request in taking:
+                if request.request_id not in marked:
+                    continue
                 self.door.deliver(
                     cx, render(request), origin=Origin.CHILD,
                     authored_by=Author(AuthorKind.HUMAN, cx.conversation.owner,

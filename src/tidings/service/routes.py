@@ -22,6 +22,10 @@ from tidings.service.schemas import (
     Accepted,
     ApprovalList,
     ApprovalOut,
+    CancelledRequestOut,
+    ChildCancelled,
+    ChildRequestList,
+    ChildRequestOut,
     Compacted,
     ConversationCreate,
     ConversationOut,
@@ -189,6 +193,29 @@ async def stop_run(
 ) -> RunStopped:
     cancelled = await runtime.stop_run(conversation_id, run_id, owner=owner)
     return RunStopped(cancelled_inputs=cancelled)
+
+
+@router.get("/{conversation_id}/children", response_model=ChildRequestList, responses=READ,
+            summary="The requests this conversation opened in its children (M16)")
+async def children(
+    conversation_id: str, runtime: RuntimeDep, owner: Principal,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> ChildRequestList:
+    requests = await runtime.children_of(conversation_id, owner=owner, limit=limit)
+    return ChildRequestList(items=[ChildRequestOut.of(r) for r in requests])
+
+
+@router.post("/{conversation_id}/children/{task_key}/cancel", response_model=ChildCancelled,
+             responses=WRITE,
+             summary="Cancel a spawn or send: its reply is owed to no one, in cascade (M16)")
+async def cancel_child(
+    conversation_id: str, task_key: str, runtime: RuntimeDep, owner: Principal
+) -> ChildCancelled:
+    cancelled = await runtime.cancel_child(conversation_id, task_key, owner=owner)
+    return ChildCancelled(cancelled=[
+        CancelledRequestOut(task_key=c.task_key, child_conversation_id=c.child_conversation_id)
+        for c in cancelled
+    ])
 
 
 @router.post("/{conversation_id}/runs/{run_id}/retry", status_code=status.HTTP_202_ACCEPTED,

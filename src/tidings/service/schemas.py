@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tidings.approvals import Approval
+from tidings.mail.relay import ChildRequest
 from tidings.results import ResultPage, ResultRef
 from tidings.tasks.journal import TaskRecord
 from tidings.types import (
@@ -241,6 +242,45 @@ class RunStopped(BaseModel):
     """A source run stopped: its queued supplementary inputs that were removed."""
 
     cancelled_inputs: list[str]
+
+
+class ChildRequestOut(BaseModel):
+    """A request this conversation opened in a child (a spawn or a send) and its fate (M16)."""
+
+    request_id: str
+    task_key: str
+    kind: str = Field(description="spawn or send")
+    child_conversation_id: str
+    run_public_id: str = Field(description="The run whose call opened it.")
+    state: str = Field(description="open, replied or cancelled")
+    reply_status: str | None
+    relayed: bool = Field(description="Relayed as child mail, or consumed in its run.")
+    owner_run: str | None = Field(description="A turn-owned spawn: the run it settles in.")
+    consumed_in_run: str | None
+
+    @classmethod
+    def of(cls, r: ChildRequest) -> ChildRequestOut:
+        return cls(
+            request_id=r.request_id, task_key=r.task_key, kind=r.kind,
+            child_conversation_id=r.child_conversation_id, run_public_id=r.run_public_id,
+            state=r.state, reply_status=r.reply_status, relayed=r.relayed,
+            owner_run=r.owner_run, consumed_in_run=r.consumed_in_run,
+        )
+
+
+class ChildRequestList(BaseModel):
+    items: list[ChildRequestOut] = Field(description="Oldest first.")
+
+
+class CancelledRequestOut(BaseModel):
+    task_key: str
+    child_conversation_id: str
+
+
+class ChildCancelled(BaseModel):
+    """What a cancel owed to no one any more: the request, then what lay below it."""
+
+    cancelled: list[CancelledRequestOut]
 
 
 class Compacted(BaseModel):

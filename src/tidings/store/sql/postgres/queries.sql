@@ -737,9 +737,12 @@ SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
   LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
  WHERE c.request_id = :request_id;
 
--- mark_child_relayed --
+-- mark_children_relayed --
+-- The relay's marker, for a parent's replies at once: only those not relayed yet come back
+-- (a sweep and a kick that raced: each reply is marked, and so relayed, once).
 UPDATE child_requests SET relayed_at_us = :now_us
- WHERE request_id = :request_id AND relayed_at_us IS NULL;
+ WHERE request_id = ANY(:request_ids::text[]) AND relayed_at_us IS NULL
+RETURNING request_id;
 
 -- child_link --
 -- Whether ``child`` is a child this parent opened (a send may only go there).
