@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -329,3 +330,59 @@ async def test_m11_a_long_history_sends_the_newest_window_and_says_so(
     assert trimmed[0].data["messages_total"] == 6
     assert trimmed[0].data["messages_sent"] == 4
     assert all(r.status is RunStatus.COMPLETED for r in runs)
+
+
+def _sized(name: str, context_chars: int | None) -> ScriptedModel:
+    return ScriptedModel(
+        rules=[Rule({"text_contains": "explode"}, {"error": "retryable"})],
+        default={"text": f"answered by {name}"}, name=name, context_chars=context_chars,
+    )
+
+
+async def test_m11_a_fresh_turn_sends_the_newest_history_that_fits(
+    runtimes: RuntimeFactory,
+) -> None:
+    small = _sized("small", 3_000)
+    rt = await runtimes(models=[small])
+    conv = (await rt.create_conversation("alice", Profile(model="small"))).conversation_id
+    for n in range(6):
+        await rt.post(conv, f"note {n}: " + "x" * 900)
+        await wait_for_runs(rt, conv, n + 1)
+    runs = await rt.runs(conv)
+    assert all(r.status is RunStatus.COMPLETED for r in runs)  # cut, never held
+    trimmed = [e for e in await rt.events(conv) if e.type == "context_trimmed"]
+    assert trimmed  # said so
+    assert trimmed[-1].data["fit_chars"] == 3_000
+    assert trimmed[-1].data["messages_sent"] < trimmed[-1].data["messages_total"]
+
+
+async def test_m11_a_retry_whose_history_exceeds_the_fit_is_held_not_cut(
+    runtimes: RuntimeFactory,
+) -> None:
+    small, large = _sized("small", 3_000), _sized("large", None)
+    config = RuntimeConfig(turns=TurnConfig(model_attempts=1, retry_base=timedelta(0)))
+    rt = await runtimes(models=[small, large], config=config)
+    conv = (await rt.create_conversation(
+        "alice", Profile(model="small", fallbacks=("large",)))).conversation_id
+    for n in range(4):
+        await rt.post(conv, f"note {n}: " + "x" * 900)
+        await wait_for_runs(rt, conv, n + 1)
+    await rt.post(conv, "now explode")  # both models fail: the run needs attention
+    await wait_for_runs(rt, conv, 5)
+    failed = (await rt.runs(conv))[-1]
+    assert failed.status is RunStatus.NEEDS_ATTENTION
+
+    await rt.retry(conv, failed.run_id, model="small", owner="alice")
+    await wait_for_runs(rt, conv, 6)
+    held = (await rt.runs(conv))[-1]
+    # The retry prepares its request again: its history does not fit the small model, and it
+    # is held rather than sent cut.
+    assert (held.status, held.failure_code) == (RunStatus.NEEDS_ATTENTION,
+                                                "history_exceeds_fit")
+    assert small.calls == 4 + 1  # the held retry called no model
+
+    await rt.retry(conv, held.run_id, model="large", owner="alice")
+    await wait_for_runs(rt, conv, 7)
+    done = (await rt.runs(conv))[-1]
+    assert (done.status, done.model) == (RunStatus.COMPLETED, "large")
+    assert (await rt.transcript(conv))[-1].content == "answered by large"

@@ -92,9 +92,11 @@ class AnthropicModel:
         timeout: float = 120.0,
         max_retries: int = 0,
         stream: bool = True,
+        context_chars: int | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
+        self.context_chars = context_chars
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY,
             base_url=base_url,

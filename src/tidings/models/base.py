@@ -126,6 +126,10 @@ class Model(Protocol):
 
     ``complete`` may stream; it returns only once the whole reply is in. A provider's "done"
     chunk is not an acknowledgment of anything: the turn commits after ``complete`` returns.
+
+    A model may also declare ``context_chars`` (an int): how large a request it takes, in
+    characters. A turn sends the newest history that fits; a retry whose history does not fit
+    is held with ``history_exceeds_fit`` instead (M11).
     """
 
     name: str

@@ -77,10 +77,12 @@ class OpenAIChatModel:
         timeout: float = 120.0,
         max_retries: int = 0,
         stream: bool = True,
+        context_chars: int | None = None,
         token_limit_field: TokenLimitField | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
+        self.context_chars = context_chars
         self.token_limit_field: TokenLimitField = token_limit_field or (
             "max_completion_tokens" if base_url is None else "max_tokens"
         )

@@ -109,6 +109,8 @@ class ScriptedModel:
     default: Mapping[str, Any] = field(default_factory=lambda: {"echo": True})
     name: str = "scripted"
     calls: int = 0
+    context_chars: int | None = None
+    """How large a request this model takes, in characters (None: no bound)."""
 
     def __post_init__(self) -> None:
         for index, rule in enumerate(self.rules):

@@ -38,6 +38,9 @@ class TurnConfig:
     model_timeout: timedelta = timedelta(seconds=120)
     slot_ttl: timedelta = timedelta(seconds=30)
     task_drain: timedelta = timedelta(minutes=10)
+    history_budget_chars: int | None = None
+    """An explicit bound on a request's size, in characters (system, history, inputs). None:
+    the leading model's own ``context_chars``, if it declares one; else no bound."""
     """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -186,6 +187,7 @@ class TurnRunner(TurnObligations):
         if total > len(messages):
             # Reaching the window's end is not overflow: the newest window is sent (M11).
             progress.trimmed = {"messages_total": total, "messages_sent": len(messages)}
+        messages = self._fit(plan, profile, progress, messages, total)
         inputs = plan.inputs
         if plan.trigger is StartKind.MAIL and len(inputs) > 1 and (
             progress.trimmed is not None or self.models.get(profile.model) is None
@@ -251,6 +253,37 @@ class TurnRunner(TurnObligations):
                                   tool_name=call.name)
                 )
             messages += [prompt_message(m) for m in joined]
+
+    def _fit(
+        self, plan: TurnPlan, profile: Profile, progress: TurnProgress,
+        history: list[PromptMessage], total: int,
+    ) -> list[PromptMessage]:
+        """The newest history that fits the request's bound (M11): the explicit history
+        budget, else the leading model's ``context_chars``. A retry prepares its request again
+        and is not cut: it is held with ``history_exceeds_fit``, its prompt kept for a model
+        with a larger window or an explicit budget."""
+        bounds = [b for b in (self.config.history_budget_chars,
+                              getattr(self.models.get(profile.model), "context_chars", None))
+                  if isinstance(b, int) and b > 0]
+        if not bounds:
+            return history
+        fit = min(bounds)
+        fixed = len(profile.system) + sum(_chars(_input_message(i)) for i in plan.inputs)
+        sizes = [_chars(m) for m in history]
+        if fixed + sum(sizes) <= fit:
+            return history
+        if any(isinstance(i.meta.get("retry"), dict) for i in plan.inputs):
+            raise TurnFailed(RunStatus.NEEDS_ATTENTION, "history_exceeds_fit", [{
+                "request_chars": fixed + sum(sizes), "fit_chars": fit, "model": profile.model,
+            }])
+        start, left = 0, fixed + sum(sizes)
+        while start < len(history) and left > fit:
+            left -= sizes[start]
+            start += 1
+        kept = history_window(history[start:])
+        progress.trimmed = {"messages_total": total, "messages_sent": len(kept),
+                            "fit_chars": fit}
+        return kept
 
     # -- the model ----------------------------------------------------------------------------
 
@@ -664,6 +697,13 @@ def _unspent(profile: Profile, spent: Sequence[str]) -> Profile:
     if not left or left == list(profile.models):
         return profile
     return replace(profile, model=left[0], fallbacks=tuple(left[1:]))
+
+
+def _chars(message: PromptMessage) -> int:
+    """A message's size as a request's bound counts it: its text and its calls."""
+    return len(message.content) + sum(
+        len(c.name) + len(json.dumps(c.arguments, default=str)) for c in message.tool_calls
+    )
 
 
 def _input_message(item: Input) -> PromptMessage:
