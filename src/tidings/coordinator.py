@@ -685,7 +685,9 @@ def recover_interrupted(cx: ConversationTx) -> int:
     it is never run again, S9) and its run is failed with ``interrupted``.
     """
     answered = 0
+    calls: dict[str, set[str]] = {}
     for call in cx.open_tool_calls():
+        calls.setdefault(str(call["run_id"]), set()).add(str(call["call_id"]))
         cx.append_tool_result(
             call["call_id"],
             "outcome_unknown: the runtime stopped while this tool was running; it was not "
@@ -695,6 +697,8 @@ def recover_interrupted(cx: ConversationTx) -> int:
             meta={"status": "outcome_unknown", "is_error": True},
         )
         answered += 1
+    for run_id, call_ids in calls.items():
+        journal.commit_calls(cx, run_id, call_ids)  # a task such a call started is still told
     _, _, prior = cx.slot_holder()
     if prior is not None and not prior.startswith("compaction:"):
         row = cx.tx.one(

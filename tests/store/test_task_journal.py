@@ -12,6 +12,7 @@ import pytest_asyncio
 from tests.conftest import Backend
 from tidings.clock import ManualClock
 from tidings.conversations import Conversations
+from tidings.coordinator import recover_interrupted
 from tidings.models.base import ToolCall
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
@@ -202,3 +203,33 @@ async def test_t5_consumed_only_when_handled_and_errors_kept(
     assert done.consumed
     assert done.continuation_error is None
     assert await j.unit(journal.unconsumed) == []
+
+
+async def test_t2_a_call_answered_outcome_unknown_commits_the_task_it_started(
+    store: Store, clock: ManualClock
+) -> None:
+    """The runtime died between a task's start and its call's result: recovery answers the
+    call ``outcome_unknown`` -- its first result -- so the task is committed and its end is
+    still told, once, after that answer (found by the crash torture)."""
+    j = await new_journal(store, clock)
+
+    def started(cx: ConversationTx) -> None:
+        cx.append_user("build it")
+        cx.append_assistant("", run_id="run_dead",
+                            tool_calls=[ToolCall("call_1", "shell", {"cmd": "make"})])
+        journal.start(cx, task_key="build", command="make", instance_id="inst_dead",
+                      run_id="run_dead", call_id="call_1")
+
+    await j.unit(started)
+    lost = await j.finish("build", TaskState.LOST)
+    assert not lost.committed
+    assert not lost.delivered
+    await j.unit(recover_interrupted)
+    task = await j.task("build")
+    assert task.committed
+    assert task.delivered
+    messages = await j.transcript()
+    answer = next(m for m in messages if m.tool_call_id == "call_1")
+    assert answer.meta["status"] == "outcome_unknown"
+    assert_after_result(messages, "call_1")
+    assert notifications(messages)[0].meta["state"] == "lost"

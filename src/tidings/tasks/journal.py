@@ -206,6 +206,17 @@ def mark_committed(
     return _deliver_if_due(cx, _set(cx, replace(task, committed=True)), during_run)
 
 
+def commit_calls(cx: ConversationTx, run_id: str, call_ids: set[str]) -> None:
+    """Calls of ``run_id`` were answered without their tool's output (``outcome_unknown`` after
+    a crash, ``cancelled`` as a turn ended): that answer is their first result, so the tasks
+    they started are committed -- and told when they end, like any other (T2, T3, T9)."""
+    if not call_ids:
+        return
+    for task in of_run(cx, run_id):
+        if task.call_id in call_ids and not task.committed:
+            mark_committed(cx, task)
+
+
 def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     """The model read the terminal state in a tool result (``wait``, ``task_status``): no
     notification is owed any more (T8). Has no effect once one was delivered."""

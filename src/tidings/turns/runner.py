@@ -536,7 +536,8 @@ class TurnRunner(TurnObligations):
         def write(cx: ConversationTx) -> Run:
             self._materialize_pending(cx, plan, progress)
             # The database, not memory, says which of this run's calls are still open.
-            for call in cx.open_tool_calls():
+            unanswered = cx.open_tool_calls()
+            for call in unanswered:
                 if failure.code == "shutdown":
                     # The runtime went while the tool ran: whatever it did stands, unknown,
                     # and it is not run again (L2, S9).
@@ -553,6 +554,10 @@ class TurnRunner(TurnObligations):
                     call["call_id"], text, tool_name=call["name"], run_id=plan.run_id,
                     meta={"status": status, "is_error": True},
                 )
+            if failure.code != "stopped":
+                # That answer is each call's first result: a task it started is told as it
+                # ends (a person's stop cancels them instead, below).
+                journal.commit_calls(cx, plan.run_id, {str(c["call_id"]) for c in unanswered})
             if plan.lease is not None and plan.lease.deliveries:
                 with contextlib.suppress(StaleLeaseError):
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))

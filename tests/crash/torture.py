@@ -1,0 +1,138 @@
+"""The crash torture's driver (issue 7): real runtime processes, killed with SIGKILL at random
+moments and restarted on the same database, then a drain and the invariant checker.
+
+``run_torture(url, kills=..., processes=...)`` sets the torture's conversations up, starts
+``processes`` churning workers (:mod:`tests.crash.torture_worker`), and until ``kills`` kills
+were made: waits a random moment -- inside a turn, a tool, a relay, a boot's recovery, wherever
+it falls -- SIGKILLs one worker at random and starts another in its place. Then every worker is
+killed, one drain process finishes what they left, and :func:`tests.crash.invariants.check`
+reads the database. Used by ``tests/crash/test_torture.py`` (CI) and ``bench/torture.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.crash.invariants import Report, Violation, check
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = "tests.crash.torture_worker"
+DRAIN_TIMEOUT_S = 120.0
+
+
+@dataclass
+class TortureResult:
+    kills: int
+    processes: int
+    seconds: float
+    report: Report
+    kills_before_ready: int = 0
+    refused_inputs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Violation]:
+        return self.report.violations
+
+
+async def _run(url: str, seed: int, mode: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", WORKER, url, str(seed), mode, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+@dataclass
+class _Worker:
+    process: asyncio.subprocess.Process
+    ready: asyncio.Event
+    refused: int = 0
+    reader: asyncio.Task[None] | None = None
+
+    async def follow(self) -> None:
+        assert self.process.stdout is not None
+        async for raw in self.process.stdout:
+            line = json.loads(raw) if raw.strip().startswith(b"{") else {}
+            if line.get("ready"):
+                self.ready.set()
+            elif "refused" in line:
+                self.refused += 1
+
+
+async def _start(url: str, seed: int) -> _Worker:
+    worker = _Worker(await _run(url, seed, "churn"), asyncio.Event())
+    worker.reader = asyncio.create_task(worker.follow())
+    return worker
+
+
+async def _kill(worker: _Worker) -> bool:
+    """SIGKILL; returns whether it had finished booting."""
+    ready = worker.ready.is_set()
+    with contextlib.suppress(ProcessLookupError):
+        worker.process.kill()
+    await worker.process.wait()
+    if worker.reader is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(worker.reader, 5)
+    return ready
+
+
+async def run_torture(
+    url: str,
+    *,
+    kills: int,
+    processes: int = 1,
+    seed: int = 0,
+    min_s: float = 0.3,
+    max_s: float = 1.6,
+    log: Callable[[str], None] | None = None,
+) -> TortureResult:
+    started = time.monotonic()
+    rng = random.Random(seed)
+    setup = await _run(url, seed, "setup")
+    _, err = await setup.communicate()
+    if setup.returncode != 0:
+        raise RuntimeError(f"torture setup failed: {err.decode()[-2000:]}")
+    workers = [await _start(url, seed * 1000 + i) for i in range(processes)]
+    done = before_ready = refused = 0
+    spawned = processes
+    try:
+        while done < kills:
+            await asyncio.sleep(rng.uniform(min_s, max_s))
+            victim = rng.randrange(processes)
+            if not await _kill(workers[victim]):
+                before_ready += 1
+            refused += workers[victim].refused
+            done += 1
+            if log is not None and done % 10 == 0:
+                log(f"  {done}/{kills} kills")
+            workers[victim] = await _start(url, seed * 1000 + spawned)
+            spawned += 1
+    finally:
+        for worker in workers:
+            await _kill(worker)  # the last ones die the same way, not cleanly
+            refused += worker.refused
+    drain = await _run(url, seed, "drain")
+    try:
+        out, err = await asyncio.wait_for(drain.communicate(), DRAIN_TIMEOUT_S)
+    except TimeoutError:
+        drain.kill()
+        out, err = await drain.communicate()
+    report = check(url)
+    if drain.returncode != 0:
+        report.violations.append(Violation(
+            "drain", (), f"exit {drain.returncode}: {out.decode()[-1500:]} "
+                         f"{err.decode()[-1500:]}"))
+    return TortureResult(done, processes, time.monotonic() - started, report,
+                         kills_before_ready=before_ready, refused_inputs=refused)
+
+
+__all__ = ("TortureResult", "run_torture")
