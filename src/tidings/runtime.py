@@ -285,14 +285,17 @@ class Runtime:
                 await self.store.close()
 
     async def _purge_results(self) -> None:
-        """The slow sweep: expired result envelopes (R1), and tasks of instances that died
-        while this one runs (T9)."""
+        """The slow sweep: expired result envelopes (R1), and the tasks (T9) and restarts (L2)
+        of instances that died while this one runs."""
         interval = to_us(self.config.results_sweep_interval) / 1e6
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.tasks.reconcile_lost()
                 await self.relay.relay_pending()
+                # A restart whose instance went while this one runs is completed here, not
+                # only by the next instance to boot (one completion: the settle is fenced).
+                await complete_restarts(self.store, self.outbox, self.clock)
                 if self._results is not None:
                     await self._results.purge()
             except TidingsError as exc:

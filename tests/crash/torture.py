@@ -26,6 +26,8 @@ from tests.crash.invariants import Report, Violation, check
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "tests.crash.torture_worker"
 DRAIN_TIMEOUT_S = 120.0
+DRAINS = 4
+"""Drain instances at most: each completes the restarts the one before it accepted."""
 
 
 @dataclass
@@ -120,13 +122,20 @@ async def run_torture(
         for worker in workers:
             await _kill(worker)  # the last ones die the same way, not cleanly
             refused += worker.refused
-    drain = await _run(url, seed, "drain")
-    try:
-        out, err = await asyncio.wait_for(drain.communicate(), DRAIN_TIMEOUT_S)
-    except TimeoutError:
-        drain.kill()
-        out, err = await drain.communicate()
-    report = check(url)
+    for _ in range(DRAINS):
+        drain = await _run(url, seed, "drain")
+        try:
+            out, err = await asyncio.wait_for(drain.communicate(), DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            drain.kill()
+            out, err = await drain.communicate()
+        report = check(url)
+        # A restart the drain itself accepted (a queued "please restart" it answered) is
+        # completed by the next instance, as in production: start one.
+        if drain.returncode != 0 or any(v.kind != "operation" for v in report.violations):
+            break
+        if not report.violations:
+            break
     if drain.returncode != 0:
         report.violations.append(Violation(
             "drain", (), f"exit {drain.returncode}: {out.decode()[-1500:]} "
