@@ -5,7 +5,8 @@ runtime's lifetime is the caller's. Two small ASGI layers wrap the routes:
 
 - :class:`BodyLimit` refuses a body larger than ``max_body_bytes`` with a 413 problem *before*
   anything parses it -- by its ``Content-Length`` and by counting the bytes as they stream in --
-  so an oversize request never reaches the runtime and writes nothing;
+  so an oversize request never reaches the runtime and writes nothing; a body nesting deeper
+  than ``MAX_JSON_DEPTH`` is refused (422) the same way, before a parser recurses into it;
 - :class:`Guard` turns any exception no handler knew into a 500 problem that names nothing
   internal (the exception is logged, not sent).
 
@@ -34,6 +35,36 @@ from tidings.service.sse import Feeds
 log = logging.getLogger("tidings.service")
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
+
+
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused (422) before anything parses them."""
+
+
+def _nests_deeper(body: bytes, limit: int) -> bool:
+    """Whether the JSON text's arrays and objects nest deeper than ``limit`` (brackets inside
+    strings do not count). Bodies with few brackets are not scanned at all."""
+    if body.count(b"{") + body.count(b"[") <= limit:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x7B, 0x5B):  # { [
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x7D, 0x5D):  # } ]
+            depth -= 1
+    return False
 
 
 class BodyLimit:
@@ -71,6 +102,11 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if _nests_deeper(body, MAX_JSON_DEPTH):
+            # Deep nesting is refused before a parser or a validator recurses into it.
+            await self._refuse(scope, receive, send, problems.problem(
+                422, "invalid_input", f"the body nests deeper than {MAX_JSON_DEPTH} levels"))
+            return
         replayed = False
 
         async def replay() -> Message:
