@@ -4,6 +4,8 @@ machine's CPU counters and the revision measured. Imported by ``bench/*.py`` run
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
 import os
 import shutil
@@ -15,7 +17,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,3 +154,14 @@ async def scratch_url(backend: str, dsn: str, purpose: str) -> AsyncIterator[str
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def run_main(main_async: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+             args: argparse.Namespace) -> int:
+    """Run a bench's ``main_async``; Ctrl-C (or SIGTERM) ends it with status 130."""
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(main_async(args))
+    return 130

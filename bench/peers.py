@@ -43,14 +43,22 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from harness import Results, fmt, guarded, raw_sqlite_commit_us, scratch_url, source_revision
+from harness import (
+    DEFAULT_DSN,
+    Results,
+    fmt,
+    guarded,
+    raw_sqlite_commit_us,
+    run_main,
+    scratch_url,
+    source_revision,
+)
 from rich.console import Console
 from rich.table import Table
 
 from tidings.outbox import Outbox, OutboxConfig
 from tidings.store import Tx
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 QUEUES = 100
 IN_FLIGHT = 16
 CONSUMERS = 8
@@ -331,10 +339,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> int:
-    args = parse_args()
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(main_async(args))
-    return 130
+    return run_main(main_async, parse_args())
 
 
 if __name__ == "__main__":

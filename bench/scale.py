@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import (
+    DEFAULT_DSN,
     Results,
     fmt,
     guarded,
     log,
     machine_cpu_s,
     pct_us,
+    run_main,
     scratch_url,
     source_revision,
 )
@@ -46,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.crash.invariants import check
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 WORKER = str(Path(__file__).with_name("scale_worker.py"))
 CONVERSATIONS = 1_000
 USERS = 64
@@ -169,10 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> int:
-    args = parse_args()
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(main_async(args))
-    return 130
+    return run_main(main_async, parse_args())
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ one JSON object with ``sqlite_kills``, ``sqlite_violations``, ``pg_kills``, ``pg
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import sys
 import time
@@ -31,7 +29,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness import Results, fmt, guarded, log, scratch_url, source_revision
+from harness import (
+    DEFAULT_DSN,
+    Results,
+    fmt,
+    guarded,
+    log,
+    run_main,
+    scratch_url,
+    source_revision,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -39,7 +46,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.crash.torture import TortureResult, run_torture
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 QUICK_KILLS = 50
 FULL_KILLS = 1_000
 
@@ -141,10 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> int:
-    args = parse_args()
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(main_async(args))
-    return 130
+    return run_main(main_async, parse_args())
 
 
 if __name__ == "__main__":
