@@ -24,9 +24,7 @@ Every write is fenced by the slot token: a turn that lost its slot writes nothin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +33,7 @@ from typing import Any, TypeVar
 
 from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
-from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
-from tidings.mail import relay
-from tidings.mail.batching import combined_sources, receipt_of
+from tidings.errors import TidingsError
 from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
@@ -49,12 +45,12 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.outbox import Outbox
-from tidings.policy import receipt_profile
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
+from tidings.turns.ending import TurnEnding
 from tidings.turns.history import HistoryCache
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import (
@@ -66,8 +62,8 @@ from tidings.turns.plan import (
     TurnProgress,
     TurnTasks,
 )
+from tidings.turns.request import fit_history, input_message, retry_profile
 from tidings.types import (
-    Input,
     Message,
     Profile,
     Run,
@@ -81,7 +77,7 @@ T = TypeVar("T")
 TOOL_RESULT_LIMIT = 64 * 1024
 
 
-class TurnRunner(TurnObligations):
+class TurnRunner(TurnObligations, TurnEnding):
     """Runs turns for the coordinator; holds no per-conversation state between turns."""
 
     def __init__(
@@ -171,7 +167,7 @@ class TurnRunner(TurnObligations):
         return TurnOutcome(run, more_work=progress.more_work)
 
     async def _loop(self, plan: TurnPlan, progress: TurnProgress) -> Run:
-        profile = _retry_profile(plan.profile, plan.inputs)
+        profile = retry_profile(plan.profile, plan.inputs)
         if plan.appended:
             self.history.extend(plan.conversation_id, start_seq=plan.history_start_seq,
                                 messages=list(plan.appended))
@@ -187,7 +183,13 @@ class TurnRunner(TurnObligations):
         if total > len(messages):
             # Reaching the window's end is not overflow: the newest window is sent (M11).
             progress.trimmed = {"messages_total": total, "messages_sent": len(messages)}
-        messages = self._fit(plan, profile, progress, messages, total)
+        messages, cut = fit_history(
+            messages, profile=profile, inputs=plan.inputs, total=total,
+            bounds=(self.config.history_budget_chars,
+                    getattr(self.models.get(profile.model), "context_chars", None)),
+        )
+        if cut is not None:
+            progress.trimmed = cut
         inputs = plan.inputs
         if plan.trigger is StartKind.MAIL and len(inputs) > 1 and (
             progress.trimmed is not None or self.models.get(profile.model) is None
@@ -197,7 +199,7 @@ class TurnRunner(TurnObligations):
             inputs = inputs[:1]
             progress.pending = list(inputs)
             progress.taken = {i.input_id for i in inputs}
-        messages += [_input_message(i) for i in inputs]
+        messages += [input_message(i) for i in inputs]
         if plan.notice is not None:
             messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))
         facts = runtime_facts(plan.lease.deliveries) if plan.lease is not None else None
@@ -253,37 +255,6 @@ class TurnRunner(TurnObligations):
                                   tool_name=call.name)
                 )
             messages += [prompt_message(m) for m in joined]
-
-    def _fit(
-        self, plan: TurnPlan, profile: Profile, progress: TurnProgress,
-        history: list[PromptMessage], total: int,
-    ) -> list[PromptMessage]:
-        """The newest history that fits the request's bound (M11): the explicit history
-        budget, else the leading model's ``context_chars``. A retry prepares its request again
-        and is not cut: it is held with ``history_exceeds_fit``, its prompt kept for a model
-        with a larger window or an explicit budget."""
-        bounds = [b for b in (self.config.history_budget_chars,
-                              getattr(self.models.get(profile.model), "context_chars", None))
-                  if isinstance(b, int) and b > 0]
-        if not bounds:
-            return history
-        fit = min(bounds)
-        fixed = len(profile.system) + sum(_chars(_input_message(i)) for i in plan.inputs)
-        sizes = [_chars(m) for m in history]
-        if fixed + sum(sizes) <= fit:
-            return history
-        if any(isinstance(i.meta.get("retry"), dict) for i in plan.inputs):
-            raise TurnFailed(RunStatus.NEEDS_ATTENTION, "history_exceeds_fit", [{
-                "request_chars": fixed + sum(sizes), "fit_chars": fit, "model": profile.model,
-            }])
-        start, left = 0, fixed + sum(sizes)
-        while start < len(history) and left > fit:
-            left -= sizes[start]
-            start += 1
-        kept = history_window(history[start:])
-        progress.trimmed = {"messages_total": total, "messages_sent": len(kept),
-                            "fit_chars": fit}
-        return kept
 
     # -- the model ----------------------------------------------------------------------------
 
@@ -480,165 +451,6 @@ class TurnRunner(TurnObligations):
             cx.materialize(steer, plan.run_id)
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
-    async def _finish_refused(
-        self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
-    ) -> Run:
-        if len(progress.pending) > 1:
-            # A degraded reply does not carry a batch: the head alone, the rest stay queued.
-            progress.pending = progress.pending[:1]
-            progress.taken = {progress.pending[0].input_id}
-        received = "\n\n".join(i.content for i in plan.inputs if i.input_id in progress.taken)
-        text = (f"(The model refused this input ({failure.code}); it was received as "
-                f"follows.)\n\n{received}")
-        return await self._finish_completed(
-            plan, progress, ModelReply(text), meta={"refused": failure.code,
-                                                    "errors": list(failure.errors)[-8:]},
-        )
-
-    async def _finish_completed(
-        self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply,
-        meta: dict[str, Any] | None = None,
-    ) -> Run:
-        def write(cx: ConversationTx) -> Run:
-            self._materialize_pending(cx, plan, progress)
-            # Every notification delivered so far was in this turn's request: handled (T5).
-            journal.consume(cx, journal.unconsumed(cx))
-            cx.append_assistant(reply.text, run_id=plan.run_id,
-                                meta={"model": progress.model, **(meta or {}),
-                                      **_reply_sources(cx, plan, progress)})
-            if plan.lease is not None and plan.lease.deliveries:
-                self.outbox.ack(cx.tx, plan.lease)
-            self._settle_turn_tasks(cx, plan, progress, stopped=False)
-            # A request a parent opened in this (child) conversation is answered (M16).
-            answered = [relay.answer(cx, item, status="completed", text=reply.text,
-                                     run_id=plan.run_id) for item in plan.inputs]
-            progress.child_replied = any(answered)
-            # Tasks that ended during the turn are delivered now, for the next turn.
-            progress.more_work = bool(journal.deliver_due(cx))
-            run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
-            if cx.conversation.awaiting_person and plan.trigger is StartKind.PERSON:
-                cx.update(awaiting_person=False)
-            return run
-
-        try:
-            run = await self._commit(plan, progress, write)
-        except (SlotLostError, CommitOutcomeUnknownError):
-            raise
-        except TidingsError as exc:
-            # The answer did not commit: give everything back at once (S7).
-            raise TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
-        self._kick_relay(progress)
-        return run
-
-    async def _finish_failed(
-        self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
-    ) -> Run:
-        def write(cx: ConversationTx) -> Run:
-            self._materialize_pending(cx, plan, progress)
-            # The database, not memory, says which of this run's calls are still open.
-            unanswered = cx.open_tool_calls()
-            for call in unanswered:
-                if failure.code == "shutdown":
-                    # The runtime went while the tool ran: whatever it did stands, unknown,
-                    # and it is not run again (L2, S9).
-                    text, status = (
-                        "outcome_unknown: the runtime shut down while this tool ran; it is "
-                        "not repeated", "outcome_unknown",
-                    )
-                else:
-                    text, status = (
-                        f"cancelled: the turn ended ({failure.code}) before this tool "
-                        "finished", "cancelled",
-                    )
-                cx.append_tool_result(
-                    call["call_id"], text, tool_name=call["name"], run_id=plan.run_id,
-                    meta={"status": status, "is_error": True},
-                )
-            if failure.code != "stopped":
-                # That answer is each call's first result: a task it started is told as it
-                # ends (a person's stop cancels them instead, below).
-                journal.commit_calls(cx, plan.run_id, {str(c["call_id"]) for c in unanswered})
-            if plan.lease is not None and plan.lease.deliveries:
-                with contextlib.suppress(StaleLeaseError):
-                    self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
-            # Only a person's stop cancels what the run started; a shutdown, a failure or a
-            # timeout leaves its tasks to be reported (as they end, or as lost).
-            self._settle_turn_tasks(cx, plan, progress, stopped=failure.code == "stopped")
-            if self.approvals is not None:
-                self.approvals.expire_run(cx, plan.run_id)
-            if failure.status is not RunStatus.NEEDS_ATTENTION:
-                # The parent is told how its request ended; a run that needs attention may
-                # still answer it after a retry.
-                text = f"(the child's turn ended {failure.status.value}: {failure.code})"
-                answered = [relay.answer(cx, item, status=failure.status.value, text=text,
-                                         run_id=plan.run_id) for item in plan.inputs]
-                progress.child_replied = any(answered)
-            # Delivered stays, consumed does not; the error is kept with them (T5).
-            kept = journal.unconsumed(cx)
-            journal.keep_unconsumed(cx, kept, failure.code)
-            progress.more_work = bool(journal.deliver_due(cx)) or bool(kept)
-            # A stop's suppression was written by the stop itself (a person's post since then
-            # has lifted it, and that stands).
-            if failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
-                cx.update(awaiting_person=True)
-            return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
-
-        run = await self._commit(plan, progress, write)
-        self._kick_relay(progress)
-        if failure.code == "stopped" and self.tasks is not None:
-            # A turn-lifetime task does not outlive its stopped turn.
-            self.tasks.kill(progress.turn_tasks + progress.drained)
-        return run
-
-    def _end_run(
-        self,
-        cx: ConversationTx,
-        plan: TurnPlan,
-        progress: TurnProgress,
-        status: RunStatus,
-        code: str | None,
-        errors: Sequence[dict[str, Any]],
-    ) -> Run:
-        cx.tx.run_later(
-            "finish_run", run_id=plan.run_id, status=status.value, failure_code=code,
-            model=progress.model, steps=progress.steps, now_us=cx.now_us,
-            expect=1, mismatch=lambda: SlotLostError(plan.conversation_id),
-        )
-        run = Run(
-            run_id=plan.run_id, conversation_id=plan.conversation_id, trigger=plan.trigger,
-            status=status, model=progress.model, failure_code=code, steps=progress.steps,
-            created_at_us=plan.started_at_us, started_at_us=plan.started_at_us,
-            ended_at_us=cx.now_us,
-        )
-        data: dict[str, Any] = {"run_public_id": plan.run_id, "status": status.value}
-        if code is not None:
-            data["failure_code"] = code
-        if errors:
-            data["errors"] = list(errors)[-8:]
-            # The route spent (a model skipped as unavailable spent nothing): a retry of a
-            # mail run does not renew it (M10).
-            data["models_spent"] = list(dict.fromkeys(
-                str(e["model"]) for e in errors
-                if e.get("model") and e.get("kind") in ("retryable", "permanent")
-            ))
-        cx.record_event("turn_status", data, plan.run_id)
-        cx.release_slot(plan.slot_token)
-        # Read under the lock, before the slot is released: what it shows was committed
-        # before, and whatever it misses will find the slot free.
-        progress.more_work = (
-            progress.more_work
-            or cx.queued_count > 0
-            or (cx.signal_backlog > 0 and self._ready_signals(cx))
-        )
-        return run
-
-    def _ready_signals(self, cx: ConversationTx) -> bool:
-        row = cx.tx.one(
-            "has_ready_signals", conversation_id=cx.conversation_id, now_us=cx.now_us,
-            max_attempts=self.outbox.config.max_attempts,
-        )
-        return bool(row and row["ready"])
-
     # -- compaction ---------------------------------------------------------------------------
 
     async def summarize(self, profile: Profile, history: Sequence[Message]) -> str:
@@ -663,64 +475,6 @@ SUMMARY_REQUEST = (
     "open (including background work that has not reported back), and anything the next turn "
     "must not forget."
 )
-
-
-def _retry_profile(profile: Profile, inputs: Sequence[Input]) -> Profile:
-    """A person's retry that names one of the profile's models tries it first (C8); a receipt's
-    turn runs on its frozen environment (M5)."""
-    for item in inputs:
-        environment = item.meta.get("environment")
-        if item.origin.is_kernel and isinstance(environment, dict):
-            return receipt_profile(profile, environment)
-    for item in reversed(inputs):
-        retry = item.meta.get("retry")
-        if not isinstance(retry, dict):
-            continue
-        if isinstance(retry.get("environment"), dict):
-            # A retried mail run stays within its receipt's frozen environment, on the models
-            # its first run did not spend (M10).
-            profile = _unspent(receipt_profile(profile, retry["environment"]),
-                               retry.get("spent", []))
-        model = retry.get("model")
-        if isinstance(model, str) and model in profile.models:
-            return replace(profile, model=model,
-                           fallbacks=tuple(m for m in profile.models if m != model))
-    return profile
-
-
-def _reply_sources(cx: ConversationTx, plan: TurnPlan, progress: TurnProgress) -> dict[str, Any]:
-    """A supplementary reply's sender fields and ``callback_sources`` (M9): a combined report
-    of several worker finals names them all and no single sender."""
-    mail = [receipt_of(i, owner=cx.conversation.owner) for i in plan.inputs
-            if i.origin.is_kernel and i.input_id in progress.taken]
-    return combined_sources(mail).as_meta() if mail else {}
-
-
-def _unspent(profile: Profile, spent: Sequence[str]) -> Profile:
-    """The profile on the models not spent yet (the first left leads)."""
-    left = [m for m in profile.models if m not in spent]
-    if not left or left == list(profile.models):
-        return profile
-    return replace(profile, model=left[0], fallbacks=tuple(left[1:]))
-
-
-def _chars(message: PromptMessage) -> int:
-    """A message's size as a request's bound counts it: its text and its calls."""
-    return len(message.content) + sum(
-        len(c.name) + len(json.dumps(c.arguments, default=str)) for c in message.tool_calls
-    )
-
-
-def _input_message(item: Input) -> PromptMessage:
-    return PromptMessage(
-        "user", item.content, origin=item.origin.value,
-        meta={**item.meta, "input_id": item.input_id},
-    )
-
-
-def _slug(code: str) -> str:
-    cleaned = "".join(ch if ch.isalnum() or ch in "_.:-" else "_" for ch in code.lower())
-    return cleaned if cleaned[:1].isalpha() else f"turn_{cleaned}"[:64]
 
 
 __all__ = ("TurnConfig", "TurnOutcome", "TurnPlan", "TurnRunner")
