@@ -11,8 +11,8 @@ Checked, once everything settled (the torture's ``drain`` ran):
   mail, or consumed in its turn-owned run and then never mail; a cancelled one not at all; no
   mail names a request that does not exist (nothing unowed is relayed);
 * ``pairing``: no user-role or assistant message between a tool call and its result, and every
-  call has exactly one result (an interrupted call is answered ``outcome_unknown`` once, never
-  run again);
+  call has exactly one result (an interrupted call is answered ``outcome_unknown`` once);
+* ``replayed``: no tool call started a background task twice (nothing interrupted ran again);
 * ``overlap``: no two turns of one conversation overlap in time, and none is left running;
 * ``operation``: no operation is left ``accepted`` (each restart was completed or settled);
 * ``dead_letter``: every dead letter carries a failure code.
@@ -135,6 +135,12 @@ def _tasks(tasks: list[Row], messages: list[Row]) -> list[Violation]:
                                    f"{bool(t['delivered'])}, consumed {bool(t['consumed'])}"))
         if t["state"] == "running":
             found.append(Violation("task_notified", key, "left running after the drain"))
+    started: Counter[tuple[str, str, str]] = Counter(
+        (t["conversation_id"], str(t["run_id"]), str(t["call_id"]))
+        for t in tasks if t["call_id"] is not None
+    )
+    found += [Violation("replayed", key, f"one call started {n} tasks: it ran again")
+              for key, n in started.items() if n > 1]
     return found
 
 
