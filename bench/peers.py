@@ -134,7 +134,7 @@ def run_huey(folder: str, messages: int) -> dict[str, Any]:
                       journal_mode="wal")
     transcript = _transcript_sqlite(os.path.join(folder, "transcript.db"))
 
-    @huey.task()  # type: ignore[untyped-decorator]
+    @huey.task()  # type: ignore[untyped-decorator,unused-ignore]
     def handle(n: int) -> None:
         _write_row(transcript, n)
 
@@ -196,7 +196,7 @@ async def run_procrastinate(url: str, messages: int) -> dict[str, Any]:
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
     pool = AsyncConnectionPool(url, min_size=2, max_size=CONSUMERS + 2, open=False)
 
-    @app.task(name="handle", queue="bench")
+    @app.task(name="handle", queue="bench")  # type: ignore[untyped-decorator,unused-ignore]
     async def handle(n: int) -> None:
         async with pool.connection() as conn:
             await conn.execute("INSERT INTO transcript VALUES (%s, %s)", (n, f"handled {n}"))
