@@ -444,8 +444,9 @@ class Runtime:
         self._require_unlocked()
         runs = await self.coordinator.stop(conversation_id, owner=owner)
         seen: set[str] = set()
-        for run_id in runs:
-            await self._stop_run(conversation_id, run_id, owner=owner, seen=seen)
+        for run_id in runs:  # the coordinator stops them already; the rest is the source's
+            await self._stop_run(conversation_id, run_id, owner=owner, seen=seen,
+                                 stopping=False)
         return runs
 
     async def stop_run(
@@ -489,7 +490,8 @@ class Runtime:
         return await self.relay.requests_of(parent_id, limit=limit)
 
     async def _stop_run(
-        self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str]
+        self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str],
+        stopping: bool = True,
     ) -> tuple[list[str], list[relay.Cancelled]]:
         seen.add(run_id)
 
@@ -514,7 +516,7 @@ class Runtime:
         cancelled, requests, running = await self.conversations.change(
             conversation_id, unit, owner=owner
         )
-        if running:
+        if running and stopping:
             await self.coordinator.stop(conversation_id, owner=owner)
         return cancelled, requests + await self._cascade(requests, seen)
 
