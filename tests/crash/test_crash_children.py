@@ -40,22 +40,29 @@ asyncio.run(main())
 """
 
 
-async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restart(
-    backend: Backend,
-) -> None:
+async def _killed_after_reply(script: str, url: str) -> str:
+    """Run ``script`` until it prints the parent whose child replied, then SIGKILL it."""
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, backend.url, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-c", script, url, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert child.stdout is not None
         line = await asyncio.wait_for(child.stdout.readline(), 30)
         assert line, (await child.stderr.read()).decode() if child.stderr else "no output"
-        parent = json.loads(line)["parent"]
+        parent: str = json.loads(line)["parent"]
     finally:
         with contextlib.suppress(ProcessLookupError):
-            child.kill()  # SIGKILL between the reply's commit and its relay
+            child.kill()
         await child.wait()
+    return parent
+
+
+async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restart(
+    backend: Backend,
+) -> None:
+    # SIGKILL between the reply's commit and its relay.
+    parent = await _killed_after_reply(CHILD, backend.url)
 
     for restart in range(2):  # a second restart relays nothing again
         async with Runtime.open(backend.url, models=[MODEL]) as rt:
@@ -113,19 +120,8 @@ async def test_m16_a_turn_owned_report_whose_run_died_comes_back_as_mail_once(
 ) -> None:
     """The owning run dies (SIGKILL) after its child replied and before it consumed the
     report: the next instance ends that run, and the report comes back as mail, once."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", OWNER_DIES, backend.url, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(child.stdout.readline(), 30)
-        assert line, (await child.stderr.read()).decode() if child.stderr else "no output"
-        parent = json.loads(line)["parent"]
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            child.kill()  # the owning run dies while it waits on its model
-        await child.wait()
+    # The owning run dies while it waits on its model.
+    parent = await _killed_after_reply(OWNER_DIES, backend.url)
 
     for restart in range(2):  # a second restart relays nothing again
         async with Runtime.open(backend.url, models=[TURN_MODEL]) as rt:
