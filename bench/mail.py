@@ -67,6 +67,7 @@ from typing import Any
 
 import psycopg
 from harness import (
+    DEFAULT_DSN,
     Results,
     err,
     fmt,
@@ -86,7 +87,6 @@ from tidings.runtime import Runtime, RuntimeConfig
 from tidings.transcript import ConversationTx
 from tidings.types import Profile, StartKind
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 GOAL_COST_COMMITS = 3.0
 SWEEP_INTERVAL = timedelta(minutes=1)  # the runtime's default slow sweep, kept as it is
 STAGGER_S_PER_CHILD = 0.001  # child_kicks: the replies spread over 1 ms per child

@@ -52,6 +52,7 @@ from typing import Any
 
 import psycopg
 from harness import (
+    DEFAULT_DSN,
     Results,
     fmt,
     guarded,
@@ -68,7 +69,6 @@ from rich.table import Table
 from tidings import Lease, Outbox, OutboxConfig, Published, Tx
 from tidings.policy import encode_json
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 BIG_BACKLOG = 1_000_000
 CLAIM_COUNT = 16
 

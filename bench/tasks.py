@@ -35,6 +35,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from harness import (
+    DEFAULT_DSN,
     Results,
     err,
     fmt,
@@ -57,7 +58,6 @@ from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import Store, open_store
 from tidings.types import Profile
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 ENVELOPE_BYTES = 2 * 1024 * 1024
 PAGE_BYTES = 64 * 1024
 GOAL_MB_S = 100.0

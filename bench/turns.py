@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from harness import (
+    DEFAULT_DSN,
     Results,
     err,
     fmt,
@@ -89,7 +90,6 @@ from tidings import (
 from tidings.models.base import DeltaCallback
 from tidings.transcript import ConversationTx
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 OWNER = "bench"
 PROFILE = Profile(model="scripted", system="You are a benchmark.")
 MANY = 100  # conversations of the concurrent throughput figure
