@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tidings.clock import ManualClock
 from tidings.errors import TidingsError
 from tidings.mail.door import RESERVED_META_KEYS, Door, DoorConfig
+from tidings.policy import encode_json
 from tidings.types import Author, AuthorKind, Origin
 
 CONFIG = DoorConfig(content_limit_bytes=2_048, meta_limit_bytes=512)
@@ -87,4 +88,6 @@ def test_m1_hostile_inputs_are_refused_typed_or_admitted_as_a_plain_callers_inpu
     encoded = admitted.content.encode("utf-8")  # valid UTF-8, or it would have been refused
     assert 0 < len(encoded) <= CONFIG.content_limit_bytes
     assert admitted.content.strip()
-    assert len(json.dumps(dict(admitted.meta)).encode("utf-8")) <= CONFIG.meta_limit_bytes
+    # Within the bound as the door measures it (its own compact encoding).
+    _, size = encode_json(dict(admitted.meta), "meta", limit_bytes=CONFIG.meta_limit_bytes)
+    assert size <= CONFIG.meta_limit_bytes
