@@ -409,6 +409,28 @@ async def test_t1_output_capture_keeps_head_and_tail_and_counts_every_byte(
     assert peak < 4 * 1024 * KIB  # 20 MB went through; a few hundred KiB were ever held
 
 
+async def test_r1_capture_of_both_streams_stays_within_its_bound(
+    supervisor: Supervisor,
+) -> None:
+    """The default bound (a result envelope's 2 MiB) is shared by stdout and stderr: 48 MB go
+    through, the bound is what is kept, and little more is ever held."""
+    spec = sh("head -c 40000000 /dev/zero; head -c 8000000 /dev/zero >&2")
+    assert spec.capture_limit_bytes == 2 * 1024 * KIB
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        outcome = await (await supervisor.start(spec, task_key="t")).wait()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    out, err = outcome.stdout, outcome.stderr
+    assert (out.total_bytes, err.total_bytes) == (40_000_000, 8_000_000)
+    kept = [len(c.head) + len(c.tail) for c in (out, err)]
+    assert kept == [1024 * KIB, 1024 * KIB]  # both over half: an even split
+    assert out.dropped_bytes + err.dropped_bytes == 48_000_000 - 2 * 1024 * KIB
+    assert peak < 6 * 1024 * KIB  # the bound, the chunk being read, and the final copy
+
+
 async def test_t10_capture_limit_is_configurable(supervisor: Supervisor) -> None:
     spec = sh("printf 0123456789abcdefghij", capture_limit_bytes=8)
     out = (await (await supervisor.start(spec, task_key="t")).wait()).stdout
