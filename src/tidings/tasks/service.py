@@ -195,8 +195,7 @@ class BackgroundTasks:
                 log.exception("a task observer failed")
         results = self._results()
         output, dropped = capture.envelope(
-            outcome.stdout, outcome.stderr,
-            (results.config if results is not None else ResultsConfig()).limit_bytes,
+            outcome.stdout, outcome.stderr, self.output_limit_bytes()
         )
         excerpt, excerpt_truncated = capture.excerpt(
             outcome.stdout, outcome.stderr, EXCERPT_LIMIT_BYTES

@@ -81,7 +81,6 @@ log = logging.getLogger("tidings.turns")
 T = TypeVar("T")
 
 
-
 class TurnRunner(TurnObligations, TurnEnding):
     """Runs turns for the coordinator; holds no per-conversation state between turns."""
 
