@@ -9,6 +9,10 @@
   (an envelope with status ``failed`` and code ``result_too_large`` that holds no data). Every
   envelope has a deadline (7 days by default) after which readers no longer see it and the
   sweeper deletes it.
+- **Nothing cut silently (R1).** What a writer had to leave out to stay within the bound is
+  recorded with the envelope as :class:`Drop` spans (which part, which bytes): such a result's
+  status is ``truncated``, never ``stored``, and its reference and every page say what is
+  missing.
 - **Owner scope (R2).** Only the owning conversation reads or lists its envelopes; any other
   caller gets :class:`UnknownResultError`, exactly as for an id that never existed.
 - **Paging (R3).** Pages are bounded in bytes and never split a UTF-8 code point: a page ends at
@@ -23,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import json
 import os
 import secrets
 from collections import OrderedDict
@@ -46,6 +51,10 @@ MASTER_KEY_ENV = "TIDINGS_MASTER_KEY"
 MASTER_KEY_FILE_ENV = "TIDINGS_MASTER_KEY_FILE"
 KEY_VERSION = 1
 _NONCE_BYTES = 12
+
+STORED = "stored"
+TRUNCATED = "truncated"
+FAILED = "failed"
 
 
 class UnknownResultError(TidingsError):
@@ -134,8 +143,54 @@ class ResultsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Drop:
+    """Bytes ``[from_byte, to_byte)`` of one stream of a result's source (``stdout``,
+    ``stderr``) that were not kept: the result holds what came before and after them."""
+
+    stream: str
+    from_byte: int
+    to_byte: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.from_byte < self.to_byte:
+            raise InvalidInputError(f"a drop spans at least one byte, not {self}")
+
+    @property
+    def dropped_bytes(self) -> int:
+        return self.to_byte - self.from_byte
+
+    def statement(self) -> str:
+        """In words: how many bytes of which stream were dropped, and where."""
+        return (f"dropped {self.dropped_bytes:,} bytes of {self.stream} "
+                f"between byte {self.from_byte:,} and byte {self.to_byte:,}")
+
+
+def drops_to_json(drops: tuple[Drop, ...]) -> str:
+    return json.dumps([{"stream": d.stream, "from_byte": d.from_byte, "to_byte": d.to_byte}
+                       for d in drops])
+
+
+def drops_from_json(text: str | None) -> tuple[Drop, ...]:
+    if not text:
+        return ()
+    return tuple(Drop(str(d["stream"]), int(d["from_byte"]), int(d["to_byte"]))
+                 for d in json.loads(text))
+
+
+def dropped_from(tx: Tx, result_id: str) -> tuple[Drop, ...]:
+    """What the result ``result_id`` is missing, read in the caller's unit (no decryption;
+    the caller has already scoped the id to its conversation)."""
+    row = tx.one("result_drops", result_id=result_id)
+    return () if row is None else drops_from_json(row["drops"])
+
+
+@dataclass(frozen=True, slots=True)
 class ResultRef:
-    """A reference the model or a caller can hold: what it is and how long it lives."""
+    """A reference the model or a caller can hold: what it is and how long it lives.
+
+    ``status`` is ``stored`` (the data whole), ``truncated`` (stored, but its writer dropped
+    the bytes ``dropped`` names) or ``failed`` (no data; see ``failure_code``).
+    """
 
     result_id: str
     conversation_id: ConversationId
@@ -145,22 +200,29 @@ class ResultRef:
     expires_at_us: int | None
     failure_code: str | None = None
     task_key: str | None = None
+    dropped: tuple[Drop, ...] = ()
 
     @property
     def durable(self) -> bool:
         return self.lifetime is Lifetime.DURABLE
 
+    @property
+    def dropped_bytes(self) -> int:
+        return sum(d.dropped_bytes for d in self.dropped)
+
 
 @dataclass(frozen=True, slots=True)
 class ResultPage:
     """``text`` is bytes ``[offset, next_offset)`` of the result, decoded; ``next_offset`` is
-    None on the last page."""
+    None on the last page. ``dropped`` is what the whole result is missing (on every page)."""
 
     result_id: str
     offset: int
     next_offset: int | None
     size_bytes: int
     text: str
+    status: str = STORED
+    dropped: tuple[Drop, ...] = ()
 
 
 def utf8_boundary(data: bytes, end: int) -> int:
@@ -220,20 +282,22 @@ class Results:
         *,
         task_key: str | None = None,
         run_id: str | None = None,
+        dropped: tuple[Drop, ...] = (),
     ) -> ResultRef:
         """Store ``data`` for ``conversation_id`` inside the caller's unit.
 
-        Data over the limit is not stored: a ``failed`` receipt with ``result_too_large`` takes
-        its place, and says how large the data was.
+        ``dropped`` names what the writer left out of ``data`` (the result is then
+        ``truncated``). Data over the limit is not stored: a ``failed`` receipt with
+        ``result_too_large`` takes its place, and says how large the data was.
         """
         check_id(conversation_id, "conversation id")
         result_id = new_id("res")
         now = self.clock.now_us()
         expires = now + to_us(self.config.retention)
         if len(data) > self.config.limit_bytes:
-            status, code, nonce, sealed = "failed", "result_too_large", None, None
+            status, code, nonce, sealed, dropped = FAILED, "result_too_large", None, None, ()
         else:
-            status, code = "stored", None
+            status, code = STORED, None
             nonce = secrets.token_bytes(_NONCE_BYTES)
             sealed = self._key.envelope_key(conversation_id).encrypt(
                 nonce, data, _aad(result_id, conversation_id)
@@ -244,8 +308,11 @@ class Results:
             size_bytes=len(data), key_version=KEY_VERSION, nonce=nonce, ciphertext=sealed,
             now_us=now, expires_at_us=expires,
         )
-        return ResultRef(result_id, ConversationId(conversation_id), Lifetime.DURABLE, status,
-                         len(data), expires, code, task_key)
+        if dropped:
+            tx.run_later("insert_result_drops", result_id=result_id,
+                         drops=drops_to_json(dropped), expires_at_us=expires)
+        return ResultRef(result_id, ConversationId(conversation_id), Lifetime.DURABLE,
+                         _status(status, dropped), len(data), expires, code, task_key, dropped)
 
     async def put(
         self,
@@ -254,25 +321,27 @@ class Results:
         *,
         task_key: str | None = None,
         run_id: str | None = None,
+        dropped: tuple[Drop, ...] = (),
     ) -> ResultRef:
         """:meth:`seal` in a unit of its own."""
         return await self.store.transact(
-            lambda tx: self.seal(tx, conversation_id, data, task_key=task_key, run_id=run_id),
+            lambda tx: self.seal(tx, conversation_id, data, task_key=task_key, run_id=run_id,
+                                 dropped=dropped),
             route=conversation_id,
         )
 
-    def keep_local(self, conversation_id: str, data: bytes, *, task_key: str | None = None
-                   ) -> ResultRef:
+    def keep_local(self, conversation_id: str, data: bytes, *, task_key: str | None = None,
+                   dropped: tuple[Drop, ...] = ()) -> ResultRef:
         """Hold a result in this process only (it is gone after a restart, and says so)."""
         check_id(conversation_id, "conversation id")
         if len(data) > self.config.limit_bytes:
             ref = ResultRef(new_id("res"), ConversationId(conversation_id),
-                            Lifetime.PROCESS_LOCAL, "failed", len(data), None,
+                            Lifetime.PROCESS_LOCAL, FAILED, len(data), None,
                             "result_too_large", task_key)
             self._local[ref.result_id] = (ref, b"")
             return ref
         ref = ResultRef(new_id("res"), ConversationId(conversation_id), Lifetime.PROCESS_LOCAL,
-                        "stored", len(data), None, None, task_key)
+                        _status(STORED, dropped), len(data), None, None, task_key, dropped)
         self._local[ref.result_id] = (ref, data)
         return ref
 
@@ -295,7 +364,7 @@ class Results:
         if row is None:
             raise UnknownResultError(result_id)
         ref = _ref(row)
-        if row["status"] != "stored":
+        if row["status"] != STORED:
             return ref, b""
         try:
             data = self._key.envelope_key(conversation_id, int(row["key_version"])).decrypt(
@@ -321,6 +390,8 @@ class Results:
             next_offset=end if end < len(data) else None,
             size_bytes=len(data),
             text=data[start:end].decode("utf-8", "replace"),
+            status=ref.status,
+            dropped=ref.dropped,
         )
 
     async def _opened_result(
@@ -369,21 +440,34 @@ class Results:
             )
             purged += batch
             if batch < self.config.purge_batch:
-                return purged
+                break
+        while await self.store.transact(
+            lambda tx: tx.execute("purge_result_drops", now_us=now,
+                                  limit=self.config.purge_batch)
+        ) == self.config.purge_batch:
+            pass
+        return purged
 
 
 def _aad(result_id: str, conversation_id: str) -> bytes:
     return f"{result_id}\x00{conversation_id}".encode()
 
 
+def _status(stored_status: str, dropped: tuple[Drop, ...]) -> str:
+    # The table keeps ``stored`` for data that is there; what was dropped lives beside it.
+    return TRUNCATED if stored_status == STORED and dropped else stored_status
+
+
 def _ref(row: Row) -> ResultRef:
+    dropped = drops_from_json(row["drops"])
     return ResultRef(
         result_id=row["result_id"],
         conversation_id=ConversationId(row["conversation_id"]),
         lifetime=Lifetime.DURABLE,
-        status=row["status"],
+        status=_status(row["status"], dropped),
         size_bytes=int(row["size_bytes"]),
         expires_at_us=int(row["expires_at_us"]),
         failure_code=row["failure_code"],
         task_key=row["task_key"],
+        dropped=dropped,
     )

@@ -168,8 +168,8 @@ async def test_t1_stdin_is_written_and_closed(supervisor: Supervisor) -> None:
     ).wait()
     assert big.succeeded
     assert big.stdout.total_bytes == len(data)
-    assert big.stdout.head == data[: 64 * KIB]
-    assert big.stdout.tail == data[-64 * KIB :]
+    assert big.stdout.head + big.stdout.tail == data  # within the capture limit: kept whole
+    assert not big.stdout.truncated
     # A process that reads nothing still ends cleanly; without stdin it reads /dev/null.
     ignored = await (
         await supervisor.start(ProcessSpec(argv=("true",), stdin=data), task_key="c")
@@ -386,7 +386,8 @@ async def test_t1_output_capture_keeps_head_and_tail_and_counts_every_byte(
     supervisor: Supervisor,
 ) -> None:
     size = 20_000_000
-    spec = sh(f"printf BEGIN; head -c {size} /dev/zero; printf END; printf oops >&2")
+    spec = sh(f"printf BEGIN; head -c {size} /dev/zero; printf END; printf oops >&2",
+              capture_limit_bytes=128 * KIB)
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -397,16 +398,41 @@ async def test_t1_output_capture_keeps_head_and_tail_and_counts_every_byte(
     assert outcome.succeeded
     out = outcome.stdout
     assert out.total_bytes == size + 8
-    assert out.head == b"BEGIN" + bytes(64 * KIB - 5)
-    assert out.tail == bytes(64 * KIB - 3) + b"END"
-    assert out.dropped_bytes == size + 8 - 2 * 64 * KIB
+    # One budget for both streams: stderr's 4 bytes are kept whole, stdout gets the rest, half
+    # to its head and half to its tail.
+    share = 128 * KIB - 4
+    assert out.head == b"BEGIN" + bytes(share // 2 - 5)
+    assert out.tail == bytes(share // 2 - 3) + b"END"
+    assert out.dropped_bytes == size + 8 - share
     assert out.truncated
     assert outcome.stderr == Capture(head=b"oops", total_bytes=4)
     assert peak < 4 * 1024 * KIB  # 20 MB went through; a few hundred KiB were ever held
 
 
+async def test_r1_capture_of_both_streams_stays_within_its_bound(
+    supervisor: Supervisor,
+) -> None:
+    """The default bound (a result envelope's 2 MiB) is shared by stdout and stderr: 48 MB go
+    through, the bound is what is kept, and little more is ever held."""
+    spec = sh("head -c 40000000 /dev/zero; head -c 8000000 /dev/zero >&2")
+    assert spec.capture_limit_bytes == 2 * 1024 * KIB
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        outcome = await (await supervisor.start(spec, task_key="t")).wait()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    out, err = outcome.stdout, outcome.stderr
+    assert (out.total_bytes, err.total_bytes) == (40_000_000, 8_000_000)
+    kept = [len(c.head) + len(c.tail) for c in (out, err)]
+    assert kept == [1024 * KIB, 1024 * KIB]  # both over half: an even split
+    assert out.dropped_bytes + err.dropped_bytes == 48_000_000 - 2 * 1024 * KIB
+    assert peak < 6 * 1024 * KIB  # the bound, the chunk being read, and the final copy
+
+
 async def test_t10_capture_limit_is_configurable(supervisor: Supervisor) -> None:
-    spec = sh("printf 0123456789abcdefghij", capture_limit_bytes=4)
+    spec = sh("printf 0123456789abcdefghij", capture_limit_bytes=8)
     out = (await (await supervisor.start(spec, task_key="t")).wait()).stdout
     assert (out.head, out.tail, out.total_bytes, out.dropped_bytes) == (b"0123", b"ghij", 20, 12)
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tidings.approvals import Approval
 from tidings.mail.relay import ChildRequest
-from tidings.results import ResultPage, ResultRef
+from tidings.results import Drop, ResultPage, ResultRef
 from tidings.tasks.journal import TaskRecord
 from tidings.types import (
     Conversation,
@@ -344,15 +344,32 @@ class TaskPage(BaseModel):
     )
 
 
+class DropOut(BaseModel):
+    """Bytes ``[from_byte, to_byte)`` of one stream that the result could not keep."""
+
+    stream: str
+    from_byte: int
+    to_byte: int
+    dropped_bytes: int
+    statement: str
+
+    @classmethod
+    def of(cls, d: Drop) -> DropOut:
+        return cls(stream=d.stream, from_byte=d.from_byte, to_byte=d.to_byte,
+                   dropped_bytes=d.dropped_bytes, statement=d.statement())
+
+
 class ResultRefOut(BaseModel):
     result_id: str
     conversation_id: str
     lifetime: str = Field(description="durable (until expires_at_us) or process_local.")
-    status: str
+    status: str = Field(description="stored (whole), truncated (see dropped) or failed.")
     size_bytes: int
     expires_at_us: int | None
     failure_code: str | None
     task_key: str | None
+    dropped: list[DropOut] = Field(
+        default_factory=list, description="What the result is missing; empty when whole.")
 
     @classmethod
     def of(cls, r: ResultRef) -> ResultRefOut:
@@ -360,6 +377,7 @@ class ResultRefOut(BaseModel):
             result_id=r.result_id, conversation_id=r.conversation_id, lifetime=r.lifetime.value,
             status=r.status, size_bytes=r.size_bytes, expires_at_us=r.expires_at_us,
             failure_code=r.failure_code, task_key=r.task_key,
+            dropped=[DropOut.of(d) for d in r.dropped],
         )
 
 
@@ -376,11 +394,16 @@ class ResultPageOut(BaseModel):
     next_offset: int | None = Field(description="null on the last page.")
     size_bytes: int
     text: str
+    status: str = Field(default="stored",
+                        description="stored (whole) or truncated (see dropped).")
+    dropped: list[DropOut] = Field(
+        default_factory=list, description="What the whole result is missing.")
 
     @classmethod
     def of(cls, p: ResultPage) -> ResultPageOut:
         return cls(result_id=p.result_id, offset=p.offset, next_offset=p.next_offset,
-                   size_bytes=p.size_bytes, text=p.text)
+                   size_bytes=p.size_bytes, text=p.text, status=p.status,
+                   dropped=[DropOut.of(d) for d in p.dropped])
 
 
 class EventOut(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tidings.results import Drop, dropped_from
 from tidings.store import Row
 from tidings.tasks.notify import (
     NotificationFlags,
@@ -293,6 +294,7 @@ def _deliver_if_due(
         stdout_bytes=task.stdout_bytes, stderr_bytes=task.stderr_bytes,
         result_id=task.result_id, result_lifetime=None if task.result_id is None else "durable",
         excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
+        output_dropped=output_dropped(cx, task),
     ))
     seq = cx.append_user(text, run_id=task.run_id, meta=meta)
     cx.notified = True
@@ -304,6 +306,14 @@ def _deliver_if_due(
         task.run_id,
     )
     return _set(cx, replace(task, delivered=True, notification_seq=seq))
+
+
+def output_dropped(cx: ConversationTx, task: TaskRecord) -> tuple[Drop, ...]:
+    """What the task's stored result had to drop (R1). Only an output whose excerpt left
+    something out can have lost bytes, so a whole one costs no read."""
+    if task.result_id is None or not task.excerpt_truncated:
+        return ()
+    return dropped_from(cx.tx, task.result_id)
 
 
 def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:

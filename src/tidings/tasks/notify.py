@@ -8,10 +8,11 @@ changes any of those facts, so whichever of "process ended" and "tool result com
 last delivers it, once.
 
 The message is an internal user-role notice (``meta.kind = task_notification``). Its process
-facts (state, exit code or signal, duration, byte counts, the result reference) are kept apart
-from ``untrusted_process_output``, a bounded excerpt that is fenced as one JSON string: no
-output -- a fake closing tag, a "SYSTEM:" line, control characters, invalid UTF-8 -- can leave
-the fence or read as an instruction.
+facts (state, exit code or signal, duration, byte counts, the result reference, and what the
+stored result had to drop, if anything) are kept apart from ``untrusted_process_output``, a
+bounded excerpt that is fenced as one JSON string: no output -- a fake closing tag, a "SYSTEM:"
+line, control characters, invalid UTF-8 -- can leave the fence or read as an instruction. The
+excerpt marks in place what it leaves out; the stored result holds the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.policy import fenced_json
+from tidings.results import Drop
 
 NOTIFICATION_KIND = "task_notification"
 EXCERPT_LIMIT_BYTES = 2 * 1024
@@ -94,6 +96,8 @@ class ProcessFacts:
     result_lifetime: str | None
     excerpt: bytes
     excerpt_truncated: bool
+    output_dropped: tuple[Drop, ...] = ()
+    """What the stored result could not keep (its bound): stated in the notice, never silent."""
 
 
 def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTES
@@ -101,7 +105,7 @@ def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTE
     """The notification's text and its meta (``kind``, ``event_id``, ``task_key``, result)."""
     excerpt = facts.excerpt[:excerpt_limit_bytes]
     truncated = facts.excerpt_truncated or len(facts.excerpt) > excerpt_limit_bytes
-    observed = {
+    observed: dict[str, Any] = {
         "task_key": facts.task_key,
         "event_id": facts.event_id,
         "state": facts.state.value,
@@ -115,6 +119,10 @@ def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTE
             "result_id": facts.result_id, "lifetime": facts.result_lifetime,
         },
     }
+    if facts.output_dropped:
+        observed["output_dropped"] = [
+            f"the stored result {d.statement()}" for d in facts.output_dropped
+        ]
     # Invalid UTF-8 becomes U+FFFD here; fenced_json then escapes everything else.
     untrusted = excerpt.decode("utf-8", "replace")
     text = "\n".join([
@@ -132,4 +140,6 @@ def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTE
     }
     if facts.result_id is not None:
         meta["result_id"] = facts.result_id
+    if facts.output_dropped:
+        meta["output_dropped_bytes"] = sum(d.dropped_bytes for d in facts.output_dropped)
     return text, meta

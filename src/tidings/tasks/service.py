@@ -14,14 +14,14 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownTaskError
 from tidings.metrics import Metrics
-from tidings.results import Results
+from tidings.results import Results, ResultsConfig
 from tidings.store import Store, Tx
-from tidings.tasks import journal
+from tidings.tasks import capture, journal
 from tidings.tasks.notify import EXCERPT_LIMIT_BYTES, Notify, TaskState
 from tidings.tasks.supervisor import (
     HOST,
@@ -98,6 +98,9 @@ class BackgroundTasks:
         """
         if lifetime not in ("turn", "conversation"):
             raise ValueError(f"unknown task lifetime {lifetime!r}")
+        # Keep as much output as its result envelope can hold (R1): whole up to that bound,
+        # head and tail beyond it, with every dropped byte counted and stated.
+        spec = replace(spec, capture_limit_bytes=self.output_limit_bytes())
         task_key = f"bg-{secrets.token_hex(4)}"
         conversation_id = context.conversation_id
 
@@ -140,6 +143,11 @@ class BackgroundTasks:
                 # Only the clean-up of a crash depends on it: the task itself goes on.
                 log.exception("could not record the process of task %s", task_key)
         return StartedTask(task_key, running.pid)
+
+    def output_limit_bytes(self) -> int:
+        """How many bytes of a task's output are kept: what its result envelope can hold."""
+        results = self._results()
+        return (results.config if results is not None else ResultsConfig()).limit_bytes
 
     async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool:
         """Wait until the ends of these tasks (those this runtime runs) are journalled, at
@@ -186,24 +194,26 @@ class BackgroundTasks:
             except Exception:
                 log.exception("a task observer failed")
         results = self._results()
-        output = outcome.stdout.head + outcome.stdout.tail
-        excerpt = outcome.stdout.excerpt(EXCERPT_LIMIT_BYTES)
-        if outcome.stderr.total_bytes:
-            excerpt = (excerpt + b"\n[stderr]\n" + outcome.stderr.excerpt(EXCERPT_LIMIT_BYTES // 2))
+        output, dropped = capture.envelope(
+            outcome.stdout, outcome.stderr, self.output_limit_bytes()
+        )
+        excerpt, excerpt_truncated = capture.excerpt(
+            outcome.stdout, outcome.stderr, EXCERPT_LIMIT_BYTES
+        )
 
         def record(cx: ConversationTx) -> bool:
             task = journal.get(cx, task_key)
             if task is None:
                 return False
             ref = None if results is None else results.seal(
-                cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id
+                cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id,
+                dropped=dropped,
             )
             after = journal.finish(
                 cx, task, state=_STATES[outcome.state], exit_code=outcome.exit_code,
                 signal=outcome.signal_name, result_id=None if ref is None else ref.result_id,
                 stdout_bytes=outcome.stdout.total_bytes, stderr_bytes=outcome.stderr.total_bytes,
-                excerpt=excerpt[:EXCERPT_LIMIT_BYTES * 2],
-                excerpt_truncated=outcome.stdout.truncated or len(excerpt) > EXCERPT_LIMIT_BYTES,
+                excerpt=excerpt, excerpt_truncated=excerpt_truncated,
                 duration_ms=int(outcome.duration.total_seconds() * 1000),
                 deliver=cx.slot_free(),
             )

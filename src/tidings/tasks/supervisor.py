@@ -6,10 +6,11 @@ Guarantees:
   :meth:`RunningProcess.kill`, a :meth:`RunningProcess.stop` and :meth:`Supervisor.close`
   signal the whole group, grandchildren included. When the first process (the group leader)
   ends, whatever it left behind in its group is killed too: a task never leaks processes.
-- stdout and stderr are read concurrently as the process writes them, into a :class:`Capture`
-  that keeps the first and the last ``capture_limit_bytes`` of each stream and counts every
-  byte. However much the process writes, a stream never holds more than twice that limit plus
-  the one chunk being read (at most 256 KiB, asyncio's pipe read size).
+- stdout and stderr are read concurrently as the process writes them, into one capture that
+  keeps at most ``capture_limit_bytes`` of the two together (shared out as
+  :func:`~tidings.tasks.capture.share` says; a stream over its share keeps its head and its
+  tail) and counts every byte. However much the process writes, the capture never holds more
+  than that limit plus the one chunk being read (at most 256 KiB, asyncio's pipe read size).
 - Each process gets exactly one :class:`ProcessOutcome`, also when it could not start
   (``failed``; no exception escapes :meth:`Supervisor.start`). Timeouts and deaths by signal
   are never a success.
@@ -46,7 +47,7 @@ from tidings.tasks.capture import Capture, CaptureBuffer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CAPTURE_LIMIT_BYTES = 64 * 1024
+DEFAULT_CAPTURE_LIMIT_BYTES = 2 * 1024 * 1024  # as much as a result envelope holds
 DEFAULT_KILL_GRACE = timedelta(seconds=2)
 DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=2)
 
@@ -88,8 +89,8 @@ class ProcessSpec:
 
     ``env`` is merged over ``os.environ`` (``inherit_env=True``, the default) or over
     :data:`SAFE_ENV_KEYS` taken from ``os.environ`` (``inherit_env=False``), read at start.
-    ``capture_limit_bytes`` bounds the head and, separately, the tail kept of each stream: at
-    most twice that per stream. ``stdin`` is written to the process and then closed; without it
+    ``capture_limit_bytes`` bounds the bytes kept of stdout and stderr together; whatever does
+    not fit is counted, never kept. ``stdin`` is written to the process and then closed; without it
     the process reads ``/dev/null``. With ``shell=True`` a missing program is the shell's exit
     code 127 (``exited``), not ``failed``: the shell itself did start.
     """
@@ -178,12 +179,12 @@ class ProcessOutcome:
 class _Reader(asyncio.Protocol):
     """Feeds one pipe into a capture as data arrives; ``closed`` resolves when it is closed."""
 
-    def __init__(self, buffer: CaptureBuffer, closed: asyncio.Future[None]) -> None:
-        self._buffer = buffer
+    def __init__(self, feed: Callable[[bytes], None], closed: asyncio.Future[None]) -> None:
+        self._feed = feed
         self._closed = closed
 
     def data_received(self, data: bytes) -> None:
-        self._buffer.feed(data)
+        self._feed(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed.done():
@@ -225,8 +226,7 @@ class RunningProcess:
         self._exit: asyncio.Task[int] | None = None
         # Each pipe's transport, with the future its protocol resolves once it is closed.
         self._pipes: list[tuple[asyncio.BaseTransport, asyncio.Future[None]]] = []
-        self._stdout = CaptureBuffer(spec.capture_limit_bytes)
-        self._stderr = CaptureBuffer(spec.capture_limit_bytes)
+        self._capture = CaptureBuffer(spec.capture_limit_bytes)
         self._reason: ProcessState | None = None  # set when we decided to end it
         self._sigterm_sent = False
         self._escalation: asyncio.Task[None] | None = None
@@ -327,8 +327,8 @@ class RunningProcess:
             started_at_us=self.started_at_us,
             ended_at_us=ended_at_us,
             duration=timedelta(seconds=ended_mono - self._started_mono),
-            stdout=self._stdout.capture(),
-            stderr=self._stderr.capture(),
+            stdout=self._capture.stdout(),
+            stderr=self._capture.stderr(),
             reason=reason,
         )
 
@@ -569,12 +569,12 @@ class Supervisor:
         process._proc = proc
         process._exit = asyncio.create_task(proc.wait())
         try:
-            for buffer in (process._stdout, process._stderr):
-                fd = out_r if buffer is process._stdout else err_r
+            capture = process._capture
+            for fd, feed in ((out_r, capture.feed_stdout), (err_r, capture.feed_stderr)):
                 closed: asyncio.Future[None] = loop.create_future()
                 fds.remove(fd)
                 transport, _ = await loop.connect_read_pipe(
-                    functools.partial(_Reader, buffer, closed), os.fdopen(fd, "rb", buffering=0)
+                    functools.partial(_Reader, feed, closed), os.fdopen(fd, "rb", buffering=0)
                 )
                 process._pipes.append((transport, closed))
             if in_w is not None and spec.stdin is not None:

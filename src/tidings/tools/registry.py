@@ -19,6 +19,10 @@ from tidings.types import ConversationId, RunId
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
+TOOL_RESULT_LIMIT = 64 * 1024
+"""The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
+says where and how much. Tools that page (results, task output) size their pages to fit."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:

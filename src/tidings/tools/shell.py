@@ -2,8 +2,10 @@
 it as a background task whose end comes back as a notification.
 
 Foreground: the tool waits (bounded by ``timeout_s``) and returns the exit facts and a bounded
-excerpt of the output. Background: it returns the ``task_key`` at once; the process's end is
-journalled, its output sealed as a result envelope, and the conversation told at a safe point.
+excerpt of stdout and stderr; where the excerpt leaves output out it says so, how much, and how
+to keep it whole. Background: it returns the ``task_key`` at once; the process's end is
+journalled, its output sealed as a result envelope (whole up to the envelope's bound), and the
+conversation told at a safe point.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from datetime import timedelta
 from typing import Any
 
 from tidings.errors import InvalidInputError
+from tidings.tasks.capture import excerpt
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import ProcessSpec, Supervisor
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 
 MAX_TIMEOUT_S = 3600.0
 FOREGROUND_EXCERPT_BYTES = 8 * 1024
+FOREGROUND_CAPTURE_BYTES = 64 * 1024  # only an excerpt is shown: no need to hold more
 
 PARAMETERS: Mapping[str, Any] = {
     "type": "object",
@@ -51,7 +55,8 @@ def shell_tool(supervisor: Supervisor, tasks: BackgroundTasks) -> Tool:
         if not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_TIMEOUT_S:
             raise InvalidInputError(f"timeout_s must be between 0 and {MAX_TIMEOUT_S:.0f}")
         spec = ProcessSpec(command=command, shell=True,
-                           timeout=timedelta(seconds=float(timeout_s)))
+                           timeout=timedelta(seconds=float(timeout_s)),
+                           capture_limit_bytes=FOREGROUND_CAPTURE_BYTES)
         lifetime = arguments.get("lifetime", "conversation")
         if lifetime not in ("conversation", "turn"):
             raise InvalidInputError("lifetime must be 'conversation' or 'turn'")
@@ -68,12 +73,21 @@ def shell_tool(supervisor: Supervisor, tasks: BackgroundTasks) -> Tool:
         except BaseException:
             running.kill()  # the turn was stopped: the foreground process goes with it
             raise
-        excerpt = outcome.stdout.excerpt(FOREGROUND_EXCERPT_BYTES).decode("utf-8", "replace")
+        shown, shortened = excerpt(outcome.stdout, outcome.stderr, FOREGROUND_EXCERPT_BYTES)
         status = (
             f"exit {outcome.exit_code}" if outcome.exit_code is not None
             else outcome.state.value + (f" ({outcome.signal_name})" if outcome.signal else "")
         )
-        return ToolOutput(f"{status}\n{excerpt}", is_error=not outcome.succeeded)
+        text = f"{status}\n{shown.decode('utf-8', 'replace')}"
+        if shortened:
+            text += (
+                f"\n[output shortened to {FOREGROUND_EXCERPT_BYTES:,} bytes, as marked above: "
+                f"it wrote {outcome.stdout.total_bytes:,} bytes to stdout and "
+                f"{outcome.stderr.total_bytes:,} to stderr. To keep the whole output (up to "
+                f"{tasks.output_limit_bytes():,} bytes), run it with background: true and read "
+                "it with task_output.]"
+            )
+        return ToolOutput(text, is_error=not outcome.succeeded)
 
     return Tool("shell", "Run a shell command (foreground, or as a background task).", run,
                 parameters=PARAMETERS)

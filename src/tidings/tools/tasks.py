@@ -3,8 +3,11 @@
 
 A tool result that shows a task's terminal state to the model carries ``reported_task_key`` in
 its meta; the turn marks the task reported in the unit that commits that result, so no
-completion notification follows for it (T8). Reading never starts work (R4), and every read is
-scoped to the calling conversation (R2).
+completion notification follows for it (T8) -- so that result also states what the task's
+stored output had to drop, if anything (R1). Pages are sized so that the whole page, as the
+tool's JSON result, fits what the model reads of a tool result; a page of a truncated result
+says what the result is missing. Reading never starts work (R4), and every read is scoped to the
+calling conversation (R2).
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ from typing import Any
 
 from tidings.errors import InvalidInputError
 from tidings.mail.relay import CHILD_TASK_PREFIX, request_from_row
-from tidings.results import Results, UnknownResultError
+from tidings.results import Results, UnknownResultError, dropped_from
 from tidings.store import Store
 from tidings.tasks.journal import TaskRecord, task_from_row
 from tidings.tasks.notify import TaskState
-from tidings.tools.registry import Tool, ToolContext, ToolOutput
+from tidings.tools.registry import TOOL_RESULT_LIMIT, Tool, ToolContext, ToolOutput
 
 MAX_WAIT_S = 60.0
 _POLL_S = 0.05
+PAGE_LIMIT_BYTES = 48 * 1024
+"""The default and largest page a tool reads; smaller when escaping would not fit the page in
+a tool result (:data:`TOOL_RESULT_LIMIT`)."""
+_MIN_PAGE_BYTES = 4
 
 
 def _key(arguments: Mapping[str, Any], name: str = "task_key") -> str:
@@ -56,14 +63,24 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
             raise InvalidInputError(f"no task {task_key!r} in this conversation")
         return task_from_row(row)
 
-    def report(task: TaskRecord) -> ToolOutput:
+    async def report(task: TaskRecord) -> ToolOutput:
         meta: dict[str, Any] = {}
+        facts = _facts(task)
         if task.state.terminal:
             meta["reported_task_key"] = task.task_key
-        return ToolOutput(json.dumps(_facts(task)), meta=meta)
+            # This result may be all the model hears of the end (no notice follows): it says
+            # what the stored output lacks, as a notice would.
+            result_id = task.result_id
+            if result_id is not None and task.excerpt_truncated:
+                dropped = await store.read(lambda tx: dropped_from(tx, result_id))
+                if dropped:
+                    facts["output_dropped"] = [
+                        f"the stored result {d.statement()}" for d in dropped
+                    ]
+        return ToolOutput(json.dumps(facts), meta=meta)
 
     async def task_status(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
-        return report(await read_task(context, _key(arguments)))
+        return await report(await read_task(context, _key(arguments)))
 
     async def wait_child(context: ToolContext, task_key: str, deadline: float) -> ToolOutput:
         """A child's reply, observed: the wait consumes nothing, the reply's mail still comes
@@ -103,7 +120,7 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
         while True:
             task = await read_task(context, task_key)
             if task.state.terminal or time.monotonic() >= deadline:
-                return report(task)
+                return await report(task)
             await asyncio.sleep(_POLL_S)
 
     def need_results() -> Results:
@@ -115,18 +132,33 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
     async def page(context: ToolContext, result_id: str, arguments: Mapping[str, Any]
                    ) -> ToolOutput:
         offset = arguments.get("offset", 0)
-        if not isinstance(offset, int):
+        if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidInputError("offset must be an integer")
-        try:
-            found = await need_results().page(context.conversation_id, result_id,
-                                              offset=offset)
-        except UnknownResultError:
-            return ToolOutput(f"no result {result_id!r}", is_error=True)
-        return ToolOutput(json.dumps({
-            "result_id": found.result_id, "offset": found.offset,
-            "next_offset": found.next_offset, "size_bytes": found.size_bytes,
-            "text": found.text,
-        }))
+        limit = arguments.get("limit_bytes", PAGE_LIMIT_BYTES)
+        if (not isinstance(limit, int) or isinstance(limit, bool)
+                or not _MIN_PAGE_BYTES <= limit <= PAGE_LIMIT_BYTES):
+            raise InvalidInputError(
+                f"limit_bytes must be between {_MIN_PAGE_BYTES} and {PAGE_LIMIT_BYTES}")
+        opened = need_results()
+        while True:
+            try:
+                found = await opened.page(context.conversation_id, result_id, offset=offset,
+                                          limit_bytes=limit)
+            except UnknownResultError:
+                return ToolOutput(f"no result {result_id!r}", is_error=True)
+            body: dict[str, Any] = {
+                "result_id": found.result_id, "status": found.status, "offset": found.offset,
+                "next_offset": found.next_offset, "size_bytes": found.size_bytes,
+            }
+            if found.dropped:
+                body["dropped"] = [d.statement() for d in found.dropped]
+            body["text"] = found.text
+            content = json.dumps(body, ensure_ascii=False)
+            size = len(content.encode("utf-8"))
+            if size <= TOOL_RESULT_LIMIT or limit <= _MIN_PAGE_BYTES:
+                return ToolOutput(content)
+            # Escaping grew the page past what the model reads: a smaller page, never a cut one.
+            limit = max(_MIN_PAGE_BYTES, limit * (TOOL_RESULT_LIMIT - 1024) // size)
 
     async def task_output(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
         task = await read_task(context, _key(arguments))
@@ -145,6 +177,7 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
             {"result_id": r.result_id, "task_key": r.task_key, "status": r.status,
              "size_bytes": r.size_bytes, "lifetime": r.lifetime.value,
              "expires_at_us": r.expires_at_us}
+            | ({"dropped": [d.statement() for d in r.dropped]} if r.dropped else {})
             for r in refs
         ]))
 
@@ -158,13 +191,17 @@ def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool
              wait, parameters={"type": "object", "properties": {
                  "task_key": {"type": "string"}, "timeout_s": {"type": "number"}},
                  "required": ["task_key"]}, read_only=True),
-        Tool("task_output", "A page of a background task's output.", task_output,
+        Tool("task_output", "A page of a background task's output (stdout, then stderr after "
+             "a [stderr] line); pass next_offset as offset for the next page.", task_output,
              parameters={"type": "object", "properties": {
-                 "task_key": {"type": "string"}, "offset": {"type": "integer"}},
+                 "task_key": {"type": "string"}, "offset": {"type": "integer"},
+                 "limit_bytes": {"type": "integer"}},
                  "required": ["task_key"]}, read_only=True),
-        Tool("tool_result_get", "A page of a stored result.", tool_result_get,
+        Tool("tool_result_get", "A page of a stored result; pass next_offset as offset for "
+             "the next page.", tool_result_get,
              parameters={"type": "object", "properties": {
-                 "result_id": {"type": "string"}, "offset": {"type": "integer"}},
+                 "result_id": {"type": "string"}, "offset": {"type": "integer"},
+                 "limit_bytes": {"type": "integer"}},
                  "required": ["result_id"]}, read_only=True),
         Tool("tool_result_list", "This conversation's stored results.", tool_result_list,
              read_only=True),

@@ -47,7 +47,13 @@ from tidings.models.base import (
 from tidings.outbox import Outbox
 from tidings.store import Store, Tx
 from tidings.tasks import journal
-from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.tools.registry import (
+    TOOL_RESULT_LIMIT,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+)
 from tidings.transcript import ConversationTx
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.ending import TurnEnding
@@ -73,8 +79,6 @@ from tidings.types import (
 
 log = logging.getLogger("tidings.turns")
 T = TypeVar("T")
-
-TOOL_RESULT_LIMIT = 64 * 1024
 
 
 class TurnRunner(TurnObligations, TurnEnding):
@@ -325,10 +329,13 @@ class TurnRunner(TurnObligations, TurnEnding):
             log.info("tool %s failed: %r", call.name, exc)
             return ToolOutput(f"error: {type(exc).__name__}: {exc}", is_error=True)
         output = result if isinstance(result, ToolOutput) else ToolOutput(str(result))
-        if len(output.content.encode("utf-8", "replace")) > TOOL_RESULT_LIMIT:
-            head = output.content.encode("utf-8", "replace")[:TOOL_RESULT_LIMIT]
-            text = head.decode("utf-8", "ignore")
-            output = replace(output, content=f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes]")
+        encoded = output.content.encode("utf-8", "replace")
+        if len(encoded) > TOOL_RESULT_LIMIT:
+            text = encoded[:TOOL_RESULT_LIMIT].decode("utf-8", "ignore")
+            cut = len(encoded) - len(text.encode("utf-8"))
+            output = replace(output, content=(
+                f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes: the last {cut:,} of "
+                f"{len(encoded):,} bytes of this result were cut]"))
         return output
 
     # -- commits ------------------------------------------------------------------------------

@@ -508,21 +508,34 @@ VALUES (:result_id, :conversation_id, :task_key, :run_id, :status, :failure_code
 -- get_result --
 -- Owner-scoped: another conversation's id reads exactly like an unknown one. Expired rows are
 -- gone for readers even before the sweeper removes them.
-SELECT * FROM result_envelopes
- WHERE result_id = :result_id AND conversation_id = :conversation_id
-   AND expires_at_us > :now_us;
+SELECT e.*, d.drops
+  FROM result_envelopes e LEFT JOIN result_drops d ON d.result_id = e.result_id
+ WHERE e.result_id = :result_id AND e.conversation_id = :conversation_id
+   AND e.expires_at_us > :now_us;
 
 -- list_results --
-SELECT result_id, conversation_id, task_key, run_id, status, failure_code, size_bytes,
-       created_at_us, expires_at_us
-  FROM result_envelopes
- WHERE conversation_id = :conversation_id AND expires_at_us > :now_us
-   AND result_id > :after
- ORDER BY result_id LIMIT :limit;
+SELECT e.result_id, e.conversation_id, e.task_key, e.run_id, e.status, e.failure_code,
+       e.size_bytes, e.created_at_us, e.expires_at_us, d.drops
+  FROM result_envelopes e LEFT JOIN result_drops d ON d.result_id = e.result_id
+ WHERE e.conversation_id = :conversation_id AND e.expires_at_us > :now_us
+   AND e.result_id > :after
+ ORDER BY e.result_id LIMIT :limit;
+
+-- insert_result_drops --
+INSERT INTO result_drops (result_id, drops, expires_at_us)
+VALUES (:result_id, :drops, :expires_at_us);
+
+-- result_drops --
+SELECT drops FROM result_drops WHERE result_id = :result_id;
 
 -- purge_results --
 DELETE FROM result_envelopes
  WHERE result_id IN (SELECT result_id FROM result_envelopes
+                      WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);
+
+-- purge_result_drops --
+DELETE FROM result_drops
+ WHERE result_id IN (SELECT result_id FROM result_drops
                       WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);
 
 -- ============================================================================================

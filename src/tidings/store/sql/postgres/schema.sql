@@ -217,6 +217,16 @@ CREATE INDEX IF NOT EXISTS result_envelopes_expiry ON result_envelopes (expires_
 -- Ciphertext does not compress: store it out of line without trying (EXTERNAL, not EXTENDED).
 ALTER TABLE result_envelopes ALTER COLUMN ciphertext SET STORAGE EXTERNAL;
 
+-- What a result's writer left out to keep it within its bound: the stream and byte span of each
+-- cut, as JSON. A result with a row here is truncated, not whole.
+CREATE TABLE IF NOT EXISTS result_drops (
+    result_id text PRIMARY KEY,
+    drops text NOT NULL,
+    expires_at_us bigint NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS result_drops_expiry ON result_drops (expires_at_us);
+
 CREATE TABLE IF NOT EXISTS tasks (
     task_id text PRIMARY KEY,
     conversation_id text NOT NULL REFERENCES conversations (conversation_id),

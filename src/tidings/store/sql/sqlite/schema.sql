@@ -227,6 +227,16 @@ CREATE INDEX IF NOT EXISTS result_envelopes_conversation
     ON result_envelopes (conversation_id, created_at_us);
 CREATE INDEX IF NOT EXISTS result_envelopes_expiry ON result_envelopes (expires_at_us);
 
+-- What a result's writer left out to keep it within its bound: the stream and byte span of each
+-- cut, as JSON. A result with a row here is truncated, not whole.
+CREATE TABLE IF NOT EXISTS result_drops (
+    result_id TEXT PRIMARY KEY,
+    drops TEXT NOT NULL,
+    expires_at_us INTEGER NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS result_drops_expiry ON result_drops (expires_at_us);
+
 CREATE TABLE IF NOT EXISTS tasks (
     task_id TEXT PRIMARY KEY,
     conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
