@@ -707,12 +707,28 @@ class Runtime:
         return await self.outbox.dead_letters(conversation_id, limit=limit)
 
     async def settle(self, conversation_id: str) -> list[Run]:
-        """Wait until this process has nothing pending or running for the conversation.
+        """Wait until this process has nothing pending or running for the conversation, or
+        until what runs there waits for a person: a turn holding on a call that needs
+        approval ends the wait too (L5). Returns the runs that are ``awaiting_approval`` then
+        (empty when the conversation settled).
 
         A locked runtime runs nothing, so there is nothing to wait for: it returns at once
         (and starts nothing, L1).
         """
         if self.locked:
             return []
-        await self.coordinator.idle(conversation_id)
-        return []
+        if not self.approvals.holding(conversation_id):
+            idle = asyncio.ensure_future(self.coordinator.idle(conversation_id))
+            held = asyncio.ensure_future(self.approvals.held(conversation_id))
+            try:
+                await asyncio.wait((idle, held), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (idle, held):
+                    waiter.cancel()
+                for waiter in (idle, held):
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await waiter
+            if not self.approvals.holding(conversation_id):
+                return []
+        return [r for r in await self.runs(conversation_id)
+                if r.status is RunStatus.AWAITING_APPROVAL]
