@@ -98,8 +98,8 @@ def mutation(
 
     The one place the lock is checked. Every public method that writes -- for a caller or on
     a caller's behalf -- carries it; reads do not, and stay allowed while locked. A stop is a
-    mutation too: a locked instance runs nothing there could be to stop, and work that runs on
-    another (unlocked) instance of the cluster is stopped through that one.
+    mutation too: a locked instance runs nothing, so it has nothing of its own to stop, and
+    work running on another (unlocked) instance of the cluster is stopped through that one.
     """
 
     @functools.wraps(method)
