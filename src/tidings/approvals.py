@@ -15,6 +15,12 @@
 
 Waiting is a hint plus a poll: a decision in this process wakes its waiter at once, one made
 by another instance is seen at the next poll.
+
+While a call waits, its run reads as ``awaiting_approval`` (derived from the pending approval,
+not stored: the run row stays ``running``, so stop, recovery and the end of the run treat it
+as the live run it is). The feed says so: ``turn_status {status: awaiting_approval}`` when the
+calls are committed, and ``turn_status {status: running}`` in the unit that decides (or
+expires) the run's last pending approval.
 """
 
 from __future__ import annotations
@@ -92,6 +98,9 @@ class Approvals:
         self.clock = clock
         self.config = config or ApprovalConfig()
         self._decided: dict[str, asyncio.Event] = {}
+        self._holding: dict[str, str] = {}
+        """Approval id -> conversation id, while a turn of this process waits on it."""
+        self._hold_changed: asyncio.Event | None = None
 
     # -- in the turn's units ------------------------------------------------------------------
 
@@ -141,6 +150,7 @@ class Approvals:
                 approval = await self.get(approval_id)
                 if approval.status != "pending":
                     return approval
+                self._hold(approval_id, approval.conversation_id)
                 if self.clock.now_us() >= approval.expires_at_us:
                     await self._expire(approval)
                     continue
@@ -149,6 +159,33 @@ class Approvals:
                 event.clear()
         finally:
             self._decided.pop(approval_id, None)
+            self._release(approval_id)
+
+    def holding(self, conversation_id: str) -> bool:
+        """Whether a turn of this process holds on a pending approval of the conversation."""
+        return conversation_id in self._holding.values()
+
+    async def held(self, conversation_id: str) -> None:
+        """Return once a turn of this process holds on a pending approval of the
+        conversation (at once if one does): what runs there waits for a person now."""
+        while not self.holding(conversation_id):
+            if self._hold_changed is None:
+                self._hold_changed = asyncio.Event()
+            await self._hold_changed.wait()
+
+    def _hold(self, approval_id: str, conversation_id: str) -> None:
+        if self._holding.get(approval_id) != conversation_id:
+            self._holding[approval_id] = conversation_id
+            self._changed()
+
+    def _release(self, approval_id: str) -> None:
+        if self._holding.pop(approval_id, None) is not None:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._hold_changed is not None:
+            self._hold_changed.set()
+            self._hold_changed = None
 
     async def _expire(self, approval: Approval) -> None:
         def unit(tx: Tx) -> None:
@@ -158,6 +195,7 @@ class Approvals:
                 cx.record_event("approval_decided",
                                 {"approval_id": approval.approval_id, "status": "expired"},
                                 approval.run_id)
+                _resumed(cx, approval.run_id, approval.approval_id)
             cx.save()
 
         await self.store.transact(unit, route=approval.conversation_id)
@@ -186,6 +224,7 @@ class Approvals:
                 cx.record_event("approval_decided",
                                 {"approval_id": approval_id, "status": "expired"},
                                 current.run_id)
+                _resumed(cx, current.run_id, approval_id)
                 cx.save()
                 return approval_from_row(tx.one("get_approval", approval_id=approval_id) or row)
             if current.status == "pending":
@@ -194,11 +233,16 @@ class Approvals:
                 cx.record_event("approval_decided",
                                 {"approval_id": approval_id, "status": wanted,
                                  "decided_by": decided_by}, current.run_id)
+                _resumed(cx, current.run_id, approval_id)
                 cx.save()
                 return approval_from_row(tx.one("get_approval", approval_id=approval_id) or row)
             return current
 
         decided = await self.store.transact(unit, route=conversation_id)
+        if decided.status != "pending":
+            # Not held any more from this commit on: a settle that follows the decision waits
+            # for what the run does next, not for a person.
+            self._release(approval_id)
         event = self._decided.get(approval_id)
         if event is not None:
             event.set()
@@ -227,6 +271,17 @@ class Approvals:
             limit=limit,
         ))
         return [approval_from_row(r) for r in rows]
+
+
+def _resumed(cx: ConversationTx, run_id: str, approval_id: str) -> None:
+    """In the unit that took an approval out of ``pending``: when it was the live run's last
+    pending one, the run is running again -- the feed says so, with the status reads."""
+    row = cx.tx.one("get_run", run_id=run_id)
+    if row is not None and row["status"] == "running" and not row["awaiting_approval"]:
+        cx.record_event("turn_status",
+                        {"run_public_id": run_id, "status": "running",
+                         "approval_id": approval_id},
+                        run_id)
 
 
 __all__ = ("Approval", "ApprovalConfig", "Approvals", "needs_approval")

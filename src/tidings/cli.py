@@ -39,8 +39,9 @@ from tidings.logs import configure_logging, json_logs_requested
 from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig
+from tidings.records import run_from_row
 from tidings.store import Row, Store, Tx, open_store
-from tidings.types import QueueStats
+from tidings.types import QueueStats, RunStatus
 
 T = TypeVar("T")
 console = Console()
@@ -289,7 +290,9 @@ def _describe(kind: str, data: Mapping[str, Any]) -> str:
     if kind == "input_materialized":
         return f"input {d.get('input_id', '?')} read by run {run} (message {d.get('message_seq')})"
     if kind == "turn_status":
-        extra = [f"{k} {d[k]}" for k in ("trigger", "failure_code") if k in d]
+        extra = [f"{k} {d[k]}" for k in ("trigger", "failure_code", "approval_id") if k in d]
+        if isinstance(d.get("approvals"), list):
+            extra.append("approvals " + ", ".join(str(a) for a in d["approvals"]))
         return f"run {run} {d.get('status', '?')}" + (f" ({', '.join(extra)})" if extra else "")
     if kind == "tool_calls":
         names = ", ".join(str(c.get("name")) for c in d.get("calls", ()) if isinstance(c, Mapping))
@@ -446,7 +449,8 @@ def _stats_table(title: str, rows: list[QueueStats]) -> Table:
 @click.option("--database", required=True, help="Database URL or SQLite file path.")
 @click.option("--conversation", default=None, help="One conversation (default: all).")
 def status(database: str, conversation: str | None) -> None:
-    """Show backlog, oldest age, retries, dead letters, running tasks and instances."""
+    """Show backlog, oldest age, retries, dead letters, open runs (running, or awaiting a
+    person's approval), running tasks and instances."""
     _check_database(database)
 
     async def run() -> None:
@@ -456,16 +460,17 @@ def status(database: str, conversation: str | None) -> None:
             stats = await outbox.stats(conversation)
             timeout_us = int(OutboxConfig().instance_timeout.total_seconds() * 1e6)
 
-            def read(tx: Tx) -> tuple[list[Row], list[Row], list[Row]]:
+            def read(tx: Tx) -> tuple[list[Row], list[Row], list[Row], list[Row]]:
                 instances = tx.all("unreconciled_instances", instance_id="")
                 running = [row for i in instances
                            for row in tx.all("running_tasks_of", instance_id=i["instance_id"])]
                 orphaned = tx.all("orphaned_tasks", instance_id="", limit=100)
-                return instances, running, orphaned
+                runs = tx.all("open_runs", conversation_id=conversation or "", limit=100)
+                return instances, running, orphaned, runs
 
             # The store's only instance listing locks what it returns (FOR UPDATE SKIP LOCKED
             # on PostgreSQL, for reconcilers), so it needs a transaction; it writes nothing.
-            instances, running, orphaned = await store.transact(read)
+            instances, running, orphaned, runs = await store.transact(read)
         finally:
             await store.close()
         now = SystemClock().now_us()
@@ -489,6 +494,14 @@ def status(database: str, conversation: str | None) -> None:
             if conversation is None or t["conversation_id"] == conversation:
                 table.add_row(t["conversation_id"], t["task_key"],
                               "instance gone (lost at the next sweep)", "-", "")
+        _print(table)
+
+        table = _table("open runs", "conversation", "run", "status", "trigger", "age")
+        for r in map(run_from_row, runs):
+            status = r.status.value + (" (see its approvals)"
+                                       if r.status is RunStatus.AWAITING_APPROVAL else "")
+            table.add_row(r.conversation_id, r.run_id, status, r.trigger.value,
+                          _age(r.started_at_us, now))
         _print(table)
         if stats.dead_letters:
             scope = f" --conversation {conversation}" if conversation else ""

@@ -107,12 +107,24 @@ def input_from_row(row: Row) -> Input:
     )
 
 
+def run_status(stored: str, *, awaiting_approval: bool) -> RunStatus:
+    """A run's status as callers see it: a running run that holds on a call a person has not
+    decided yet is ``awaiting_approval``. The database stores ``running`` for both, so every
+    rule about live runs (stop, recovery, the end of a run) holds for it unchanged."""
+    status = RunStatus(stored)
+    if status is RunStatus.RUNNING and awaiting_approval:
+        return RunStatus.AWAITING_APPROVAL
+    return status
+
+
 def run_from_row(row: Row) -> Run:
+    """A run; rows that carry ``awaiting_approval`` (the run reads) give the derived status."""
     return Run(
         run_id=RunId(row["run_id"]),
         conversation_id=ConversationId(row["conversation_id"]),
         trigger=StartKind(row["trigger"]),
-        status=RunStatus(row["status"]),
+        status=run_status(row["status"],
+                          awaiting_approval=bool(row.get("awaiting_approval"))),
         model=row["model"],
         failure_code=row["failure_code"],
         steps=int(row["steps"]),

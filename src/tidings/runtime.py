@@ -19,10 +19,10 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from tidings.approvals import Approval, ApprovalConfig, Approvals
 from tidings.clock import Clock, SystemClock, to_us
@@ -85,6 +85,30 @@ from tidings.types import (
 )
 
 log = logging.getLogger("tidings.runtime")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def mutation(
+    method: Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]]:
+    """Mark a facade method that changes state: while the runtime is locked it answers
+    :class:`RuntimeLockedError` before it reads or writes anything (L1).
+
+    The one place the lock is checked. Every public method that writes -- for a caller or on
+    a caller's behalf -- carries it; reads do not, and stay allowed while locked. A stop is a
+    mutation too: a locked instance runs nothing, so it has nothing of its own to stop, and
+    work running on another (unlocked) instance of the cluster is stopped through that one.
+    """
+
+    @functools.wraps(method)
+    async def guarded(self: Runtime, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.locked:
+            raise RuntimeLockedError()
+        return await method(self, *args, **kwargs)
+
+    return guarded
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +267,6 @@ class Runtime:
         self.locked = False
         await self._boot()
 
-    def _require_unlocked(self) -> None:
-        if self.locked:
-            raise RuntimeLockedError()
-
     async def _boot(self) -> None:
         await self.outbox.start()
         self._tasks = [
@@ -303,6 +323,7 @@ class Runtime:
 
     # -- conversations ------------------------------------------------------------------------
 
+    @mutation
     async def create_conversation(
         self, owner: str, profile: Profile, *, title: str = ""
     ) -> Conversation:
@@ -311,12 +332,15 @@ class Runtime:
     async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         return await self.conversations.get(conversation_id, owner=owner)
 
+    @mutation
     async def archive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         return await self.conversations.archive(conversation_id, owner=owner)
 
+    @mutation
     async def tombstone(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         return await self.conversations.tombstone(conversation_id, owner=owner)
 
+    @mutation
     async def set_profile(
         self, conversation_id: str, profile: Profile, *, owner: str | None = None
     ) -> Conversation:
@@ -324,6 +348,7 @@ class Runtime:
 
     # -- the door -----------------------------------------------------------------------------
 
+    @mutation
     async def post(
         self,
         conversation_id: str,
@@ -344,7 +369,6 @@ class Runtime:
         When the conversation is idle here, the input and the start of its turn commit in
         one transaction.
         """
-        self._require_unlocked()
         admission = self.door.prepare(
             conversation_id,
             content,
@@ -363,6 +387,7 @@ class Runtime:
             conversation_id, kind, lambda cx: self.door.admit(cx, admission)
         )
 
+    @mutation
     async def retry(
         self, conversation_id: str, run_id: str, *, model: str | None = None,
         owner: str | None = None, authored_by: Author | None = None,
@@ -372,7 +397,6 @@ class Runtime:
         person's input (so a retry is a direct turn, and read in order); the turn it starts
         sees the whole history, so completed tool calls are not repeated. Retrying the same run
         with the same model twice admits it once."""
-        self._require_unlocked()
         conversation = await self.conversations.get(conversation_id, owner=owner)
         run = await self.conversations.run(run_id, owner=owner)
         if run.conversation_id != conversation_id:
@@ -422,6 +446,7 @@ class Runtime:
 
     # -- goals, stop, compaction --------------------------------------------------------------
 
+    @mutation
     async def set_goal(
         self,
         conversation_id: str,
@@ -432,16 +457,16 @@ class Runtime:
     ) -> Conversation:
         return await self.conversations.set_goal(conversation_id, status, text, owner=owner)
 
+    @mutation
     async def checkpoint(self, conversation_id: str, *, owner: str | None = None) -> None:
         """A goal checkpoint: ask for an automatic turn toward the active goal."""
-        self._require_unlocked()
         await self.conversations.get(conversation_id, owner=owner)
         self.coordinator.request(conversation_id, StartKind.GOAL)
 
+    @mutation
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
         """A person's stop of the running turn: it is stopped as :meth:`stop_run` stops a
         source (its mail suppressed, its children's requests cancelled, in cascade)."""
-        self._require_unlocked()
         runs = await self.coordinator.stop(conversation_id, owner=owner)
         seen: set[str] = set()
         for run_id in runs:  # the coordinator stops them already; the rest is the source's
@@ -449,6 +474,7 @@ class Runtime:
                                  stopping=False)
         return runs
 
+    @mutation
     async def stop_run(
         self, conversation_id: str, run_id: str, *, owner: str | None = None
     ) -> list[str]:
@@ -459,10 +485,10 @@ class Runtime:
         is stopped as :meth:`stop` stops it. The cancel cascades (M16): a child turn that was
         answering a cancelled request is stopped the same way, down the tree, and owes its own
         children's replies to no one. Returns the cancelled input ids."""
-        self._require_unlocked()
         cancelled, _ = await self._stop_run(conversation_id, run_id, owner=owner, seen=set())
         return cancelled
 
+    @mutation
     async def cancel_child(
         self, parent_id: str, task_key: str, *, owner: str | None = None
     ) -> list[relay.Cancelled]:
@@ -470,7 +496,6 @@ class Runtime:
         is owed to no one, and the cancel cascades below it (M16). Returns what was cancelled,
         the request first -- the canceller is told, even what lay below. Empty when its reply
         was relayed or consumed already."""
-        self._require_unlocked()
 
         def unit(cx: ConversationTx) -> list[relay.Cancelled]:
             if cx.tx.one("child_request_by_key", parent_conversation_id=parent_id,
@@ -541,8 +566,8 @@ class Runtime:
                 below += deeper
         return below
 
+    @mutation
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
-        self._require_unlocked()
         return await self.coordinator.compact(conversation_id, owner=owner)
 
     # -- approvals (L5) -----------------------------------------------------------------------
@@ -555,12 +580,12 @@ class Runtime:
         await self.conversations.get(conversation_id, owner=owner)
         return await self.approvals.list(conversation_id, status=status, limit=limit)
 
+    @mutation
     async def decide(
         self, conversation_id: str, approval_id: str, *, approve: bool, decided_by: str,
         owner: str | None = None,
     ) -> Approval:
         """A person's decision on a held tool call; see :mod:`tidings.approvals`."""
-        self._require_unlocked()
         await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.approvals.decide(
             conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
@@ -576,6 +601,7 @@ class Runtime:
         child = await self.conversations.create(parent.owner, parent.profile, title=title[:200])
         return child.conversation_id
 
+    @mutation
     async def request_restart(
         self,
         conversation_id: str,
@@ -590,7 +616,6 @@ class Runtime:
         """Commit a restart of this runtime as accepted -- "accepted, not completed" -- and
         ask the host to restart (:attr:`restart_requested`). The next instance, once fully
         initialised, completes it and wakes the conversation with the correlated facts."""
-        self._require_unlocked()
         request = RestartRequest(reason[:500], input_id, run_id, call_id)
 
         def unit(cx: ConversationTx) -> Operation:
@@ -681,6 +706,29 @@ class Runtime:
             raise InvalidInputError("dead letters of every conversation are for operators")
         return await self.outbox.dead_letters(conversation_id, limit=limit)
 
-    async def settle(self, conversation_id: str) -> None:
-        """Wait until this process has nothing pending or running for the conversation."""
-        await self.coordinator.idle(conversation_id)
+    async def settle(self, conversation_id: str) -> list[Run]:
+        """Wait until this process has nothing pending or running for the conversation, or
+        until what runs there waits for a person: a turn holding on a call that needs
+        approval ends the wait too (L5). Returns the runs that are ``awaiting_approval`` then
+        (empty when the conversation settled).
+
+        A locked runtime runs nothing, so there is nothing to wait for: it returns at once
+        (and starts nothing, L1).
+        """
+        if self.locked:
+            return []
+        if not self.approvals.holding(conversation_id):
+            idle = asyncio.ensure_future(self.coordinator.idle(conversation_id))
+            held = asyncio.ensure_future(self.approvals.held(conversation_id))
+            try:
+                await asyncio.wait((idle, held), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (idle, held):
+                    waiter.cancel()
+                for waiter in (idle, held):
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await waiter
+            if not self.approvals.holding(conversation_id):
+                return []
+        return [r for r in await self.runs(conversation_id)
+                if r.status is RunStatus.AWAITING_APPROVAL]

@@ -210,14 +210,24 @@ class InputState(enum.StrEnum):
 
 
 class RunStatus(enum.StrEnum):
-    """A run's status; every status but queued and running is final."""
+    """A run's status; every status but queued, running and awaiting_approval is final.
+
+    ``awaiting_approval`` is a running run that holds on a tool call a person has not decided
+    yet (L5); once every such call is decided (or expired) it is ``running`` again.
+    """
 
     QUEUED = "queued"
     RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
     COMPLETED = "completed"
     FAILED = "failed"
     NEEDS_ATTENTION = "needs_attention"
     STOPPED = "stopped"
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run is over (a final status)."""
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
 
 
 class StartKind(enum.StrEnum):

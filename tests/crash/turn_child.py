@@ -13,6 +13,9 @@ SIGKILL at the instant it cares about (no ``close()``, no ``finally``).
   appends a line to MARKER, announces ``tool_running`` and never returns.
 - ``model_hang URL``: one conversation holding a published signal and a person's input; the
   turn that takes both blocks in the model, and ``model_blocked`` is announced from there.
+- ``approval_hang URL MARKER``: one conversation whose turn calls ``deploy``, a tool that needs
+  a person's approval; once the run holds on it, ``awaiting_approval`` is announced. The tool
+  appends a line to MARKER if it ever runs.
 
 The two crash modes run on a ManualClock that starts where the parent's does, so slot
 deadlines agree between the processes; the parent moves its own clock past them.
@@ -201,6 +204,50 @@ async def model_hang(url: str) -> None:
         await block()
 
 
+# -- approval_hang ----------------------------------------------------------------------------
+
+
+DEPLOY_PROMPT = "deploy to production"
+
+
+def deploy_tool(marker: str) -> Tool:
+    """A tool that needs a person's approval; it records every run of it in ``marker``."""
+
+    async def deploy(ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        append_line(marker, ctx.call_id)
+        return "deployed"
+
+    return Tool("deploy", "Deploy (needs approval).", deploy, needs_approval=True)
+
+
+def deploy_rules(default_text: str) -> ScriptedModel:
+    return ScriptedModel(
+        rules=[Rule(when={"text_equals": DEPLOY_PROMPT},
+                    reply={"tool_calls": [{"name": "deploy"}]})],
+        default={"text": default_text},
+    )
+
+
+async def approval_hang(url: str, marker: str) -> None:
+    async with Runtime.open(
+        url, models=[deploy_rules("never asked")], tools=[deploy_tool(marker)],
+        clock=ManualClock(), config=crash_config(),
+    ) as rt:
+        conversation = await rt.create_conversation(
+            OWNER, Profile(model="scripted", tools=("deploy",))
+        )
+        cid = conversation.conversation_id
+        await rt.post(cid, DEPLOY_PROMPT, owner=OWNER)
+        [run] = await asyncio.wait_for(rt.settle(cid), 30)  # ends on the hold
+        [approval] = await rt.approvals_of(cid, status="pending")
+        announce(
+            "awaiting_approval", instance_id=rt.instance_id, conversation_id=cid,
+            run_id=run.run_id, status=run.status.value, approval_id=approval.approval_id,
+            call_id=approval.call_id,
+        )
+        await block()
+
+
 def main() -> None:
     mode, url, *args = sys.argv[1:]
     if mode == "serve":
@@ -209,6 +256,8 @@ def main() -> None:
         asyncio.run(tool_hang(url, args[0]))
     elif mode == "model_hang":
         asyncio.run(model_hang(url))
+    elif mode == "approval_hang":
+        asyncio.run(approval_hang(url, args[0]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RuntimeFactory
+from tests.scenarios.test_awaiting_approval import ended
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.approvals import Approval, ApprovalConfig
 from tidings.errors import (
@@ -70,7 +71,7 @@ async def test_l5_a_call_that_needs_approval_holds_its_run_until_approved(
     await asyncio.sleep(0.1)
     assert deploys.applied == []  # held: nothing ran
     (run,) = await rt.runs(conv)
-    assert run.status is RunStatus.RUNNING
+    assert run.status is RunStatus.AWAITING_APPROVAL
     statuses = [e.data.get("status") for e in await rt.events(conv) if e.type == "turn_status"]
     assert statuses == ["running", "awaiting_approval"]  # visible on the feed
 
@@ -136,7 +137,7 @@ async def test_l5_an_unanswered_approval_expires_and_the_call_is_not_run(
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(conv, "deploy it")
     approval = await held(rt, conv)
-    await wait_for_runs(rt, conv, 1)
+    await ended(rt, approval.run_id)  # a wait for the runs ends on the hold: wait for its end
     assert deploys.applied == []
     assert (await rt.approvals_of(conv))[0].status == "expired"
     with pytest.raises(ApprovalDecidedError):

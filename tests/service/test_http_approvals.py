@@ -130,12 +130,9 @@ async def test_l1_http_a_locked_server_refuses_work_until_an_operator_unlocks_it
                 live.client(None) as anonymous:
             health = (await anonymous.get("/health")).json()
             assert health["status"] == "locked"
-            created = await alice.post("/v1/conversations",
-                                       json={"profile": {"model": "scripted"}})
-            assert created.status_code == 201  # creating is bookkeeping, not work
-            conv = created.json()["conversation_id"]
-            assert_problem(await alice.post(f"/v1/conversations/{conv}/inputs",
-                                            json={"content": "hi"}), 503, "runtime_locked")
+            assert_problem(await alice.post("/v1/conversations",
+                                            json={"profile": {"model": "scripted"}}),
+                           503, "runtime_locked")  # creating is a mutation too
             assert_problem(await alice.post("/v1/unlock", json={"master_key": KEY_HEX}), 403,
                            "forbidden")
             assert_problem(await operator.post("/v1/unlock", json={"master_key": "nope"}), 422,
@@ -144,6 +141,10 @@ async def test_l1_http_a_locked_server_refuses_work_until_an_operator_unlocks_it
             unlocked = await operator.post("/v1/unlock", json={"master_key": KEY_HEX})
             assert unlocked.status_code == 200, unlocked.text
             assert unlocked.json()["status"] == "ok"
+            created = await alice.post("/v1/conversations",
+                                       json={"profile": {"model": "scripted"}})
+            assert created.status_code == 201
+            conv = created.json()["conversation_id"]
             posted = await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "hi"})
             assert posted.status_code == 202
             await runtime.settle(conv)

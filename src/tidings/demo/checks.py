@@ -19,7 +19,7 @@ from tidings.lifecycle import RESTART_COMPLETED
 from tidings.mail.relay import ChildRequest
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
-from tidings.types import Input, Message, Origin, RunStatus, StartKind
+from tidings.types import Input, Message, Origin, StartKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ def interrupted_honestly(view: Snapshot, task_key: str, how: str) -> Check:
 
 def runs_never_overlap(view: Snapshot) -> Check:
     runs = sorted(view.runs, key=lambda r: (r.started_at_us or 0, r.run_id))
-    open_runs = [r.run_id for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)]
+    open_runs = [r.run_id for r in runs if not r.status.ended]
     overlaps = [
         (a.run_id, b.run_id) for a, b in pairwise(runs)
         if a.ended_at_us is None or (b.started_at_us or 0) < a.ended_at_us

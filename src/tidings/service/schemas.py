@@ -27,6 +27,7 @@ from tidings.types import (
     Profile,
     QueueStats,
     Run,
+    RunStatus,
 )
 
 # -- requests ----------------------------------------------------------------------------------
@@ -212,7 +213,10 @@ class RunOut(BaseModel):
     run_id: str
     conversation_id: str
     trigger: str
-    status: str
+    status: RunStatus = Field(description=(
+        "awaiting_approval: running, and holding on a tool call a person has not decided yet "
+        "(see the conversation's approvals); queued, running and awaiting_approval are the "
+        "only statuses that are not final."))
     model: str | None
     failure_code: str | None
     steps: int
@@ -224,7 +228,7 @@ class RunOut(BaseModel):
     def of(cls, r: Run) -> RunOut:
         return cls(
             run_id=r.run_id, conversation_id=r.conversation_id, trigger=r.trigger.value,
-            status=r.status.value, model=r.model, failure_code=r.failure_code, steps=r.steps,
+            status=r.status, model=r.model, failure_code=r.failure_code, steps=r.steps,
             created_at_us=r.created_at_us, started_at_us=r.started_at_us,
             ended_at_us=r.ended_at_us,
         )

@@ -409,11 +409,26 @@ UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
 RETURNING *;
 
 -- get_run --
-SELECT * FROM runs WHERE run_id = :run_id;
+-- ``awaiting_approval``: the run holds on a call a person has not decided yet; a running run
+-- reads as ``awaiting_approval`` then (the status is derived, never stored).
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM runs r WHERE r.run_id = :run_id;
 
 -- list_runs --
-SELECT * FROM runs WHERE conversation_id = :conversation_id
- ORDER BY created_at_us, run_id LIMIT :limit;
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM runs r WHERE r.conversation_id = :conversation_id
+ ORDER BY r.created_at_us, r.run_id LIMIT :limit;
+
+-- open_runs --
+-- The runs that hold a conversation's slot (at most one each), for the command line's status.
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM conversations c JOIN runs r ON r.run_id = c.slot_run
+ WHERE c.slot_token IS NOT NULL AND r.status IN ('queued', 'running')
+   AND (:conversation_id = '' OR c.conversation_id = :conversation_id)
+ ORDER BY r.created_at_us, r.run_id LIMIT :limit;
 
 -- request_stop --
 UPDATE runs SET stop_requested = 1
