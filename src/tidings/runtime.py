@@ -178,7 +178,9 @@ class Runtime:
         for builtin in child_tools(self.relay, lambda parent, key: self.cancel_child(parent, key)):
             if builtin.name not in self.tools:
                 self.tools.register(builtin)
-        self.approvals = Approvals(store, self.clock, self.config.approvals)
+        self.approvals = Approvals(
+            store, self.clock, self.config.approvals, metrics=self.metrics
+        )
         self.runner.approvals = self.approvals
         self.runner.metrics = self.tasks.metrics = self.metrics
         self._owns_store = owns_store
