@@ -31,7 +31,10 @@ async def main() -> None:
         await rt.post(parent, "please delegate counting")
         while True:
             requests = await rt.relay.requests_of(parent)
-            if requests and requests[0].state == "replied":
+            # The parent's turn has ended too: the kill lands between the reply and its relay,
+            # not inside a turn whose slot the next instance would wait out.
+            runs = await rt.runs(parent)
+            if requests and requests[0].state == "replied" and runs[0].ended_at_us:
                 break
             await asyncio.sleep(0.02)
         print(json.dumps({"parent": parent}), flush=True)
