@@ -88,7 +88,7 @@ from tidings.transcript import ConversationTx
 from tidings.types import Profile, StartKind
 
 GOAL_COST_COMMITS = 3.0
-SWEEP_INTERVAL = timedelta(minutes=1)  # the runtime's default slow sweep, kept as it is
+SWEEP_INTERVAL = timedelta(minutes=1)  # the runtime's default relay sweep, kept as it is
 STAGGER_S_PER_CHILD = 0.001  # child_kicks: the replies spread over 1 ms per child
 TASK_RESULT = re.compile(r'<task_result task="([^"]+)"')
 out = Console(highlight=False, width=140)
@@ -181,10 +181,10 @@ class Probe:
 
         async def pending(*, limit: int = 200) -> int:
             # Who asked, seen from the task that runs the pass: the kick's task (the relay's
-            # own ``_kicked``), or the runtime's slow sweep (the task named tidings-results).
+            # own ``_kicked``), or the runtime's relay sweep (the task named tidings-relay).
             task = asyncio.current_task()
             source = ("kick" if task is not None and task is relay._kicked
-                      else "sweep" if task is not None and task.get_name() == "tidings-results"
+                      else "sweep" if task is not None and task.get_name() == "tidings-relay"
                       else "other")
             return await self.relay_pass(source, limit)
 
@@ -382,7 +382,7 @@ async def fan_in(backend: str, dsn: str, plan: Plan, children: int,
         model = FanModel()
         config = RuntimeConfig(
             coordinator=CoordinatorConfig(max_concurrent_turns=max(256, 2 * children + 8)),
-            results_sweep_interval=SWEEP_INTERVAL,
+            relay_sweep=SWEEP_INTERVAL,
         )
         async with Runtime.open(url, models=[model], config=config) as rt:
             probe = Probe(rt)

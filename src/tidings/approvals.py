@@ -35,6 +35,7 @@ from typing import Any
 
 from tidings.clock import Clock, to_us
 from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
+from tidings.metrics import Metrics
 from tidings.store import Row, Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id
@@ -93,10 +94,14 @@ def needs_approval(approval_mode: str, *, read_only: bool) -> bool:
 class Approvals:
     """Requests, decisions, waits and the fenced application of approvals."""
 
-    def __init__(self, store: Store, clock: Clock, config: ApprovalConfig | None = None) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, config: ApprovalConfig | None = None,
+        *, metrics: Metrics | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.config = config or ApprovalConfig()
+        self.metrics = metrics
         self._decided: dict[str, asyncio.Event] = {}
         self._holding: dict[str, str] = {}
         """Approval id -> conversation id, while a turn of this process waits on it."""
@@ -145,6 +150,7 @@ class Approvals:
         """Wait until the approval is decided or has expired; returns it as it then is."""
         event = self._decided.setdefault(approval_id, asyncio.Event())
         poll = to_us(self.config.poll) / 1e6
+        held = False
         try:
             while True:
                 approval = await self.get(approval_id)
@@ -154,6 +160,10 @@ class Approvals:
                 if self.clock.now_us() >= approval.expires_at_us:
                     await self._expire(approval)
                     continue
+                if not held and self.metrics is not None:
+                    self.metrics.count("tidings_approval_waits_total",
+                                       "Tool calls a run holds until a person decides.")
+                held = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=poll)
                 event.clear()

@@ -122,6 +122,12 @@ class RuntimeConfig:
     results: ResultsConfig = field(default_factory=ResultsConfig)
     results_sweep_interval: timedelta = timedelta(minutes=1)
     approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
+    relay_kick: bool = True
+    """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
+    reply to the relay sweep (and waits for a reply notice it by polling)."""
+    relay_sweep: timedelta | None = timedelta(minutes=1)
+    """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
+    queue, a crash). None: only the pass at start runs on its own."""
 
 
 class Runtime:
@@ -191,12 +197,14 @@ class Runtime:
             create_child=self._create_child,
             profile_of=self._profile_of,
         )
-        self.runner.on_child_reply = self.relay.kick
+        self.runner.on_child_reply = self.relay.kick if self.config.relay_kick else None
         self.runner.children = self.relay
         for builtin in child_tools(self.relay, lambda parent, key: self.cancel_child(parent, key)):
             if builtin.name not in self.tools:
                 self.tools.register(builtin)
-        self.approvals = Approvals(store, self.clock, self.config.approvals)
+        self.approvals = Approvals(
+            store, self.clock, self.config.approvals, metrics=self.metrics
+        )
         self.runner.approvals = self.approvals
         self.runner.metrics = self.tasks.metrics = self.metrics
         self._owns_store = owns_store
@@ -274,6 +282,9 @@ class Runtime:
             asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
             asyncio.create_task(self._purge_results(), name="tidings-results"),
         ]
+        if self.config.relay_sweep is not None:
+            self._tasks.append(asyncio.create_task(self._relay_sweep(self.config.relay_sweep),
+                                                   name="tidings-relay"))
         # Work a previous instance left behind is found at once, not at the first sweep: its
         # tasks are lost (their processes died with it), its conversations looked at again.
         await self.tasks.reconcile_lost()
@@ -312,7 +323,6 @@ class Runtime:
             await asyncio.sleep(interval)
             try:
                 await self.tasks.reconcile_lost()
-                await self.relay.relay_pending()
                 # A restart whose instance went while this one runs is completed here, not
                 # only by the next instance to boot (one completion: the settle is fenced).
                 await complete_restarts(self.store, self.outbox, self.clock)
@@ -320,6 +330,15 @@ class Runtime:
                     await self._results.purge()
             except TidingsError as exc:
                 log.warning("the slow sweep failed: %s", exc)
+
+    async def _relay_sweep(self, every: timedelta) -> None:
+        """Child replies a lost kick, a full parent queue or a gone instance left (M16)."""
+        while True:
+            await asyncio.sleep(to_us(every) / 1e6)
+            try:
+                await self.relay.relay_pending()
+            except TidingsError as exc:
+                log.warning("the relay sweep failed: %s", exc)
 
     # -- conversations ------------------------------------------------------------------------
 

@@ -19,18 +19,22 @@ from tidings.types import Origin, StartKind
 CHILD = """
 import asyncio, json, sys
 from tidings import Profile, Runtime
+from tidings.runtime import RuntimeConfig
 from tests.scenarios.test_children import MODEL
 
 async def main() -> None:
-    async with Runtime.open(sys.argv[1], models=[MODEL]) as rt:
-        rt.runner.on_child_reply = None  # no kick: the reply waits for a relay
-        rt.relay.relay_pending = lambda **kw: asyncio.sleep(0, 0)  # nor a sweep
+    # No kick and no sweep: the reply waits for a relay.
+    config = RuntimeConfig(relay_kick=False, relay_sweep=None)
+    async with Runtime.open(sys.argv[1], models=[MODEL], config=config) as rt:
         parent = (await rt.create_conversation(
             "alice", Profile(model="scripted", tools=("spawn",)))).conversation_id
         await rt.post(parent, "please delegate counting")
         while True:
             requests = await rt.relay.requests_of(parent)
-            if requests and requests[0].state == "replied":
+            # The parent's turn has ended too: the kill lands between the reply and its relay,
+            # not inside a turn whose slot the next instance would wait out.
+            runs = await rt.runs(parent)
+            if requests and requests[0].state == "replied" and runs[0].ended_at_us:
                 break
             await asyncio.sleep(0.02)
         print(json.dumps({"parent": parent}), flush=True)

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_awaiting_approval import ended
 from tests.scenarios.test_tasks import wait_for_runs
+from tests.waiting import wait_until
 from tidings.approvals import Approval, ApprovalConfig
 from tidings.errors import (
     ApprovalDecidedError,
@@ -68,7 +69,9 @@ async def test_l5_a_call_that_needs_approval_holds_its_run_until_approved(
     approval = await held(rt, conv)
     assert approval.tool_name == "deploy"
     assert approval.arguments == {"target": "prod"}
-    await asyncio.sleep(0.1)
+    await wait_until(  # the run looked at the approval, found it pending, and holds
+        lambda: rt.metrics.counter_value("tidings_approval_waits_total") == 1,
+        what="the run holding its call for a decision")
     assert deploys.applied == []  # held: nothing ran
     (run,) = await rt.runs(conv)
     assert run.status is RunStatus.AWAITING_APPROVAL

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -46,6 +48,8 @@ MODEL = ScriptedModel(
     default={"text": "ok"},
 )
 PROFILE = Profile(model="scripted", tools=("spawn", "send"))
+RELAY_BY_TEST = RuntimeConfig(relay_kick=False, relay_sweep=None)
+"""No kick and no periodic sweep: a reply is relayed when the test runs the relay's pass."""
 
 
 async def child_mail(rt: Runtime, parent: str) -> list[Input]:
@@ -90,8 +94,7 @@ async def test_m16_a_childs_reply_is_relayed_once_as_child_mail(runtimes: Runtim
 async def test_m17_the_sweep_and_kicks_racing_relay_a_reply_once(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None  # no kick: the sweeps below race each other
+    rt = await runtimes(models=[MODEL], config=RELAY_BY_TEST)  # the sweeps below race
     parent, child = await spawned(rt)
     await wait_for_runs(rt, child, 1)
 
@@ -100,6 +103,22 @@ async def test_m17_the_sweep_and_kicks_racing_relay_a_reply_once(
     await wait_for_runs(rt, parent, 2)
     assert len(await child_mail(rt, parent)) == 1
     assert await rt.relay.relay_pending() == 0  # level-triggered on relayed_at: nothing left
+
+
+async def test_m13_the_relay_sweep_relays_a_reply_whose_kick_was_lost(
+    runtimes: RuntimeFactory,
+) -> None:
+    # No kick at all, and a sweep every 50 ms: only the runtime's own sweep can relay.
+    config = RuntimeConfig(relay_kick=False, relay_sweep=timedelta(milliseconds=50))
+    rt = await runtimes(models=[MODEL], config=config)
+    parent, child = await spawned(rt)
+    await wait_for_runs(rt, child, 1)
+    await wait_for_runs(rt, parent, 2)  # nobody called the relay: the sweep found the reply
+    (_, mail_run) = await rt.runs(parent)
+    assert mail_run.trigger is StartKind.MAIL
+    (request,) = await rt.relay.requests_of(parent)
+    assert request.relayed
+    assert len(await child_mail(rt, parent)) == 1  # once, however many sweeps ran
 
 
 async def test_m16_a_persons_exchange_inside_the_child_is_not_owed(
@@ -138,8 +157,7 @@ async def test_m16_send_goes_only_to_a_child_the_parent_spawned(
 
 
 async def test_m16_a_tombstoned_parent_owes_nothing(runtimes: RuntimeFactory) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None
+    rt = await runtimes(models=[MODEL], config=RELAY_BY_TEST)
     parent, child = await spawned(rt)
     await wait_for_runs(rt, child, 1)
     await rt.tombstone(parent)
@@ -199,8 +217,7 @@ async def test_m12_an_archived_tool_less_parent_still_runs_its_mail_turn(
 async def test_m14_stopping_a_completed_source_run_suppresses_its_mail(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None  # the reply waits for a relay the test controls
+    rt = await runtimes(models=[MODEL], config=RELAY_BY_TEST)  # the test relays
     parent, child = await spawned(rt)
     (source,) = await rt.runs(parent)
     before = await rt.transcript(parent)
@@ -220,8 +237,7 @@ async def test_m14_stopping_a_completed_source_run_suppresses_its_mail(
 async def test_m14_stopping_a_source_removes_its_queued_supplementary_inputs(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None
+    rt = await runtimes(models=[MODEL], config=RELAY_BY_TEST)
     parent, child = await spawned(rt)
     (source,) = await rt.runs(parent)
     await wait_for_runs(rt, child, 1)
@@ -307,8 +323,8 @@ async def test_m6_a_receipt_runs_on_the_mailing_runs_frozen_environment(
     runtimes: RuntimeFactory,
 ) -> None:
     first, later = _Seeing(MODEL, "scripted"), _Seeing(MODEL, "later-model")
-    rt = await runtimes(models=[first, later])
-    rt.runner.on_child_reply = None  # the reply is relayed after the profile changed
+    # The reply is relayed after the profile changed.
+    rt = await runtimes(models=[first, later], config=RELAY_BY_TEST)
     parent, child = await spawned(rt)
     await wait_for_runs(rt, child, 1)
     # The parent's profile moves on: another model, other tools, a stricter approval mode.
@@ -340,8 +356,7 @@ def test_m5_the_receipt_profile_keeps_an_empty_tool_list_and_the_stricter_approv
 async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alone(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None
+    rt = await runtimes(models=[MODEL], config=RELAY_BY_TEST)
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     def hold(cx: ConversationTx) -> None:  # the parent is busy: mail waits in its queue
@@ -379,9 +394,8 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
 async def test_m8_a_batch_commits_only_on_uncut_history_else_the_head_goes_alone(
     runtimes: RuntimeFactory,
 ) -> None:
-    config = RuntimeConfig(turns=TurnConfig(history_messages=4))
+    config = replace(RELAY_BY_TEST, turns=TurnConfig(history_messages=4))
     rt = await runtimes(models=[MODEL], config=config)
-    rt.runner.on_child_reply = None
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     for n in range(3):  # a history longer than the window: every request is cut
         await rt.post(parent, f"hello {n}")
@@ -416,8 +430,8 @@ async def test_m10_a_failed_mail_run_is_held_and_retried_within_its_frozen_model
     flaky, spare = Switchable("flaky"), Switchable("spare", down=ModelErrorKind.UNAVAILABLE)
     other = Switchable("other")
     flaky.up = other.up = True
-    rt = await runtimes(models=[flaky, spare, other], config=FAST)
-    rt.runner.on_child_reply = None
+    rt = await runtimes(models=[flaky, spare, other],
+                        config=replace(FAST, relay_kick=False, relay_sweep=None))
     profile = Profile(model="flaky", fallbacks=("spare",))
     parent = (await rt.create_conversation("alice", profile)).conversation_id
     request = await rt.relay.spawn(parent, "run_host", "call-1", "count to three")

@@ -14,7 +14,7 @@ from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import UnknownTaskError
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tools.registry import ToolContext, ToolOutput
 from tidings.types import ConversationId, Origin, Profile, RunId, RunStatus, StartKind
 
@@ -141,8 +141,8 @@ async def test_m14_stopping_a_source_stops_its_supplementary_reply_that_started(
 async def test_m9_worker_finals_of_two_runs_share_a_combined_report_that_a_stop_keeps(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None  # the relay runs when the test says
+    # The relay runs when the test says: no kick, no sweep of its own.
+    rt = await runtimes(models=[MODEL], config=RuntimeConfig(relay_kick=False, relay_sweep=None))
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     for words in ("hello", "hello again"):
         await rt.post(parent, words)

@@ -125,8 +125,8 @@ async def test_m16_a_report_that_outlives_the_drain_comes_back_as_mail_once(
 async def test_m16_an_open_wait_receives_the_first_report_exactly_once(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[MODEL])
-    rt.runner.on_child_reply = None  # no kick: nothing but the waits below reads the reply
+    # No kick, no sweep: nothing but the waits below reads the reply.
+    rt = await runtimes(models=[MODEL], config=RuntimeConfig(relay_kick=False, relay_sweep=None))
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(parent, "hello")
     await wait_for_runs(rt, parent, 1)

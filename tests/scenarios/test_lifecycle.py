@@ -13,6 +13,7 @@ import pytest
 import tidings
 from tests.conftest import Backend, RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
+from tests.waiting import eventually, wait_until, wakeup_reaches
 from tidings.errors import RuntimeLockedError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
@@ -168,7 +169,11 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
             await locked.post(conv, "hello")
         with pytest.raises(RuntimeLockedError):
             await locked.request_restart(conv)
-        await asyncio.sleep(0.3)
+        # Nothing that could claim or deliver was started: none of the runtime's loops
+        # (wake-ups, sweeps; all named tidings-...) runs, nor a turn.
+        loops = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("tidings-")]
+        assert loops == []
+        assert not locked.coordinator.active(conv)
         stats = await locked.signal_stats(conv)
         assert (stats.ready, stats.leased) == (1, 0)  # nothing claimed
         assert await locked.runs(conv) == []  # nothing delivered, no turn
@@ -209,10 +214,7 @@ async def test_l2_a_tool_the_restart_interrupts_is_outcome_unknown_and_not_repea
     conv = (await first.create_conversation(
         "alice", Profile(model="scripted", tools=("migrate",)))).conversation_id
     await first.post(conv, "migrate the database")
-    for _ in range(500):
-        if started:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: started, what="the migrate tool running")
     await first.request_restart(conv, reason="deploy")
     await first.close()  # the host honours it while the tool runs
 
@@ -244,14 +246,15 @@ async def test_l3_config_approval_and_job_events_stay_passive(runtimes: RuntimeF
     recorder = _Recorder()
     rt = await runtimes(models=[recorder])
     conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
-    for n, kind in enumerate(("config.changed", "approval.decided", "job.progress")):
+    async with wakeup_reaches(rt, conv):  # the first one's wake-up reaches the coordinator
+        for n, kind in enumerate(("config.changed", "approval.decided", "job.progress")):
 
-        def passive(tx: Tx, kind: str = kind, n: int = n) -> Published:
-            return rt.outbox.publish(tx, conv, kind, {"n": n}, idempotency_key=f"passive-{n}")
+            def passive(tx: Tx, kind: str = kind, n: int = n) -> Published:
+                return rt.outbox.publish(tx, conv, kind, {"n": n},
+                                         idempotency_key=f"passive-{n}")
 
-        await rt.store.transact(passive)
-    await asyncio.sleep(0.3)
-    await rt.settle(conv)
+            await rt.store.transact(passive)
+    await rt.settle(conv)  # ...and its decision is made
     assert await rt.runs(conv) == []  # nothing woke the agent
     assert (await rt.signal_stats(conv)).backlog == 3  # and nothing was dropped
     # A background completion wakes it; its turn reads the passive facts too.
@@ -278,13 +281,12 @@ async def test_l3_work_a_continuation_started_does_not_wake_the_agent_again(
     await rt.store.transact(lambda tx: rt.outbox.publish(
         tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     await wait_for_runs(rt, conv, 1)
-    for _ in range(200):
-        (task,) = await rt.task_list(conv)
-        if task.delivered:
-            break
-        await asyncio.sleep(0.02)
+    (task,) = await eventually(lambda: rt.task_list(conv), lambda ts: ts and ts[0].delivered,
+                               what="the follow-up's notification delivered")
     assert task.delivered
-    await asyncio.sleep(0.3)
+    # Its end is journalled and the wake-up it asked for decided; a settle re-checks by the
+    # same rule, so a turn it would start runs before the count below.
+    assert await rt.tasks.wait_journalled([task.task_key], 20)
     await rt.settle(conv)
     assert len(await rt.runs(conv)) == 1  # delivered, but no recursive wake-up
     assert not (await rt.task(conv, task.task_key)).consumed
@@ -301,10 +303,10 @@ async def test_c3_a_paused_or_blocked_goal_holds_automatic_continuation(
     rt = await runtimes(models=[recorder])
     conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
     await rt.set_goal(conv, goal, "ship it")
-    await rt.store.transact(lambda tx: rt.outbox.publish(
-        tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
-    await asyncio.sleep(0.3)
-    await rt.settle(conv)
+    async with wakeup_reaches(rt, conv):
+        await rt.store.transact(lambda tx: rt.outbox.publish(
+            tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
+    await rt.settle(conv)  # the wake-up's decision is made
     assert await rt.runs(conv) == []  # held: the fact waits
     await rt.set_goal(conv, "active")
     await rt.checkpoint(conv)  # resuming the goal lets the continuation run

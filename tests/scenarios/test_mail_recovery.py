@@ -5,7 +5,8 @@ mail the model refuses completes as a message of what was received."""
 
 from __future__ import annotations
 
-import asyncio
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -13,6 +14,8 @@ from tests.conftest import RuntimeFactory
 from tests.scenarios.test_retry import FAST, Switchable
 from tests.scenarios.test_tasks import MODEL as TASK_MODEL
 from tests.scenarios.test_tasks import notes, wait_for_runs
+from tests.waiting import eventually
+from tidings.coordinator import CoordinatorConfig
 from tidings.errors import InvalidInputError
 from tidings.mail.door import DoorConfig
 from tidings.models.base import ModelErrorKind
@@ -22,6 +25,8 @@ from tidings.transcript import ConversationTx
 from tidings.types import Origin, Profile, RunStatus, StartKind
 
 HELD = "held-by-test"
+SWEEP_BY_TEST = RuntimeConfig(coordinator=CoordinatorConfig(sweep_interval=timedelta(hours=1)))
+"""Only the test's own calls sweep: the periodic one cannot race them."""
 
 
 async def hold(rt: Runtime, conversation: str) -> None:
@@ -45,24 +50,24 @@ async def release_silently(rt: Runtime, conversation: str) -> None:
 async def test_m13_a_settled_task_whose_wake_was_lost_is_refound_by_the_sweep(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[TASK_MODEL])
+    rt = await runtimes(models=[TASK_MODEL], config=SWEEP_BY_TEST)
     conv = (await rt.create_conversation("alice", Profile(model="scripted", tools=("shell",)))
             ).conversation_id
     await rt.post(conv, "please build in the background")
-    for _ in range(400):  # the turn that started the task ends; the task still runs
-        if (runs := await rt.runs(conv)) and runs[0].ended_at_us is not None:
-            break
-        await asyncio.sleep(0.01)
+    # The turn that started the task ends; the task still runs.
+    await eventually(lambda: rt.runs(conv), lambda runs: runs and runs[0].ended_at_us,
+                     what="the first turn ended")
     await hold(rt, conv)
     (task,) = await rt.tasks.list(conv)
-    for _ in range(400):  # the task ends while the slot is held: nothing is delivered
-        if (task := await rt.tasks.get(conv, task.task_key)).state.terminal:
-            break
-        await asyncio.sleep(0.02)
+    # The task ends while the slot is held: its end is journalled (and the wake-up it asked
+    # for found the slot busy), nothing is delivered.
+    assert await rt.tasks.wait_journalled([task.task_key], 20)
+    assert (await rt.tasks.get(conv, task.task_key)).state.terminal
     await rt.settle(conv)
     assert notes(await rt.transcript(conv)) == []
     await release_silently(rt, conv)  # ...and the wake-up is lost with the holder
-    await asyncio.sleep(0.1)
+    # Nothing asks again by itself: the busy start retries only when the held lease (a
+    # minute) runs out, and the periodic sweep is off -- the test's sweep is the first.
     assert len(await rt.runs(conv)) == 1
 
     assert await rt.coordinator.sweep() == 1  # level-triggered: the settled task is found
@@ -84,7 +89,8 @@ CHILD_MODEL = ScriptedModel(
 async def test_m13_a_reply_refused_by_a_full_queue_is_relayed_once_by_the_sweep(
     runtimes: RuntimeFactory,
 ) -> None:
-    config = RuntimeConfig(door=DoorConfig(queue_limit=2))
+    # The test runs the relay's sweep itself.
+    config = RuntimeConfig(door=DoorConfig(queue_limit=2), relay_sweep=None)
     rt = await runtimes(models=[CHILD_MODEL], config=config)
     parent = (await rt.create_conversation("alice", Profile(model="scripted", tools=("spawn",)))
               ).conversation_id
@@ -118,8 +124,8 @@ async def test_m10_an_input_refusal_completes_the_mail_as_a_message_of_what_was_
 ) -> None:
     strict = Switchable("strict", down=ModelErrorKind.PERMANENT)
     strict.up = True
-    rt = await runtimes(models=[strict], config=FAST)
-    rt.runner.on_child_reply = None
+    rt = await runtimes(models=[strict], config=replace(FAST, relay_kick=False,
+                                                        relay_sweep=None))
     parent = (await rt.create_conversation("alice", Profile(model="strict"))).conversation_id
     request = await rt.relay.spawn(parent, "run_host", "call-1", "count to three")
     await wait_for_runs(rt, request.child_conversation_id, 1)  # the child answers

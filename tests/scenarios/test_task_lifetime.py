@@ -479,11 +479,14 @@ async def test_m4_a_turn_task_of_a_turn_that_lost_its_slot_is_handed_to_the_conv
     profile = Profile(model="scripted", tools=("shell",))
     conv = (await rt.create_conversation("alice", profile)).conversation_id
     await rt.post(conv, "go")
-    deadline = time.monotonic() + 10
-    while not await rt.task_list(conv):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)  # the reply waits in the drain
+
+    async def drained() -> bool:
+        return model.calls == 2
+
+    # The second answer ("interim") was the reply: the turn now waits in the drain (the
+    # scripted model returns without yielding, so the turn went straight on into it).
+    await wait_until(drained, "the reply waiting in the drain")
+    assert await rt.task_list(conv)
     clock.advance(timedelta(seconds=1))  # a stall: the slot's lease runs out
     deadline = time.monotonic() + 20
     while True:

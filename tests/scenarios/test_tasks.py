@@ -152,8 +152,9 @@ async def test_t8_a_task_the_model_waited_for_gets_no_notification(
     )).conversation_id
     await rt.post(conv, "deploy and wait")
     await wait_for_runs(rt, conv, 1)
-    await asyncio.sleep(0.5)  # any late notification would have been delivered by now
-    await rt.settle(conv)
+    (task,) = await rt.task_list(conv)
+    assert task.state.terminal  # its end is journalled: a notification would be due now...
+    await rt.settle(conv)  # ...and delivered by a turn this settle waits for
     messages = await rt.transcript(conv)
     assert messages[-1].content == "It exited."
     assert notes(messages) == []
