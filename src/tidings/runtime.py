@@ -288,6 +288,7 @@ class Runtime:
         self._closed = True
         try:
             await self.coordinator.close()
+            self.tasks.close()  # a process's end is no longer retried for long
             await self.supervisor.close()
             await self.relay.close()
             for task in self._tasks:
