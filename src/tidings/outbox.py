@@ -32,7 +32,7 @@ import random
 import secrets
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -154,8 +154,10 @@ class Outbox:
         config: OutboxConfig | None = None,
         rng: random.Random | None = None,
         owns_store: bool = False,
+        on_gone: Callable[[ReconcileReport], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self._on_gone = on_gone
         self.clock: Clock = clock or SystemClock()
         self.config = config or OutboxConfig()
         self._rng = rng or random.Random()
@@ -207,13 +209,19 @@ class Outbox:
         try:
             if self._running:
                 self._running = False
-                await self.store.transact(lambda tx: self._retire(tx, self.instance_id))
+                await self.store.transact(
+                    lambda tx: self._retire(tx, self.instance_id, dead=True)
+                )
         finally:
             if self._owns_store:
                 await self.store.close()
 
     async def run(self) -> None:
-        """Heartbeat and sweep until ``close()``; each pass survives a failed database call."""
+        """Heartbeat and sweep until ``close()``; each pass survives a failed database call.
+
+        A sweep that finds instances gone hands its report to ``on_gone``, so that what they
+        left (tasks, slots, restarts) is taken up now, not at the next slower pass.
+        """
         heartbeat_s = self.config.heartbeat_interval.total_seconds()
         sweep_every = max(1, round(self.config.sweep_interval / self.config.heartbeat_interval))
         beats = 0
@@ -226,7 +234,9 @@ class Outbox:
                 await self.heartbeat()
                 beats += 1
                 if beats % sweep_every == 0:
-                    await self.sweep()
+                    report = await self.sweep()
+                    if report.reconciled.gone_instances and self._on_gone is not None:
+                        await self._on_gone(report.reconciled)
 
     async def heartbeat(self) -> None:
         """Record that this instance is alive; if it was declared gone, stop acting."""
@@ -243,19 +253,36 @@ class Outbox:
 
     # -- reconciliation (S9) -------------------------------------------------------------------
 
-    def _retire(self, tx: Tx, instance_id: InstanceId) -> tuple[int, list[OperationId]]:
+    def _retire(
+        self, tx: Tx, instance_id: InstanceId, *, dead: bool
+    ) -> tuple[int, list[OperationId], list[ConversationId]]:
+        """Declare an instance gone: its leases void, its unsettled operations unknown.
+
+        ``dead``: its process is known to be gone (its liveness mark is free, or it is this
+        instance, closing), so the conversation slots it held are voided too. Otherwise they
+        stay until they expire: a process that is alive but stalled may still be running a
+        turn, and only its slot keeps a second turn of that conversation from starting.
+        """
         now = self.clock.now_us()
         tx.execute("mark_instance_gone", instance_id=instance_id, now_us=now)
         leases = tx.execute("invalidate_leases", instance_id=instance_id, now_us=now)
         unknown = tx.all("orphan_operations", instance_id=instance_id, now_us=now)
-        return leases, [OperationId(r["operation_id"]) for r in unknown]
+        slots = tx.all("void_slots", instance_id=instance_id, now_us=now) if dead else []
+        return (
+            leases,
+            [OperationId(r["operation_id"]) for r in unknown],
+            [ConversationId(r["conversation_id"]) for r in slots],
+        )
 
     async def reconcile(self) -> ReconcileReport:
         """Find instances that are gone; void their leases, make their operations unknown.
 
-        An instance is gone when it stopped, when its liveness mark is free (its process or
-        connection died), or when its heartbeat is older than ``instance_timeout``. Nothing
-        is replayed: an operation that was accepted and never settled is outcome_unknown.
+        An instance whose liveness mark is free (its process, or its database session, ended)
+        is known to be gone: its leases and the conversation slots it held are voided at once,
+        whatever their deadlines. An instance that stopped, or whose heartbeat is older than
+        ``instance_timeout``, is declared gone too, but while its liveness mark is held its
+        slots are left to expire: whether it still runs a turn cannot be known. Nothing is
+        replayed: an operation that was accepted and never settled is outcome_unknown.
         """
 
         def unit(tx: Tx) -> ReconcileReport:
@@ -264,20 +291,19 @@ class Outbox:
             gone: list[InstanceId] = []
             leases = 0
             unknown: list[OperationId] = []
+            slots: list[ConversationId] = []
             for row in tx.all("unreconciled_instances", instance_id=self.instance_id):
                 instance = InstanceId(row["instance_id"])
-                alive = (
-                    row["stopped_at_us"] is None
-                    and row["heartbeat_at_us"] >= stale_before
-                    and self.store.instance_alive(tx, instance)
-                )
-                if alive:
+                dead = not self.store.instance_alive(tx, instance)
+                silent = row["stopped_at_us"] is not None or row["heartbeat_at_us"] < stale_before
+                if not (dead or silent):
                     continue
-                voided, orphaned = self._retire(tx, instance)
+                voided, orphaned, freed = self._retire(tx, instance, dead=dead)
                 gone.append(instance)
                 leases += voided
                 unknown.extend(orphaned)
-            return ReconcileReport(tuple(gone), leases, tuple(unknown))
+                slots.extend(freed)
+            return ReconcileReport(tuple(gone), leases, tuple(unknown), tuple(slots))
 
         return await self.store.transact(unit)
 

@@ -78,6 +78,7 @@ from tidings.types import (
     Origin,
     Profile,
     QueueStats,
+    ReconcileReport,
     Run,
     RunId,
     RunStatus,
@@ -152,7 +153,9 @@ class Runtime:
         )
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
-        self.outbox = Outbox(store, clock=self.clock, config=self.config.outbox)
+        self.outbox = Outbox(
+            store, clock=self.clock, config=self.config.outbox, on_gone=self._instances_gone
+        )
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, self.config.door)
         self.runner = TurnRunner(
@@ -285,13 +288,26 @@ class Runtime:
         if self.config.relay_sweep is not None:
             self._tasks.append(asyncio.create_task(self._relay_sweep(self.config.relay_sweep),
                                                    name="tidings-relay"))
-        # Work a previous instance left behind is found at once, not at the first sweep: its
-        # tasks are lost (their processes died with it), its conversations looked at again.
+        await self._take_up_left_work()
+
+    async def _take_up_left_work(self) -> None:
+        """Take up what gone instances left, at once rather than at a later sweep: their
+        tasks are lost (their processes died with them), their conversations -- whose slots
+        were voided when the instance was known dead, or have expired -- looked at again."""
         await self.tasks.reconcile_lost()
         await self.coordinator.sweep()
         # Fully initialised: restarts that gone instances accepted are completed now (L2).
         await complete_restarts(self.store, self.outbox, self.clock)
         await self.relay.relay_pending()  # replies a gone instance did not relay (M16)
+
+    async def _instances_gone(self, report: ReconcileReport) -> None:
+        """The outbox's sweep found instances gone while this one runs (a peer on the same
+        database died): their work is taken up now."""
+        log.info("instances gone: %s", ", ".join(report.gone_instances))
+        try:
+            await self._take_up_left_work()
+        except TidingsError as exc:
+            log.warning("taking up the work of gone instances failed: %s", exc)
 
     async def close(self) -> None:
         """Stop running turns (committed as stopped), then the outbox, then the store.
@@ -303,6 +319,7 @@ class Runtime:
         self._closed = True
         try:
             await self.coordinator.close()
+            self.tasks.close()  # a process's end is no longer retried for long
             await self.supervisor.close()
             await self.relay.close()
             for task in self._tasks:

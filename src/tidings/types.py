@@ -155,6 +155,8 @@ class ReconcileReport:
     gone_instances: tuple[InstanceId, ...]
     leases_invalidated: int
     operations_unknown: tuple[OperationId, ...]
+    slots_voided: tuple[ConversationId, ...] = ()
+    """Conversations whose slot a gone instance held, voided before its deadline."""
 
 
 # -- conversations, inputs, runs, transcript ---------------------------------------------------

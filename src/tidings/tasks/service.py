@@ -6,19 +6,35 @@ state recorded with its event id (T2), and -- if the conversation's slot is free
 notification is due -- the notice delivered (T3, T4). When a turn holds the slot, that turn
 delivers at its next safe point instead. After the commit, the coordinator is asked for a
 turn; the wake-up is a hint, and the sweep re-finds what it misses.
+
+A store fault while recording the end (a busy database, a lost connection) does not leave the
+task running until the instance dies (H3): the unit is tried again with capped exponential
+backoff until it commits. The unit is idempotent -- a task already terminal is left as it is,
+with no second envelope, state or notice -- so a retry after a commit whose outcome was unknown
+(and which did land) changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from tidings.clock import Clock
-from tidings.errors import InvalidInputError, UnknownTaskError
+from tidings.errors import (
+    CorruptDatabaseError,
+    IntegrityViolationError,
+    InvalidInputError,
+    StoreError,
+    UnknownTaskError,
+)
 from tidings.metrics import Metrics
+from tidings.policy import backoff_us
 from tidings.results import Results, ResultsConfig
 from tidings.store import Store, Tx
 from tidings.tasks import capture, journal
@@ -49,6 +65,18 @@ _STATES = {
 StartWith = Callable[[ConversationId, Callable[[ConversationTx], bool]], Awaitable[bool]]
 """Runs a write on the locked conversation in the unit that starts its woken turn."""
 
+END_RETRY_BASE = timedelta(milliseconds=50)
+END_RETRY_CAP = timedelta(seconds=5)
+CLOSING_ATTEMPTS = 3
+"""How many more times an end is tried once the runtime is closing: a shutdown is not held up
+by a database that stays down (the task is then ``lost`` when the instance is reconciled)."""
+
+
+def _worth_retrying(exc: StoreError) -> bool:
+    """A store fault that can pass (busy, connection lost, commit outcome unknown, disk full,
+    a shared transaction rolled back); not a refusal that would repeat."""
+    return not isinstance(exc, IntegrityViolationError | CorruptDatabaseError)
+
 
 @dataclass(frozen=True, slots=True)
 class StartedTask:
@@ -69,8 +97,15 @@ class BackgroundTasks:
         results: Callable[[], Results | None],
         start_with: StartWith,
         metrics: Metrics | None = None,
+        end_retry_base: timedelta = END_RETRY_BASE,
+        end_retry_cap: timedelta = END_RETRY_CAP,
+        rng: random.Random | None = None,
     ) -> None:
         self.store = store
+        self._end_retry_base = end_retry_base
+        self._end_retry_cap = end_retry_cap
+        self._rng = rng or random.Random()
+        self._closing = asyncio.Event()
         self.clock = clock
         self.supervisor = supervisor
         self.instance_id = instance_id
@@ -203,7 +238,9 @@ class BackgroundTasks:
 
         def record(cx: ConversationTx) -> bool:
             task = journal.get(cx, task_key)
-            if task is None:
+            if task is None or task.state.terminal:
+                # Recorded already (a retry after a commit that did land, or lost meanwhile by
+                # a reconcile): the first terminal state stands, nothing is sealed twice.
                 return False
             ref = None if results is None else results.seal(
                 cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id,
@@ -219,13 +256,8 @@ class BackgroundTasks:
             )
             return after.delivered or not cx.slot_free()
 
-        try:
-            # The end, its notification and the woken turn's start commit together.
-            await self._start_with(conversation_id, record)
-        except Exception:
-            # Nothing is lost: the task stays running in the journal and becomes ``lost`` when
-            # this instance is reconciled.
-            log.exception("could not record the end of task %s", task_key)
+        # The end, its notification and the woken turn's start commit together.
+        if not await self._record_end(conversation_id, task_key, record):
             return
         if self.metrics is not None:
             self.metrics.observe(
@@ -238,6 +270,46 @@ class BackgroundTasks:
                 "tidings_tasks_ended_total", "Background tasks ended, by state.",
                 labels={"state": outcome.state.value},
             )
+
+    async def _record_end(
+        self, conversation_id: ConversationId, task_key: str,
+        record: Callable[[ConversationTx], bool],
+    ) -> bool:
+        """Commit ``record`` (idempotent), trying again after store faults with capped
+        exponential backoff until it commits. Whether it did.
+
+        Only a refusal that would repeat, or a runtime that closes while the store stays
+        down, gives up: the task then stays running in the journal and becomes ``lost`` when
+        this instance is reconciled -- never a success.
+        """
+        attempt = 0
+        left_when_closing = CLOSING_ATTEMPTS
+        while True:
+            try:
+                await self._start_with(conversation_id, record)
+                return True
+            except StoreError as exc:
+                attempt += 1
+                if self._closing.is_set():
+                    left_when_closing -= 1
+                if not _worth_retrying(exc) or left_when_closing <= 0:
+                    log.error("could not record the end of task %s: %s", task_key, exc)
+                    return False
+                delay = backoff_us(
+                    attempt, self._rng, base=self._end_retry_base, cap=self._end_retry_cap
+                ) / 1e6
+                log.warning("could not record the end of task %s (attempt %d): %s; trying "
+                            "again in %.2f s", task_key, attempt, exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), delay)
+            except Exception:
+                log.exception("could not record the end of task %s", task_key)
+                return False
+
+    def close(self) -> None:
+        """The runtime is closing: ends still failing to commit are tried only a few more
+        times, at once, so that the shutdown is not held up. Idempotent."""
+        self._closing.set()
 
     async def reconcile_lost(self, *, limit: int = 500) -> int:
         """Tasks whose instance is gone are ``lost`` -- never a success, never re-run (T9).

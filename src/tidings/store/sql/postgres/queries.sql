@@ -48,6 +48,14 @@ UPDATE signal_deliveries
        failure_code = 'instance_gone'
  WHERE state = 'leased' AND lease_instance = :instance_id;
 
+-- void_slots --
+-- The slots of an instance known to be gone (its liveness mark is free) expire now rather than
+-- at their deadline: the next unit that takes such a slot answers the dead turn's open tool
+-- calls outcome_unknown and fails its run, as it would after the expiry.
+UPDATE conversations SET slot_deadline_us = :now_us
+ WHERE slot_token IS NOT NULL AND slot_deadline_us > :now_us AND slot_instance = :instance_id
+RETURNING conversation_id;
+
 -- orphan_operations --
 -- A restart is the exception (L2): it was asked for so that its instance would go; the next
 -- instance completes it.
