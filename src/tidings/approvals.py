@@ -91,6 +91,12 @@ def needs_approval(approval_mode: str, *, read_only: bool) -> bool:
     return approval_mode == "always" or (approval_mode == "writes" and not read_only)
 
 
+def expire_run_approvals(cx: ConversationTx, run_id: str) -> None:
+    """The run is over (stopped, failed, interrupted by a crash): its pending approvals expire,
+    so a late decision is refused rather than left pending forever."""
+    cx.tx.run_later("expire_run_approvals", run_id=run_id, now_us=cx.now_us)
+
+
 class Approvals:
     """Requests, decisions, waits and the fenced application of approvals."""
 
@@ -142,7 +148,7 @@ class Approvals:
 
     def expire_run(self, cx: ConversationTx, run_id: str) -> None:
         """The run ends (stopped, failed): what still waits for a person can never apply."""
-        cx.tx.run_later("expire_run_approvals", run_id=run_id, now_us=cx.now_us)
+        expire_run_approvals(cx, run_id)
 
     # -- waiting ------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from tidings.approvals import expire_run_approvals
 from tidings.clock import Clock, to_us
 from tidings.errors import (
     CompactionRefusedError,
@@ -712,6 +713,7 @@ def recover_interrupted(cx: ConversationTx) -> int:
                 {"run_public_id": run.run_id, "status": "failed", "failure_code": "interrupted"},
                 run.run_id,
             )
+        expire_run_approvals(cx, prior)  # a held call died with its turn: no late decision
         # The turn that owned its turn-lifetime tasks is over: their notifications go to the
         # conversation (delivered by the caller's unit at the safe point it reaches).
         for task in journal.of_run(cx, prior):

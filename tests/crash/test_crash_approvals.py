@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Backend, RuntimeFactory
 from tests.crash.helpers import wait_instance_released
 from tests.crash.turn_child import OWNER, crash_config, deploy_rules, deploy_tool
 from tests.crash.turn_helpers import pairing_problems, spawn_turn_child
 from tidings import ManualClock
+from tidings.errors import ApprovalDecidedError
 from tidings.types import RunStatus
 
 
@@ -38,8 +41,11 @@ async def test_l5_awaiting_approval_sigkill_recovers_the_held_run_as_interrupted
     results = [m for m in await rt.transcript(cid) if m.tool_call_id == call_id]
     assert [m.meta.get("status") for m in results] == ["outcome_unknown"]
 
-    # A late approval of the dead run's call applies nothing: the call is never run.
-    await rt.decide(cid, dead["approval_id"], approve=True, decided_by=OWNER)
+    # The held approval expired with its run: a late approval is refused, the call never runs.
+    [approval] = await rt.approvals_of(cid)
+    assert approval.status == "expired"
+    with pytest.raises(ApprovalDecidedError):
+        await rt.decide(cid, dead["approval_id"], approve=True, decided_by=OWNER)
     await rt.post(cid, "are you there?", owner=OWNER)
     assert await rt.settle(cid) == []
     old, new = await rt.runs(cid)
