@@ -37,11 +37,13 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.mail.batching import mail_batch
+from tidings.mail.door import Door
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
 from tidings.records import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
+from tidings.tasks.notify import is_notice
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import (
@@ -108,10 +110,14 @@ class Coordinator:
         runner: TurnRunner,
         clock: Clock,
         config: CoordinatorConfig | None = None,
+        *,
+        door: Door | None = None,
     ) -> None:
         self.store = store
         self.outbox = outbox
         self.runner = runner
+        self.door = door or runner.door
+        """The door the slot-taking unit delivers due task notifications through."""
         self.clock = clock
         self.config = config or CoordinatorConfig()
         self._entries: dict[str, _Entry] = {}
@@ -350,8 +356,9 @@ class Coordinator:
             cx.release_slot(token_held)
         cfg = self.turn_config
         # A safe point with no turn running: notifications that came due while a turn held
-        # the slot (or before a crash) are delivered now, then read like any other (T4, T6).
-        delivered = journal.deliver_due(cx) if slot_free else []
+        # the slot (or before a crash) are delivered now, and the turn that starts reads them
+        # first (T4, T6, M2).
+        delivered = journal.deliver_due(cx, self.door) if slot_free else []
         inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
         if delivered or (slot_free and cx.notified):
             state = dataclasses.replace(state, notifications=True)
@@ -380,10 +387,16 @@ class Coordinator:
             instance_id=self.outbox.instance_id, now_us=cx.now_us,
         )
         cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
-        taken = inputs if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
+        # Whatever starts, the run reads the queued task notifications first, here -- the
+        # kernel's rows come first (M2), and the notice is in the transcript before the model
+        # sees it (T4, T6). The other inputs are read at the run's first commit.
+        notices = [i for i in inputs if is_notice(i)]
+        others = [i for i in inputs if not is_notice(i)]
+        journal.read(cx, notices, run_id)
+        taken = others if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
         if decision.trigger is StartKind.MAIL:
             # Up to 16 contiguous, compatible receipts share one supplementary reply (M8).
-            taken = mail_batch(inputs, owner=c.owner)
+            taken = mail_batch(others, owner=c.owner)
         notice: str | None = None
         notice_meta: dict[str, Any] = {}
         if decision.trigger is StartKind.GOAL:
@@ -392,7 +405,7 @@ class Coordinator:
         cx.record_event(
             "turn_status",
             {"run_public_id": run_id, "status": "running", "trigger": decision.trigger.value,
-             "inputs": [i.input_id for i in taken],
+             "inputs": [i.input_id for i in (*notices, *taken)],
              "signals": 0 if lease is None else len(lease.deliveries)},
             run_id,
         )
@@ -440,7 +453,9 @@ class Coordinator:
             slot_free=slot_free,
             person_inputs=any(i.origin is Origin.PERSON for i in inputs),
             agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
-            kernel_inputs=any(i.origin.is_kernel for i in inputs),
+            # A task's notification is read by whichever turn starts next; on its own it wakes
+            # the conversation as a notification does (L3, L4), not as a receipt's mail turn.
+            kernel_inputs=any(i.origin.is_kernel and not is_notice(i) for i in inputs),
             ready_signals=ready,
             notifications=slot_free and bool(row.get("unconsumed_notifications")),
         )
@@ -715,7 +730,7 @@ def recover_interrupted(cx: ConversationTx) -> int:
         # The turn that owned its turn-lifetime tasks is over: their notifications go to the
         # conversation (delivered by the caller's unit at the safe point it reaches).
         for task in journal.of_run(cx, prior):
-            journal.hand_off(cx, task, deliver=False)
+            journal.hand_off(cx, task)
     return answered
 
 
