@@ -16,7 +16,7 @@ from tests.conftest import Backend
 from tidings.clock import ManualClock
 from tidings.conversations import Conversations
 from tidings.coordinator import recover_interrupted
-from tidings.mail.door import Door
+from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
@@ -265,3 +265,52 @@ async def test_t2_a_call_answered_outcome_unknown_commits_the_task_it_started(
     assert answer.meta["status"] == "outcome_unknown"
     assert_after_result(messages, "call_1")
     assert notifications(messages)[0].meta["state"] == "lost"
+
+
+async def test_h1_a_notice_is_kernel_mail_through_the_door_with_its_stamps(
+    store: Store, clock: ManualClock
+) -> None:
+    j = await new_journal(store, clock)
+
+    def started(cx: ConversationTx) -> None:
+        cx.append_user("build it")
+        cx.append_assistant("", run_id="run_source",
+                            tool_calls=[ToolCall("call_1", "shell", {"cmd": "make"})])
+        journal.start(cx, task_key="build", command="make", instance_id="inst_test",
+                      run_id="run_source", call_id="call_1")
+
+    await j.unit(started)
+    await j.result_committed("call_1", "build")
+    finished = await j.finish("build")
+    assert finished.delivered
+    [notice] = await j.notices()
+    assert (notice.origin.value, notice.run_public_id, notice.task_key) == (
+        "task_result", "run_source", "build",
+    )
+    assert (notice.delivery_mode.value, notice.authored_by.handle) == ("queue", "alice")
+    assert notice.meta["event_id"] == finished.event_id
+
+
+async def test_h1_a_full_queue_leaves_the_notice_undelivered_until_there_is_room(
+    store: Store, clock: ManualClock
+) -> None:
+    """The queue's bound holds for the kernel's mail too; a full queue refuses nothing that
+    the task owes -- it is delivered once there is room (the sweep finds it: M13)."""
+    j = await new_journal(store, clock)
+    j.door = Door(store, clock, DoorConfig(queue_limit=1))
+    waiting = await j.door.post(j.conv, "a person's input that waits")
+    await j.call_and_start("call_1", "build")
+    await j.result_committed("call_1", "build")
+    finished = await j.finish("build")
+    assert not finished.delivered  # the queue is full
+    assert await j.notices() == []
+
+    def read_the_person(cx: ConversationTx) -> list[TaskRecord]:
+        [queued] = cx.queued_inputs(10)
+        assert queued.input_id == waiting.input_id
+        cx.materialize(queued, "run_reader")
+        return journal.deliver_due(cx, j.door)
+
+    assert [t.task_key for t in await j.unit(read_the_person)] == ["build"]
+    assert len(await j.notices()) == 1
+    assert_after_result(await j.read(), "call_1")
