@@ -359,7 +359,7 @@ class Coordinator:
         # the slot (or before a crash) are delivered now, and the turn that starts reads them
         # first (T4, T6, M2).
         delivered = journal.deliver_due(cx, self.door) if slot_free else []
-        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
+        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us, cx=cx)
         if delivered or (slot_free and cx.notified):
             state = dataclasses.replace(state, notifications=True)
         decision = self._decide(tx, conversation_id, state, kinds)
@@ -427,21 +427,23 @@ class Coordinator:
         return Begin(plan, decision, deadline_us)
 
     def _start_state(
-        self, tx: Tx, row: Row, slot_free: bool, now_us: int
+        self, tx: Tx, row: Row, slot_free: bool, now_us: int,
+        *, cx: ConversationTx | None = None,
     ) -> tuple[list[Input], StartState]:
         """What a start decision reads: the queued inputs (read order) and the flags.
 
         The conversation row's counters say whether there is anything to read at all, so an
-        idle conversation's check is one statement.
+        idle conversation's check is one statement; under the lock (``cx``), inputs the unit
+        wrote itself -- a post, a notice -- are not read back.
         """
         c = conversation_from_row(row)
         inputs: list[Input] = []
         ready = False
-        if slot_free and int(row["queued_inputs"]) > 0:
-            rows = tx.all(
-                "queued_inputs", conversation_id=c.conversation_id,
-                limit=self.turn_config.inputs_per_turn,
-            )
+        limit = self.turn_config.inputs_per_turn
+        if slot_free and cx is not None:
+            inputs = cx.queued_inputs(limit)
+        elif slot_free and int(row["queued_inputs"]) > 0:
+            rows = tx.all("queued_inputs", conversation_id=c.conversation_id, limit=limit)
             inputs = [input_from_row(r) for r in rows]
         if slot_free and int(row.get("signal_backlog") or 0) > 0:
             ready = self.ready_signals(tx, c.conversation_id, now_us)

@@ -63,9 +63,9 @@ class ConversationTx:
         self._added: list[Input] = []
         self.notified = False
         """Whether this unit delivered a task notification (it then waits unconsumed)."""
-        self.notices_due = False
-        """Whether this unit changed a task so that its notification may be due (its end
-        recorded, its call's result committed, it was handed off): the journal looks."""
+        self.changed_tasks: dict[str, Any] = {}
+        """The task journal's records this unit wrote, newest per task id: when no
+        notification waited undelivered as the unit began, only these can be due now."""
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
@@ -223,9 +223,8 @@ class ConversationTx:
 
     @property
     def undelivered_notifications(self) -> bool:
-        """Whether an ended task's notification waited undelivered when the unit began, or
-        may be due since (:attr:`notices_due`)."""
-        return self.notices_due or bool(self.row.get("undelivered_notifications"))
+        """Whether an ended task's notification waited undelivered when the unit began."""
+        return bool(self.row.get("undelivered_notifications"))
 
     @property
     def unconsumed_notifications(self) -> bool:

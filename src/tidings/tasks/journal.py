@@ -175,6 +175,7 @@ def finish(
         task, state=state, exit_code=exit_code, signal=signal, event_id=new_id("evt"),
         result_id=result_id, stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes,
         excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
+        ended_at_us=cx.now_us,
     )
     cx.tx.run_later(
         "finish_task", task_id=task.task_id, state=state.value, exit_code=exit_code,
@@ -183,7 +184,7 @@ def finish(
         excerpt_truncated=int(excerpt_truncated), duration_ms=duration_ms, now_us=cx.now_us,
         expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
     )
-    cx.notices_due = True
+    cx.changed_tasks[finished.task_id] = finished
     return finished
 
 
@@ -199,7 +200,6 @@ def hand_off(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     round, or as the turn ends)."""
     if task.handed_off:
         return task
-    cx.notices_due = True
     return _set(cx, replace(task, handed_off=True))
 
 
@@ -208,7 +208,6 @@ def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     notification, when due, is delivered at the unit's safe point."""
     if task.committed:
         return task
-    cx.notices_due = True
     return _set(cx, replace(task, committed=True))
 
 
@@ -318,15 +317,21 @@ def read(cx: ConversationTx, notices: Sequence[Input], run_id: str) -> list[int]
 def _deliver(
     cx: ConversationTx, door: Door, during_run: str | None
 ) -> list[tuple[TaskRecord, Input]]:
-    if not cx.undelivered_notifications:
-        return []
     if cx.conversation.status is ConversationStatus.TOMBSTONED:
         return []  # a deleted conversation owes nothing
-    rows = cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)
+    if cx.undelivered_notifications:
+        candidates = [task_from_row(row) for row in
+                      cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)]
+    else:
+        # Nothing waited as the unit began: only a task this unit changed can be due.
+        candidates = sorted(
+            (t for t in cx.changed_tasks.values()
+             if t.state.terminal and not t.delivered and not t.cancelled),
+            key=lambda t: (t.ended_at_us or 0, t.task_id),
+        )
     delivered: list[tuple[TaskRecord, Input]] = []
     safe: bool | None = None
-    for row in rows:
-        task = task_from_row(row)
+    for task in candidates:
         if not is_eligible(task.flags):
             continue
         if during_run is not None and task.run_id == during_run and (
@@ -366,6 +371,7 @@ def _deliver(
 
 
 def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    cx.changed_tasks[task.task_id] = task
     cx.tx.run_later(
         "set_task_flags", task_id=task.task_id, committed=int(task.committed),
         handed_off=int(task.handed_off), delivered=int(task.delivered),
