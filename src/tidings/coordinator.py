@@ -38,11 +38,13 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.mail.batching import mail_batch
+from tidings.mail.door import Door
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
 from tidings.records import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
+from tidings.tasks.notify import is_notice
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import (
@@ -109,10 +111,14 @@ class Coordinator:
         runner: TurnRunner,
         clock: Clock,
         config: CoordinatorConfig | None = None,
+        *,
+        door: Door | None = None,
     ) -> None:
         self.store = store
         self.outbox = outbox
         self.runner = runner
+        self.door = door or runner.door
+        """The door the slot-taking unit delivers due task notifications through."""
         self.clock = clock
         self.config = config or CoordinatorConfig()
         self._entries: dict[str, _Entry] = {}
@@ -351,9 +357,10 @@ class Coordinator:
             cx.release_slot(token_held)
         cfg = self.turn_config
         # A safe point with no turn running: notifications that came due while a turn held
-        # the slot (or before a crash) are delivered now, then read like any other (T4, T6).
-        delivered = journal.deliver_due(cx) if slot_free else []
-        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us)
+        # the slot (or before a crash) are delivered now, and the turn that starts reads them
+        # first (T4, T6, M2).
+        delivered = journal.deliver_due(cx, self.door) if slot_free else []
+        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us, cx=cx)
         if delivered or (slot_free and cx.notified):
             state = dataclasses.replace(state, notifications=True)
         decision = self._decide(tx, conversation_id, state, kinds)
@@ -381,10 +388,16 @@ class Coordinator:
             instance_id=self.outbox.instance_id, now_us=cx.now_us,
         )
         cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
-        taken = inputs if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
+        # Whatever starts, the run reads the queued task notifications first, here -- the
+        # kernel's rows come first (M2), and the notice is in the transcript before the model
+        # sees it (T4, T6). The other inputs are read at the run's first commit.
+        notices = [i for i in inputs if is_notice(i)]
+        others = [i for i in inputs if not is_notice(i)]
+        journal.read(cx, notices, run_id)
+        taken = others if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
         if decision.trigger is StartKind.MAIL:
             # Up to 16 contiguous, compatible receipts share one supplementary reply (M8).
-            taken = mail_batch(inputs, owner=c.owner)
+            taken = mail_batch(others, owner=c.owner)
         notice: str | None = None
         notice_meta: dict[str, Any] = {}
         if decision.trigger is StartKind.GOAL:
@@ -393,7 +406,7 @@ class Coordinator:
         cx.record_event(
             "turn_status",
             {"run_public_id": run_id, "status": "running", "trigger": decision.trigger.value,
-             "inputs": [i.input_id for i in taken],
+             "inputs": [i.input_id for i in (*notices, *taken)],
              "signals": 0 if lease is None else len(lease.deliveries)},
             run_id,
         )
@@ -415,21 +428,23 @@ class Coordinator:
         return Begin(plan, decision, deadline_us)
 
     def _start_state(
-        self, tx: Tx, row: Row, slot_free: bool, now_us: int
+        self, tx: Tx, row: Row, slot_free: bool, now_us: int,
+        *, cx: ConversationTx | None = None,
     ) -> tuple[list[Input], StartState]:
         """What a start decision reads: the queued inputs (read order) and the flags.
 
         The conversation row's counters say whether there is anything to read at all, so an
-        idle conversation's check is one statement.
+        idle conversation's check is one statement; under the lock (``cx``), inputs the unit
+        wrote itself -- a post, a notice -- are not read back.
         """
         c = conversation_from_row(row)
         inputs: list[Input] = []
         ready = False
-        if slot_free and int(row["queued_inputs"]) > 0:
-            rows = tx.all(
-                "queued_inputs", conversation_id=c.conversation_id,
-                limit=self.turn_config.inputs_per_turn,
-            )
+        limit = self.turn_config.inputs_per_turn
+        if slot_free and cx is not None:
+            inputs = cx.queued_inputs(limit)
+        elif slot_free and int(row["queued_inputs"]) > 0:
+            rows = tx.all("queued_inputs", conversation_id=c.conversation_id, limit=limit)
             inputs = [input_from_row(r) for r in rows]
         if slot_free and int(row.get("signal_backlog") or 0) > 0:
             ready = self.ready_signals(tx, c.conversation_id, now_us)
@@ -441,7 +456,9 @@ class Coordinator:
             slot_free=slot_free,
             person_inputs=any(i.origin is Origin.PERSON for i in inputs),
             agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
-            kernel_inputs=any(i.origin.is_kernel for i in inputs),
+            # A task's notification is read by whichever turn starts next; on its own it wakes
+            # the conversation as a notification does (L3, L4), not as a receipt's mail turn.
+            kernel_inputs=any(i.origin.is_kernel and not is_notice(i) for i in inputs),
             ready_signals=ready,
             notifications=slot_free and bool(row.get("unconsumed_notifications")),
         )
@@ -717,7 +734,7 @@ def recover_interrupted(cx: ConversationTx) -> int:
         # The turn that owned its turn-lifetime tasks is over: their notifications go to the
         # conversation (delivered by the caller's unit at the safe point it reaches).
         for task in journal.of_run(cx, prior):
-            journal.hand_off(cx, task, deliver=False)
+            journal.hand_off(cx, task)
     return answered
 
 

@@ -159,10 +159,12 @@ class Runtime:
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, self.config.door)
         self.runner = TurnRunner(
-            store, self.outbox, self.models, self.tools, self.clock, self.config.turns
+            store, self.outbox, self.models, self.tools, self.clock, self.config.turns,
+            door=self.door,
         )
         self.coordinator = Coordinator(
-            store, self.outbox, self.runner, self.clock, self.config.coordinator
+            store, self.outbox, self.runner, self.clock, self.config.coordinator,
+            door=self.door,
         )
         if master_key is None:
             with contextlib.suppress(MasterKeyError):
@@ -560,11 +562,9 @@ class Runtime:
             row = cx.tx.one("get_run", run_id=run_id)
             if row is None or row["conversation_id"] != conversation_id:
                 raise UnknownRunError(run_id)
-            cancelled = cx.cancel_supplementary(run_id)
+            cancelled = cx.cancel_supplementary(run_id)  # its tasks' unread notices too
             requests = relay.cancel_run(cx, run_id)
-            for task in journal.of_run(cx, run_id):
-                if not task.delivered:
-                    journal.cancel(cx, task)
+            journal.cancel_run(cx, run_id)
             # A supplementary reply to this source that has started is not delivered (M14).
             answering = relay.started_reply_to(cx, run_id)
             cx.record_event("run_stopped", {

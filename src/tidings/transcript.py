@@ -63,6 +63,9 @@ class ConversationTx:
         self._added: list[Input] = []
         self.notified = False
         """Whether this unit delivered a task notification (it then waits unconsumed)."""
+        self.changed_tasks: dict[str, Any] = {}
+        """The task journal's records this unit wrote, newest per task id: when no
+        notification waited undelivered as the unit began, only these can be due now."""
 
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:

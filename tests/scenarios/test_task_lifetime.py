@@ -149,11 +149,15 @@ async def test_m4_turn_task_drains_into_a_synthesis_round_before_the_reply_is_fi
     assert (final.role, final.content, final.meta.get("interim")) == ("assistant", FINAL, None)
     assert {m.run_id for m in messages} == {run.run_id}
 
-    # Announced as accepted input of this run, without an input id: not a new turn.
-    assert await kernel_receipts(rt, conv) == [
-        {"origin": "task_result", "run_public_id": run.run_id, "task_key": task_key}
+    # Announced as accepted input, stamped with this run, and read by this run: not a new turn.
+    [receipt] = await kernel_receipts(rt, conv)
+    assert (receipt["origin"], receipt["run_public_id"], receipt["task_key"]) == (
+        "task_result", run.run_id, task_key,
+    )
+    assert [(i.origin, i.run_id) for i in await rt.inputs(conv)] == [
+        (Origin.PERSON, run.run_id), (Origin.TASK_RESULT, run.run_id),
     ]
-    assert [i.origin for i in await rt.inputs(conv)] == [Origin.PERSON]
+    assert note.input_id == receipt["input_id"]
     task = await rt.task(conv, task_key)
     assert (task.state, task.exit_code) == (TaskState.EXITED, 0)
     assert (task.handed_off, task.delivered, task.consumed, task.cancelled) == (
@@ -240,8 +244,11 @@ async def test_m4_turn_task_that_outlives_the_drain_is_handed_off_to_a_turn_of_i
     assert first.ended_at_us is not None
     assert task.ended_at_us is not None
     assert first.ended_at_us < task.ended_at_us  # that turn ended before the task did
-    assert await kernel_receipts(rt, conv) == []
-    # The task came back later as an ordinary notification, read by the turn it woke.
+    # The task came back later as an ordinary notification -- kernel mail stamped with the
+    # first run -- read by the turn it woke.
+    [receipt] = await kernel_receipts(rt, conv)
+    assert (receipt["run_public_id"], receipt["task_key"]) == (first.run_id, task_key)
+    assert (note.input_id, note.run_id) == (receipt["input_id"], woken.run_id)
     assert (note.meta["kind"], note.meta["task_key"]) == (NOTIFICATION_KIND, task_key)
     assert "late-check-ok" in note.content
     assert (final.content, final.run_id) == (FINAL, woken.run_id)

@@ -14,6 +14,7 @@ from tests.service.test_cli import tidings
 CHECKS = (
     "every ended task notified exactly once",
     "every notification after its task's tool result",
+    "every notification an input of the conversation's door",
     "nothing placed between a tool call and its result",
     "every delivered notification consumed",
     "the build's end answered in a woken turn",

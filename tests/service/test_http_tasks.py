@@ -78,3 +78,46 @@ async def test_t10_task_facts_and_its_result_pages_over_http(live: Live) -> None
         assert_problem(await bob.get(f"/v1/conversations/{conv}/tasks/{key}"), 404,
                        "unknown_conversation")
         assert (await bob.get(f"/v1/conversations/{theirs}/tasks")).json()["items"] == []
+
+
+async def test_h1_a_task_notice_is_listed_by_get_inputs_and_announced_in_the_feed(
+    live: Live,
+) -> None:
+    """Over HTTP, a background task's notice is an input like any other: listed by GET inputs
+    with its kernel origin and stamps, announced by ``input_accepted`` in the feed, and named
+    by the run it woke."""
+    async with live.client() as alice:
+        conv = await open_conversation(alice, tools=("shell",))
+        posted = await alice.post(f"/v1/conversations/{conv}/inputs",
+                                  json={"content": "please run in the background"})
+        assert posted.status_code == 202
+        task = await _settled_task(alice, conv)
+        deadline = time.monotonic() + WAIT_S
+        while len(runs := (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
+                  ) < 2 or any(r["status"] == "running" for r in runs):
+            assert time.monotonic() < deadline, runs
+            await asyncio.sleep(0.05)
+        first, woken = runs
+        assert (first["trigger"], woken["trigger"]) == ("person", "wake")
+
+        person, notice = (await alice.get(f"/v1/conversations/{conv}/inputs")).json()["items"]
+        assert (person["input_id"], person["origin"]) == (posted.json()["input_id"], "person")
+        assert {k: notice[k] for k in ("origin", "run_public_id", "task_key", "delivery_mode",
+                                        "state", "run_id")} == {
+            "origin": "task_result", "run_public_id": first["run_id"],
+            "task_key": task["task_key"], "delivery_mode": "queue", "state": "materialized",
+            "run_id": woken["run_id"],
+        }
+        assert notice["meta"]["kind"] == "task_notification"
+        assert notice["meta"]["event_id"] == task["event_id"]
+
+        events = (await alice.get(f"/v1/conversations/{conv}/events.json")).json()["items"]
+        [accepted] = [e["data"] for e in events if e["type"] == "input_accepted"
+                      and e["data"]["origin"] == "task_result"]
+        assert (accepted["input_id"], accepted["run_public_id"], accepted["task_key"]) == (
+            notice["input_id"], first["run_id"], task["task_key"],
+        )
+        [start] = [e["data"] for e in events if e["type"] == "turn_status"
+                   and e["data"]["run_public_id"] == woken["run_id"]
+                   and e["data"]["status"] == "running"]
+        assert start["inputs"] == [notice["input_id"]]

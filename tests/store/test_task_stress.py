@@ -1,7 +1,8 @@
 """T3/T4 under load: many tasks whose processes end at random moments against their tool
 results committing at random moments, with steers and other steps' tool calls in between, all
 racing through the real store. Every task is announced exactly once, after its result, and the
-transcript stays paired."""
+transcript stays paired. Each unit delivers what is due through the door and reads it at once,
+as a turn does at its safe point."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TypeVar
 from tests.conftest import Backend
 from tidings.clock import SystemClock
 from tidings.conversations import Conversations
+from tidings.mail.door import Door
 from tidings.models.base import ToolCall
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
@@ -22,6 +24,12 @@ from tidings.types import Profile
 
 T = TypeVar("T")
 CONVERSATIONS = 20
+RUN = "run_stress"
+
+
+def joiner(door: Door) -> Callable[[ConversationTx], list[int]]:
+    """A safe point of a turn: what is due is delivered through the door and read at once."""
+    return lambda cx: journal.join(cx, door, RUN)
 
 
 async def unit(store: Store, conv: str, body: Callable[[ConversationTx], T]) -> T:
@@ -41,6 +49,7 @@ async def one_task(store: Store, conv: str, lock: asyncio.Lock, n: int,
     """A tool call starts task n; its process ends and its result commits in a random order,
     while steers arrive. A conversation runs one step at a time (the lock stands for its slot).
     """
+    join = joiner(Door(store, SystemClock()))
     key = f"t{n}"
     call = f"call_{n}"
     async with lock:
@@ -59,6 +68,7 @@ async def one_task(store: Store, conv: str, lock: asyncio.Lock, n: int,
                 assert task is not None
                 journal.finish(cx, task, state=rng.choice([TaskState.EXITED, TaskState.KILLED]),
                                exit_code=0)
+                join(cx)
 
             await unit(store, conv, body)
 
@@ -70,6 +80,7 @@ async def one_task(store: Store, conv: str, lock: asyncio.Lock, n: int,
                 task = journal.get(cx, key)
                 assert task is not None
                 journal.mark_committed(cx, task)
+                join(cx)
                 if rng.random() < 0.3:
                     cx.append_user(f"steer after {key}")
 
@@ -77,7 +88,7 @@ async def one_task(store: Store, conv: str, lock: asyncio.Lock, n: int,
 
         await asyncio.gather(finish(), commit())
     if rng.random() < 0.2:
-        await unit(store, conv, journal.deliver_due)
+        await unit(store, conv, join)
 
 
 async def run_stress(url: str, tasks: int) -> None:
@@ -94,7 +105,7 @@ async def run_stress(url: str, tasks: int) -> None:
             for n in range(tasks)
         ))
         for conv in convs:  # the sweep's safe point: whatever is left is delivered now
-            await unit(store, conv, journal.deliver_due)
+            await unit(store, conv, joiner(Door(store, SystemClock())))
         announced: dict[str, int] = {}
         for conv in convs:
             messages = await conversations.transcript(conv, limit=1000)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -18,7 +19,18 @@ from tidings.tasks.notify import (
     ProcessFacts,
     TaskState,
     is_eligible,
+    is_notice,
     render,
+)
+from tidings.types import (
+    Author,
+    AuthorKind,
+    ConversationId,
+    DeliveryMode,
+    Input,
+    InputId,
+    InputState,
+    Origin,
 )
 
 ELIGIBLE = NotificationFlags(
@@ -134,3 +146,26 @@ def test_t10_notification_carries_a_reference_and_a_bounded_excerpt() -> None:
     observed = json.loads(re.search(r"<process_facts>(.*)</process_facts>", text).group(1))  # type: ignore[union-attr]
     assert observed["result"] == {"result_id": "res_1", "lifetime": "durable"}
     assert observed["stdout_bytes"] == 100_000
+
+
+def _input(origin: Origin, meta: dict[str, Any]) -> Input:
+    return Input(
+        input_id=InputId("in_1"), conversation_id=ConversationId("conv_1"), queue_position=1,
+        origin=origin, authored_by=Author(AuthorKind.HUMAN, "alice", "alice"),
+        sender_conversation_id=None, run_public_id=None, task_key="bg-1",
+        delivery_mode=DeliveryMode.QUEUE, content="x", meta=dict(meta),
+        state=InputState.QUEUED, run_id=None, accepted_at_us=0,
+    )
+
+
+@pytest.mark.parametrize(("origin", "kind", "notice"), [
+    (Origin.TASK_RESULT, NOTIFICATION_KIND, True),
+    (Origin.TASK_RESULT, None, False),  # other task_result mail is a receipt's mail turn
+    (Origin.CHILD, NOTIFICATION_KIND, False),
+    (Origin.PERSON, NOTIFICATION_KIND, False),
+])
+def test_h1_a_notice_is_the_journals_task_result_mail(
+    origin: Origin, kind: str | None, notice: bool
+) -> None:
+    meta: dict[str, Any] = {} if kind is None else {"kind": kind}
+    assert is_notice(_input(origin, meta)) is notice

@@ -204,6 +204,7 @@ async def run_demo(url: str, console: Console) -> bool:
     results = [
         checks.notified_once(view),
         checks.placed_after_result(view),
+        checks.through_the_door(view),
         checks.never_between_call_and_result(view),
         checks.consumed(view),
         checks.build_succeeded(view, build.task_key),

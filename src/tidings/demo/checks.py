@@ -70,6 +70,17 @@ def placed_after_result(view: Snapshot) -> Check:
                  else f"misplaced notices at seq {bad}")
 
 
+def through_the_door(view: Snapshot) -> Check:
+    notes = _notes(view.messages)
+    runs = {r.run_id for r in view.runs}
+    bad = [m.seq for m in notes if m.origin is not Origin.TASK_RESULT or m.input_id is None
+           or m.run_id not in runs]
+    ok = bool(notes) and not bad
+    return Check("every notification an input of the conversation's door", ok,
+                 f"{len(notes)} task_result input(s), each read by a turn that names it" if ok
+                 else f"notices outside the door at seq {bad or 'none'}")
+
+
 def never_between_call_and_result(view: Snapshot) -> Check:
     by_seq = {m.seq: m for m in view.messages}
     results = {m.tool_call_id: m.seq for m in view.messages if m.role == "tool"}

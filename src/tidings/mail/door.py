@@ -6,6 +6,11 @@ admission checks and refuses the kernel's two origins (``task_result``, ``child`
 anything is written. The kernel writes its mail with :meth:`Door.deliver` inside its own unit
 of work, and the door never judges the kernel's mail for admission (M1).
 
+The kernel's mail is a background task's notification (``task_result``, written by the task
+journal) or a child conversation's reply (``child``, written by the relay): both come through
+:meth:`Door.deliver`, so each is a row of the inputs with its stamps, announced by
+``input_accepted`` and read by a run like any other input (H1).
+
 Read order (M2) is the kernel's rows first, then arrival; ``queue_position`` stays the arrival
 number. Delivery modes (M3): ``queue`` waits for the next turn; ``steer`` joins the running turn
 at its next safe point (after the current step's tool results commit). Kernel mail is always
@@ -71,6 +76,14 @@ class Admission:
     meta: dict[str, Any]
     idempotency_key: str | None
     owner: str | None
+
+
+def kernel_author(cx: ConversationTx) -> Author:
+    """Whom the kernel's mail in this conversation is authored by: its owner principal, the
+    creator of the work the mail reports on -- the kernel impersonates nobody else, and the
+    mail's origin says that the kernel wrote it (M6, M8)."""
+    owner = cx.conversation.owner
+    return Author(AuthorKind.HUMAN, owner, owner)
 
 
 class Door:

@@ -31,7 +31,7 @@ from typing import Any
 from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
 from tidings.mail.batching import combined_sources, receipt_of
-from tidings.mail.door import Door
+from tidings.mail.door import Door, kernel_author
 from tidings.policy import frozen_environment
 from tidings.records import input_from_row
 from tidings.store import Row, Store
@@ -404,8 +404,7 @@ class ChildRelay:
                     continue
                 self.door.deliver(
                     cx, render(request), origin=Origin.CHILD,
-                    authored_by=Author(AuthorKind.HUMAN, cx.conversation.owner,
-                                       cx.conversation.owner),
+                    authored_by=kernel_author(cx),
                     sender_conversation_id=request.child_conversation_id,
                     run_public_id=request.run_public_id, task_key=request.task_key,
                     meta={"relayed_request": request.request_id,

@@ -2,12 +2,18 @@
 that holds the task's conversation (:class:`~tidings.transcript.ConversationTx`).
 
 Every transition that can make a notification eligible -- the terminal state recorded, the
-originating tool call's result committed, the task handed off -- ends by calling
-:func:`deliver_due` in the same transaction. So whichever of "process ended" and "tool result
-committed" lands last delivers the notification, and the conversation lock makes it exactly
-once. Delivery writes the notice and sets ``delivered`` together, and only at a safe point: while
-any tool call of the conversation is open, nothing is delivered (the turn that holds the call
-delivers at its next safe point, and the sweep re-finds what is left).
+originating tool call's result committed, the task handed off -- is followed, in the same
+transaction, by :func:`deliver_due` (or :func:`join` inside a turn). So whichever of "process
+ended" and "tool result committed" lands last delivers the notification, and the conversation
+lock makes it exactly once.
+
+A notification enters the conversation through its single door (H1, M1): delivering it accepts
+kernel mail of origin ``task_result`` (stamped with the originating run and the task key, and
+announced by ``input_accepted``) and sets ``delivered`` -- together. The run that reads it
+materializes it (:func:`read`) as the transcript's user-role notice, ``meta.kind =
+task_notification``, and the task keeps that message's position. Both happen only at a safe
+point: while any tool call of the conversation is open, nothing is delivered or read (the turn
+that holds the call does it at its next safe point, and the sweep re-finds what is left).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tidings.mail.door import Door, kernel_author
 from tidings.results import Drop, dropped_from
 from tidings.store import Row
 from tidings.tasks.notify import (
@@ -23,10 +30,11 @@ from tidings.tasks.notify import (
     ProcessFacts,
     TaskState,
     is_eligible,
+    is_notice,
     render,
 )
 from tidings.transcript import ConversationTx
-from tidings.types import ConversationId, new_id
+from tidings.types import ConversationId, ConversationStatus, Input, Origin, new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +163,10 @@ def finish(
     excerpt: bytes = b"",
     excerpt_truncated: bool = False,
     duration_ms: int | None = None,
-    deliver: bool = True,
 ) -> TaskRecord:
-    """Record the terminal state and its stable event id (once), then deliver what is due.
-
-    ``deliver`` False leaves the delivery to the holder of the conversation's slot (a turn is
-    running: it delivers at its own next safe point, or as it ends).
+    """Record the terminal state and its stable event id (once). The notification, when due,
+    is delivered by :func:`deliver_due` at the unit's safe point: the unit that takes the
+    conversation's slot, or the turn that holds it, at its own next safe point or as it ends.
     """
     if not state.terminal:
         raise ValueError("finish records a terminal state")
@@ -170,6 +176,7 @@ def finish(
         task, state=state, exit_code=exit_code, signal=signal, event_id=new_id("evt"),
         result_id=result_id, stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes,
         excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
+        ended_at_us=cx.now_us,
     )
     cx.tx.run_later(
         "finish_task", task_id=task.task_id, state=state.value, exit_code=exit_code,
@@ -178,7 +185,8 @@ def finish(
         excerpt_truncated=int(excerpt_truncated), duration_ms=duration_ms, now_us=cx.now_us,
         expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
     )
-    return _deliver_if_due(cx, finished) if deliver else finished
+    cx.changed_tasks[finished.task_id] = finished
+    return finished
 
 
 def of_run(cx: ConversationTx, run_id: str) -> list[TaskRecord]:
@@ -187,24 +195,21 @@ def of_run(cx: ConversationTx, run_id: str) -> list[TaskRecord]:
     return [task_from_row(r) for r in rows]
 
 
-def hand_off(cx: ConversationTx, task: TaskRecord, *, deliver: bool = True) -> TaskRecord:
+def hand_off(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     """The turn that owned a turn-lifetime task hands its notification to the conversation:
-    it is delivered like any other, now if it is due (M4's synthesis round, or as the turn
-    ends)."""
+    it is delivered like any other, at the unit's safe point if it is due (M4's synthesis
+    round, or as the turn ends)."""
     if task.handed_off:
         return task
-    handed = _set(cx, replace(task, handed_off=True))
-    return _deliver_if_due(cx, handed) if deliver else handed
+    return _set(cx, replace(task, handed_off=True))
 
 
-def mark_committed(
-    cx: ConversationTx, task: TaskRecord, *, during_run: str | None = None
-) -> TaskRecord:
-    """The originating tool call's first result is committed (call in that same unit).
-
-    ``during_run``: the run whose turn commits it, still running; see :func:`deliver_due`.
-    """
-    return _deliver_if_due(cx, _set(cx, replace(task, committed=True)), during_run)
+def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    """The originating tool call's first result is committed (call in that same unit); the
+    notification, when due, is delivered at the unit's safe point."""
+    if task.committed:
+        return task
+    return _set(cx, replace(task, committed=True))
 
 
 def commit_calls(cx: ConversationTx, run_id: str, call_ids: set[str]) -> None:
@@ -237,6 +242,18 @@ def cancel(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     return task if task.cancelled else _set(cx, replace(task, cancelled=True))
 
 
+def cancel_run(cx: ConversationTx, run_id: str) -> None:
+    """A stopped source run's tasks notify nothing more (M14): a notification not delivered
+    yet is cancelled, and so is one accepted but not read yet -- the stop withdrew its input
+    with the run's other queued supplementary inputs (``cx.cancel_supplementary``, earlier in
+    the same unit), so it was never delivered to the model. A notice read already stands."""
+    for task in of_run(cx, run_id):
+        if not task.delivered:
+            cancel(cx, task)
+        elif task.notification_seq is None and not task.consumed and not task.cancelled:
+            _set(cx, replace(task, delivered=False, cancelled=True))
+
+
 def consume(cx: ConversationTx, tasks: Sequence[TaskRecord]) -> None:
     """The model step that saw these notifications succeeded and is being committed (T5)."""
     for task in tasks:
@@ -252,60 +269,107 @@ def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str)
 
 
 def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
-    """Delivered notifications not yet handled (as of the unit's start, and its own writes)."""
+    """Notifications read into the transcript and not yet handled (as of the unit's start, and
+    its own writes); one accepted but not read yet is not among them."""
     if not cx.unconsumed_notifications:
         return []
     rows = cx.tx.all("unconsumed_tasks", conversation_id=cx.conversation_id)
     return [task_from_row(r) for r in rows]
 
 
-def deliver_due(cx: ConversationTx, *, during_run: str | None = None) -> list[TaskRecord]:
-    """Deliver every eligible, undelivered notification of the conversation, if no tool call
-    is open (a safe point). Returns what was delivered; recovery by event id (T6): a task
-    whose notice was written is ``delivered`` in the same commit, so it is never written twice.
+def deliver_due(
+    cx: ConversationTx, door: Door, *, during_run: str | None = None
+) -> list[TaskRecord]:
+    """Deliver every eligible, undelivered notification of the conversation through its door,
+    if no tool call is open (a safe point): each becomes a queued ``task_result`` input (kernel
+    mail: no admission checks, always ``queue``) and ``delivered``, in the caller's unit --
+    together, so it is never accepted twice (T6). A full queue leaves the rest undelivered, for
+    the sweep (M13); a tombstoned conversation owes nothing. Returns what was delivered.
 
     ``during_run``: called at a safe point inside that run's turn. The run's own
     conversation-lifetime tasks then wait for its final reply and answer in a supplementary
     turn, even when they ended earlier (M4); other runs' tasks join here.
     """
-    if not cx.undelivered_notifications:
-        return []
-    rows = cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)
-    delivered = []
-    for row in rows:
-        task = task_from_row(row)
-        after = _deliver_if_due(cx, task, during_run)
-        if after.delivered:
-            delivered.append(after)
+    return [task for task, _ in _deliver(cx, door, during_run)]
+
+
+def join(cx: ConversationTx, door: Door, run_id: str) -> list[int]:
+    """At a safe point inside ``run_id``'s turn (after a step's tool results, or in its
+    synthesis round): deliver what is due and have that run read it at once -- it joins the
+    turn as a steer does. Returns the notices' message positions."""
+    return read(cx, [item for _, item in _deliver(cx, door, run_id)], run_id)
+
+
+def read(cx: ConversationTx, notices: Sequence[Input], run_id: str) -> list[int]:
+    """``run_id`` reads these queued notices, in the caller's unit at a safe point: each
+    becomes the transcript's user-role message of that run (``meta.kind =
+    task_notification``, ``input_materialized``), and its task keeps the message's position.
+    A notice is read once: materializing refuses an input that is no longer queued (T6)."""
+    seqs = []
+    for item in notices:
+        assert is_notice(item), item
+        seq = cx.materialize(item, run_id)
+        cx.tx.run_later("set_notification_seq", conversation_id=cx.conversation_id,
+                        task_key=item.task_key, seq=seq)
+        seqs.append(seq)
+    return seqs
+
+
+def _deliver(
+    cx: ConversationTx, door: Door, during_run: str | None
+) -> list[tuple[TaskRecord, Input]]:
+    if cx.conversation.status is ConversationStatus.TOMBSTONED:
+        return []  # a deleted conversation owes nothing
+    if cx.undelivered_notifications:
+        candidates = [task_from_row(row) for row in
+                      cx.tx.all("undelivered_tasks", conversation_id=cx.conversation_id)]
+    else:
+        # Nothing waited as the unit began: only a task this unit changed can be due.
+        candidates = sorted(
+            (t for t in cx.changed_tasks.values()
+             if t.state.terminal and not t.delivered and not t.cancelled),
+            key=lambda t: (t.ended_at_us or 0, t.task_id),
+        )
+    delivered: list[tuple[TaskRecord, Input]] = []
+    safe: bool | None = None
+    for task in candidates:
+        if not is_eligible(task.flags):
+            continue
+        if during_run is not None and task.run_id == during_run and (
+            task.lifetime == "conversation"
+        ):
+            continue  # after the run's final reply (M4)
+        if safe is None:
+            safe = not cx.open_tool_calls()
+        if not safe:
+            return []
+        if door.room(cx) <= 0:
+            break  # the queue is full: the sweep offers the rest again (M13)
+        assert task.event_id is not None
+        text, meta = render(ProcessFacts(
+            task_key=task.task_key, event_id=task.event_id, state=task.state,
+            exit_code=task.exit_code, signal=task.signal, duration_ms=task.duration_ms or 0,
+            stdout_bytes=task.stdout_bytes, stderr_bytes=task.stderr_bytes,
+            result_id=task.result_id,
+            result_lifetime=None if task.result_id is None else "durable",
+            excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
+            output_dropped=output_dropped(cx, task),
+        ))
+        item = door.deliver(
+            cx, text, origin=Origin.TASK_RESULT, authored_by=kernel_author(cx),
+            sender_conversation_id=None, run_public_id=task.run_id, task_key=task.task_key,
+            meta=meta,
+        )
+        cx.notified = True
+        cx.record_event(
+            "task_status",
+            {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
+             "delivered": True, "input_id": item.input_id,
+             "resolved_by": {"kind": "notification", "input_id": item.input_id}},
+            task.run_id,
+        )
+        delivered.append((_set(cx, replace(task, delivered=True)), item))
     return delivered
-
-
-def _deliver_if_due(
-    cx: ConversationTx, task: TaskRecord, during_run: str | None = None
-) -> TaskRecord:
-    if not is_eligible(task.flags) or cx.open_tool_calls():
-        return task
-    if during_run is not None and task.run_id == during_run and task.lifetime == "conversation":
-        return task  # after the run's final reply (M4)
-    assert task.event_id is not None
-    text, meta = render(ProcessFacts(
-        task_key=task.task_key, event_id=task.event_id, state=task.state,
-        exit_code=task.exit_code, signal=task.signal, duration_ms=task.duration_ms or 0,
-        stdout_bytes=task.stdout_bytes, stderr_bytes=task.stderr_bytes,
-        result_id=task.result_id, result_lifetime=None if task.result_id is None else "durable",
-        excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
-        output_dropped=output_dropped(cx, task),
-    ))
-    seq = cx.append_user(text, run_id=task.run_id, meta=meta)
-    cx.notified = True
-    cx.record_event(
-        "task_status",
-        {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
-         "delivered": True, "message_seq": seq,
-         "resolved_by": {"kind": "notification", "message_seq": seq}},
-        task.run_id,
-    )
-    return _set(cx, replace(task, delivered=True, notification_seq=seq))
 
 
 def output_dropped(cx: ConversationTx, task: TaskRecord) -> tuple[Drop, ...]:
@@ -317,6 +381,7 @@ def output_dropped(cx: ConversationTx, task: TaskRecord) -> tuple[Drop, ...]:
 
 
 def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
+    cx.changed_tasks[task.task_id] = task
     cx.tx.run_later(
         "set_task_flags", task_id=task.task_id, committed=int(task.committed),
         handed_off=int(task.handed_off), delivered=int(task.delivered),

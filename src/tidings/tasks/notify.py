@@ -7,6 +7,10 @@ terminal state in a tool result (T8). The journal evaluates this in the same tra
 changes any of those facts, so whichever of "process ended" and "tool result committed" lands
 last delivers it, once.
 
+A notification reaches the conversation through its single door, as kernel mail of origin
+``task_result`` (:func:`is_notice` tells it from other kernel mail), and becomes the transcript's
+message when a run reads it.
+
 The message is an internal user-role notice (``meta.kind = task_notification``). Its process
 facts (state, exit code or signal, duration, byte counts, the result reference, and what the
 stored result had to drop, if anything) are kept apart from ``untrusted_process_output``, a
@@ -23,6 +27,7 @@ from typing import Any
 
 from tidings.policy import fenced_json
 from tidings.results import Drop
+from tidings.types import Input, Origin
 
 NOTIFICATION_KIND = "task_notification"
 EXCERPT_LIMIT_BYTES = 2 * 1024
@@ -78,6 +83,12 @@ def is_eligible(task: NotificationFlags) -> bool:
         and not task.cancelled
         and not task.reported_in_tool_result
     )
+
+
+def is_notice(item: Input) -> bool:
+    """Whether an input is a task's notification: ``task_result`` kernel mail the journal wrote
+    (its ``kind`` is a reserved meta key, so no caller can dress an input up as one)."""
+    return item.origin is Origin.TASK_RESULT and item.meta.get("kind") == NOTIFICATION_KIND
 
 
 @dataclass(frozen=True, slots=True)

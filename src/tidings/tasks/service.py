@@ -3,8 +3,9 @@ sealed as a result envelope and recorded in the journal, and the conversation is
 
 The process's end is one unit on the task's conversation: the output sealed (R1), the terminal
 state recorded with its event id (T2), and -- if the conversation's slot is free and the
-notification is due -- the notice delivered (T3, T4). When a turn holds the slot, that turn
-delivers at its next safe point instead. After the commit, the coordinator is asked for a
+notification is due -- the notice delivered through the door and read by the woken turn, whose
+start is in the same unit (T3, T4, H1). When a turn holds the slot, that turn delivers at its
+next safe point instead. After the commit, the coordinator is asked for a
 turn; the wake-up is a hint, and the sweep re-finds what it misses.
 
 A store fault while recording the end (a busy database, a lost connection) does not leave the
@@ -252,9 +253,8 @@ class BackgroundTasks:
                 stdout_bytes=outcome.stdout.total_bytes, stderr_bytes=outcome.stderr.total_bytes,
                 excerpt=excerpt, excerpt_truncated=excerpt_truncated,
                 duration_ms=int(outcome.duration.total_seconds() * 1000),
-                deliver=cx.slot_free(),
             )
-            return after.delivered or not cx.slot_free()
+            return after.state.terminal
 
         # The end, its notification and the woken turn's start commit together.
         if not await self._record_end(conversation_id, task_key, record):
@@ -338,8 +338,8 @@ class BackgroundTasks:
                     return False
                 # A turn-lifetime task's turn is over: its notification goes to the
                 # conversation.
-                task = journal.hand_off(cx, task, deliver=False)
-                journal.finish(cx, task, state=TaskState.LOST, deliver=cx.slot_free())
+                task = journal.hand_off(cx, task)
+                journal.finish(cx, task, state=TaskState.LOST)
                 return True
 
             if await self._start_with(conversation_id, lose):

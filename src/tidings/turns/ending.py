@@ -16,6 +16,7 @@ from tidings.approvals import Approvals
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
 from tidings.mail import relay
 from tidings.mail.batching import combined_sources, receipt_of
+from tidings.mail.door import Door
 from tidings.models.base import ModelReply
 from tidings.outbox import Outbox
 from tidings.tasks import journal
@@ -30,6 +31,7 @@ class TurnEnding:
     """The end units of a turn (see the module docstring)."""
 
     outbox: Outbox
+    door: Door
     tasks: TurnTasks | None
     approvals: Approvals | None
 
@@ -82,8 +84,8 @@ class TurnEnding:
             answered = [relay.answer(cx, item, status="completed", text=reply.text,
                                      run_id=plan.run_id) for item in plan.inputs]
             progress.child_replied = any(answered)
-            # Tasks that ended during the turn are delivered now, for the next turn.
-            progress.more_work = bool(journal.deliver_due(cx))
+            # Tasks that ended during the turn are delivered now, for the next turn to read.
+            progress.more_work = bool(journal.deliver_due(cx, self.door))
             run = self._end_run(cx, plan, progress, RunStatus.COMPLETED, None, [])
             if cx.conversation.awaiting_person and plan.trigger is StartKind.PERSON:
                 cx.update(awaiting_person=False)
@@ -145,7 +147,7 @@ class TurnEnding:
             # Delivered stays, consumed does not; the error is kept with them (T5).
             kept = journal.unconsumed(cx)
             journal.keep_unconsumed(cx, kept, failure.code)
-            progress.more_work = bool(journal.deliver_due(cx)) or bool(kept)
+            progress.more_work = bool(journal.deliver_due(cx, self.door)) or bool(kept)
             # A stop's suppression was written by the stop itself (a person's post since then
             # has lifted it, and that stands).
             if failure.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):

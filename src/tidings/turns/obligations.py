@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from tidings.approvals import Approvals, needs_approval
 from tidings.clock import to_us
 from tidings.mail import relay
+from tidings.mail.door import Door
 from tidings.models.base import ModelReply, ToolCall
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
@@ -32,6 +33,7 @@ class TurnObligations:
     """Task drain, approvals and the relay kick of a turn (see the module docstring)."""
 
     config: TurnConfig
+    door: Door
     tasks: TurnTasks | None
     children: TurnChildren | None
     approvals: Approvals | None
@@ -97,15 +99,10 @@ class TurnObligations:
                             meta={"model": progress.model, "interim": True})
         joined_from = len(cx.appended)
         for task in owed:
-            # Announced as accepted input of this run -- without an input id: not a new turn.
-            cx.record_event(
-                "input_accepted",
-                {"origin": "task_result", "run_public_id": plan.run_id,
-                 "task_key": task.task_key},
-                plan.run_id,
-            )
             journal.hand_off(cx, task)
-        journal.deliver_due(cx, during_run=plan.run_id)
+        # The notices enter through the door (``input_accepted{origin: task_result}``) and this
+        # run reads them at once: they join it, they are not a new turn (M4, H1).
+        journal.join(cx, self.door, plan.run_id)
         for request in replies:
             # A turn-owned spawn's first report settles here, before the reply is final, and
             # is not also mail (M16).

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
 from tidings.errors import TidingsError
+from tidings.mail.door import Door
 from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
@@ -99,8 +100,11 @@ class TurnRunner(TurnObligations, TurnEnding):
         on_child_reply: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
+        door: Door | None = None,
     ) -> None:
         self.store = store
+        self.door = door or Door(store, clock)
+        """The door task notifications are delivered through (kernel mail, M1)."""
         self.tasks = tasks
         self.children = children
         self.approvals = approvals
@@ -446,10 +450,11 @@ class TurnRunner(TurnObligations, TurnEnding):
         for output in outputs:
             task_key = output.meta.get("task_key")
             if isinstance(task_key, str) and (task := journal.get(cx, task_key)) is not None:
-                journal.mark_committed(cx, task, during_run=plan.run_id)
+                journal.mark_committed(cx, task)
                 if not task.handed_off and task_key not in progress.turn_tasks:
                     progress.turn_tasks.append(task_key)
-        journal.deliver_due(cx, during_run=plan.run_id)
+        # Due notifications enter through the door and this run reads them here (T4, H1).
+        journal.join(cx, self.door, plan.run_id)
         steers = [
             s for s in cx.queued_steers(self.config.inputs_per_turn)
             if s.input_id not in progress.taken

@@ -559,8 +559,15 @@ UPDATE tasks
    SET committed = :committed, handed_off = :handed_off, delivered = :delivered,
        consumed = :consumed, cancelled = :cancelled,
        reported_in_tool_result = :reported_in_tool_result,
-       continuation_error = :continuation_error, notification_seq = :notification_seq
+       continuation_error = :continuation_error,
+       notification_seq = coalesce(:notification_seq, notification_seq)
  WHERE task_id = :task_id;
+
+-- set_notification_seq --
+-- The run that read a task's notice: the task keeps the message's position (T6). A record read
+-- before it (set_task_flags with no position) never clears it.
+UPDATE tasks SET notification_seq = :seq
+ WHERE conversation_id = :conversation_id AND task_key = :task_key;
 
 -- undelivered_tasks --
 SELECT * FROM tasks
@@ -578,8 +585,11 @@ SELECT EXISTS (SELECT 1 FROM tasks t LEFT JOIN runs r ON r.run_id = t.run_id
                   AND (r.run_id IS NULL OR r.trigger IN ('person', 'agent', 'mail'))) AS direct;
 
 -- unconsumed_tasks --
+-- Notifications read into the transcript and not yet handled: one accepted at the door but not
+-- read yet is not handled by the turn that ends now (T5).
 SELECT * FROM tasks
  WHERE conversation_id = :conversation_id AND delivered = 1 AND consumed = 0
+   AND notification_seq IS NOT NULL
  ORDER BY notification_seq;
 
 -- running_tasks_of --
