@@ -1,7 +1,7 @@
 """The performance report (issue 7): run every benchmark and write its figures into
 docs/performance.md.
 
-    python bench/report.py [--quick] [--only outbox,turns,tasks,mail,torture,scale,peers]
+    python bench/report.py [--quick] [--only outbox,turns,tasks,mail,torture,scale,peers,load]
 
 First the physical limits of this machine, measured here: raw single-row commits on SQLite at
 ``synchronous=FULL`` and ``NORMAL``, one row per transaction and 100 per transaction, and on
@@ -35,7 +35,7 @@ from harness import DEFAULT_DSN, log, run_main, source_revision
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
-BENCHES = ("outbox", "turns", "tasks", "mail", "torture", "scale", "peers")
+BENCHES = ("outbox", "turns", "tasks", "mail", "torture", "scale", "peers", "load")
 
 
 def sqlite_commits_per_s(synchronous: str, rows: int, seconds: float = 1.0) -> float:
@@ -143,6 +143,17 @@ HEADLINES: tuple[Headline, ...] = (
      ("sqlite_vs_huey", "sqlite_vs_persist_queue"), "≥ 2", lambda v: v >= 2),
     ("peers", "tidings ÷ procrastinate (PG)", ("pg_vs_procrastinate",), "≥ 5",
      lambda v: v >= 5),
+    ("load", "`tidings serve`, 200 watchers + 50 posters: 5xx (SQLite / PG)",
+     ("sqlite_5xx", "pg_5xx"), "0", lambda v: v == 0),
+    ("load", "inputs acknowledged but not on file (SQLite / PG)",
+     ("sqlite_lost_inputs", "pg_lost_inputs"), "0", lambda v: v == 0),
+    ("load", "server RSS growth over the measured window, MiB (SQLite / PG)",
+     ("sqlite_rss_growth_mib", "pg_rss_growth_mib"), "≤ 20 (quick)", lambda v: v <= 20),
+    ("load", "post p50 / p99, ms (SQLite)", ("sqlite_post_p50_ms", "sqlite_post_p99_ms"), "",
+     None),
+    ("load", "post p50 / p99, ms (PG)", ("pg_post_p50_ms", "pg_post_p99_ms"), "", None),
+    ("load", "event lag to watchers p99, ms (SQLite / PG)",
+     ("sqlite_lag_p99_ms", "pg_lag_p99_ms"), "", None),
 )
 
 

@@ -146,3 +146,53 @@ async def test_a2_events_json_pages_after_a_sequence(servers: Servers) -> None:
         empty = (await alice.get(f"/v1/conversations/{conv}/events.json",
                                  params={"after": page["next_after"]})).json()
         assert empty == {"items": [], "next_after": page["next_after"]}
+
+
+async def test_h5_a_graceful_shutdown_completes_every_open_feed_even_one_inside_a_read(
+    servers: Servers,
+) -> None:
+    """A server stopping under load finds its feeds busy, each inside a journal read (here one
+    that takes a second, longer than sse-starlette's half-second exit poll). Every feed still
+    ends by itself with a complete response: its client sees the stream end, not a broken
+    connection, and reconnects with its last id."""
+    feeds = 8
+    live = await servers()
+    runtime = live.runtime
+    connected, reading = 0, 0
+    all_connected, all_reading = asyncio.Event(), asyncio.Event()
+    outcomes: list[str] = []
+    async with live.client() as alice:
+        conv = await open_conversation(alice)
+
+        async def watch() -> None:
+            nonlocal connected
+            try:
+                async with alice.stream("GET", f"/v1/conversations/{conv}/events") as stream:
+                    assert stream.status_code == 200
+                    connected += 1
+                    if connected == feeds:
+                        all_connected.set()
+                    async for _ in stream.aiter_lines():
+                        pass
+                outcomes.append("complete")
+            except httpx.TransportError as exc:
+                outcomes.append(type(exc).__name__)
+
+        watchers = [asyncio.create_task(watch()) for _ in range(feeds)]
+        read_events = runtime.events
+
+        async def slow_events(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reading
+            reading += 1
+            if reading == feeds:
+                all_reading.set()
+            await asyncio.sleep(1.0)  # the slow read, not a wait of the test
+            return await read_events(*args, **kwargs)
+
+        async with asyncio.timeout(WAIT_S):
+            await all_connected.wait()
+            runtime.events = slow_events  # type: ignore[method-assign]
+            await all_reading.wait()  # every feed is inside a read
+            await live.stop()
+            await asyncio.gather(*watchers)
+    assert outcomes == ["complete"] * feeds

@@ -405,6 +405,7 @@ async def events(
         sse.feed(runtime, feeds, conversation_id, owner=owner, after=start, first=first),
         ping=feeds.ping_s,
         send_timeout=30.0,
+        shutdown_grace_period=sse.SHUTDOWN_GRACE_S,  # the feed ends itself: a whole response
     )
 
 

@@ -9,7 +9,11 @@ since the position lives in the database and in the client, never in the server.
 The feed first sends everything after the given sequence, then polls the journal every
 ``poll``; keep-alive pings and disconnect detection are sse-starlette's. When the server shuts
 down, open feeds end at once (:meth:`Feeds.close`) so a graceful shutdown does not wait on
-them; the client reconnects to the next server with its last id.
+them; the client reconnects to the next server with its last id. A feed ends by returning, so
+its response is completed (the last chunk is sent): sse-starlette, which also watches for the
+server's exit, waits ``SHUTDOWN_GRACE_S`` for that before it cancels a feed -- without the
+grace it cancelled every feed that was inside a journal read at that moment, and the client
+saw a broken response (and the server logged an error for each).
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from tidings.runtime import Runtime
 from tidings.service.schemas import EventOut
 
 log = logging.getLogger("tidings.service.sse")
+
+SHUTDOWN_GRACE_S = 3.0
+"""How long a feed may take to end by itself once the server stops (less than the server's
+graceful-shutdown timeout), before sse-starlette cancels it."""
 
 
 class Feeds:
@@ -98,4 +106,4 @@ async def feed(
         page = [EventOut.of(e) for e in rows]
 
 
-__all__ = ("Feeds", "encode", "feed")
+__all__ = ("SHUTDOWN_GRACE_S", "Feeds", "encode", "feed")
