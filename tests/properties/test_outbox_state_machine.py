@@ -6,6 +6,12 @@ stale leases kept around to be used again. After every step the database must ho
 the states the model predicts. Each run gets a fresh database (a new SQLite file, or the
 PostgreSQL test database emptied) and its own event loop.
 
+Random steps seldom line up S6's hardest case -- a lease expires, another holder reclaims its
+signals, and the old holder acks with its stale token -- so one rule makes it on purpose
+whenever a lease is held (``expire_reclaim_stale_ack``). A mutant store whose ack skips the
+token or the deadline check must fail this machine on every seed:
+``python -m tests.properties.mutants --seeds 1,2,3,4,5`` (see that module).
+
 Time moves in whole seconds and retries back off by between 0.5 s and 1 s, so whether a
 released signal is claimable again is decided, whatever the jitter drew.
 """
@@ -255,6 +261,12 @@ class OutboxMachine(RuleBasedStateMachine):
         max_bytes=st.none() | st.sampled_from([40, 80, 120]),
     )
     def claim(self, conversation: str, max_count: int | None, max_bytes: int | None) -> None:
+        self.claim_one(conversation, max_count, max_bytes)
+
+    def claim_one(
+        self, conversation: str, max_count: int | None = None, max_bytes: int | None = None
+    ) -> Lease:
+        """Claim, and hold the outcome to the model's prediction; returns the lease."""
         now = self.now()
         ready = sorted(
             (d for d in self.live(conversation)
@@ -288,6 +300,7 @@ class OutboxMachine(RuleBasedStateMachine):
             assert delivery.attempts == m.attempts
         if got:
             self.leases.append(lease)
+        return lease
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data())
@@ -310,7 +323,11 @@ class OutboxMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
         lease = self.lease(data)
-        ids = self.pick(data, lease)
+        self.ack_with(lease, self.pick(data, lease))
+
+    def ack_with(self, lease: Lease, ids: list[int] | None) -> bool:
+        """Ack (all of the lease, or ``ids``) with the consumer's own write in the same unit:
+        both commit if the token holds them, neither if it does not. Returns which it was."""
         chosen = [self.deliveries[i] for i in (ids or lease.delivery_ids)]
         turn: list[str] = []
 
@@ -332,6 +349,46 @@ class OutboxMachine(RuleBasedStateMachine):
                 self.run(self.ob.store.transact(unit))
             with pytest.raises(UnknownOperationError):
                 self.run(self.ob.operation(turn[0]))
+        return current
+
+    def reclaimable(self) -> list[Lease]:
+        """Leases still held now whose signals another holder could take once they expire
+        (some attempt budget left)."""
+        now = self.now()
+        return [
+            lease for lease in self.leases
+            if any(self.deliveries[i].held_by(lease, now)
+                   and self.deliveries[i].attempts < CONFIG.max_attempts
+                   for i in lease.delivery_ids)
+        ]
+
+    @precondition(lambda self: self.reclaimable())
+    @rule(data=st.data())
+    def expire_reclaim_stale_ack(self, data: st.DataObject) -> None:
+        """S6's hard case, made on purpose: a holder's lease expires (to the microsecond), it
+        tries to ack with its expired token, another holder reclaims the signals, and the old
+        holder acks, extends and releases with its stale token. Every stale call fails and
+        changes nothing; the new holder's ack then holds."""
+        old = data.draw(st.sampled_from(self.reclaimable()), label="expiring lease")
+        self.clock.advance(timedelta(microseconds=old.deadline_us - self.now()))
+        assert not self.ack_with(old, None)  # expired, not reclaimed yet: still stale
+        taken: list[int] = []
+        new: Lease | None = None
+        for _ in range(len(self.deliveries)):  # claims go in journal order: ours come
+            new = self.claim_one(old.conversation_id)
+            taken = [i for i in old.delivery_ids if self.deliveries[i].token == new.token]
+            if taken or not new.deliveries:
+                break
+        assert taken, "an expired lease's signals with attempts left are reclaimable"
+        assert new is not None
+        event("reclaim: the old holder acks after another holder reclaimed")
+        assert not self.ack_with(old, taken)
+        with pytest.raises(StaleLeaseError):
+            self.run(self.ob.extend(old))
+        with pytest.raises(StaleLeaseError):
+            self.run(self.ob.release(old, "turn_failed", delivery_ids=taken))
+        if data.draw(st.booleans(), label="new holder acks"):
+            assert self.ack_with(new, taken)
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), permanent=st.sampled_from([False, False, True]),
