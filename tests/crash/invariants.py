@@ -349,8 +349,16 @@ def task_consumed(db: Snapshot) -> Iterator[Violation]:
 
 @invariant
 def task_result_input(db: Snapshot) -> Iterator[Violation]:
-    """Where task notices are inputs (origin ``task_result``): one per task, for a task of that
-    conversation (H1, T4). Checked only for the rows that exist."""
+    """Every task notice came through the door (H1): its transcript message is the reading of
+    a ``task_result`` input of that task, and a task has one live such input, of a task of that
+    conversation (T4)."""
+    by_id = {i["input_id"]: i for i in db.inputs}
+    for key, notices in db.notices.items():
+        for m in notices:
+            item = by_id.get(m["input_id"])
+            if item is None or item["origin"] != "task_result" or item["task_key"] != key[1]:
+                yield _v("task_result_input", *key,
+                         detail=f"the notice at seq {m['seq']} is no task_result input's reading")
     live = Counter((i["conversation_id"], i["task_key"]) for i in db.inputs
                    if i["origin"] == "task_result" and i["state"] != "cancelled")
     for key, n in live.items():

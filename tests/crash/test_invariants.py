@@ -239,6 +239,24 @@ class Scene:
                  f"VALUES ({', '.join('?' for _ in fields)})", *fields.values())
         return seq
 
+    def append_notice(self, title: str, content: str, meta: dict[str, Any], run_id: str) -> int:
+        """A task notice written the way the journal writes one: a ``task_result`` input of the
+        task, read by ``run_id`` as the message at the end of the transcript."""
+        conv = self.conversation(title)
+        seq = self.append(title, "user", content, meta, run_id=run_id,
+                          input_id=f"in_h6_notice_{meta['task_key']}")
+        position = int(self.one("SELECT max(queue_position) AS p FROM inputs "
+                                "WHERE conversation_id = ?", conv)["p"]) + 1
+        self.sql("INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, "
+                 "author_kind, author_handle, author_display_name, run_public_id, task_key, "
+                 "delivery_mode, content, meta, state, run_id, accepted_at_us, "
+                 "materialized_at_us, message_seq) "
+                 "VALUES (?, ?, ?, 'task_result', 1, 'human', ?, ?, ?, ?, 'queue', ?, ?, "
+                 "'materialized', ?, 0, 0, ?)",
+                 f"in_h6_notice_{meta['task_key']}", conv, position, OWNER, OWNER, run_id,
+                 meta["task_key"], content, json.dumps(meta), run_id, seq)
+        return seq
+
     def set_meta(self, conversation_id: str, seq: int, meta: dict[str, Any]) -> None:
         self.sql("UPDATE messages SET meta = ? WHERE conversation_id = ? AND seq = ?",
                  json.dumps(meta), conversation_id, seq)
@@ -318,7 +336,8 @@ def test_h6_task_once_fires_on_a_second_notice(scene: Scene) -> None:
     note = scene.notice("notified")
     scene.append("notified", "user", note["content"], json.loads(note["meta"]),
                   run_id=note["run_id"])
-    assert scene.fired() == {"task_once"}
+    # A second notice is never a door's reading: the door accepts a task's notice once.
+    assert scene.fired() == {"task_once", "task_result_input"}
 
 
 def test_h6_task_notice_matches_fires_on_a_notice_of_another_end(scene: Scene) -> None:
@@ -355,7 +374,7 @@ def test_h6_task_after_read_fires_on_a_notice_after_the_model_waited_for_the_tas
     written the way the journal writes one (the message, and ``delivered`` with it)."""
     task = scene.task("waited")
     assert task["reported_in_tool_result"] == 1
-    seq = scene.append("waited", "user", "<task_notification>", {
+    seq = scene.append_notice("waited", "<task_notification>", {
         "kind": NOTICE, "event_id": task["event_id"], "task_key": task["task_key"],
         "state": task["state"]}, run_id=task["run_id"])
     scene.sql("UPDATE tasks SET delivered = 1, notification_seq = ? WHERE task_id = ?",
@@ -386,6 +405,7 @@ def test_h6_task_after_call_fires_on_a_notice_before_its_calls_result(scene: Sce
               note["conversation_id"], note["seq"])
     scene.sql("UPDATE tasks SET notification_seq = 0 WHERE task_id = ?",
               scene.task("notified")["task_id"])
+    scene.sql("UPDATE inputs SET message_seq = 0 WHERE input_id = ?", note["input_id"])
     assert scene.fired() == {"task_after_call"}
 
 
@@ -409,6 +429,14 @@ def test_h6_task_result_input_fires_on_two_task_result_inputs_for_one_task(
     key = scene.task("notified")["task_key"]
     for _ in range(2):
         scene.add_input("notified", "task_result", key, {"kind": NOTICE, "task_key": key})
+    assert scene.fired() == {"task_result_input"}
+
+
+def test_h6_task_result_input_fires_on_a_notice_written_past_the_door(scene: Scene) -> None:
+    note = scene.notice("notified")
+    scene.sql("UPDATE messages SET input_id = NULL WHERE conversation_id = ? AND seq = ?",
+              note["conversation_id"], note["seq"])
+    scene.sql("DELETE FROM inputs WHERE input_id = ?", note["input_id"])
     assert scene.fired() == {"task_result_input"}
 
 
