@@ -37,6 +37,7 @@ from tidings.errors import (
     TidingsError,
     UnknownConversationError,
 )
+from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
@@ -442,7 +443,7 @@ class Coordinator:
         ready = False
         limit = self.turn_config.inputs_per_turn
         if slot_free and cx is not None:
-            inputs = cx.queued_inputs(limit)
+            inputs = queue.queued_inputs(cx, limit)
         elif slot_free and int(row["queued_inputs"]) > 0:
             rows = tx.all("queued_inputs", conversation_id=c.conversation_id, limit=limit)
             inputs = [input_from_row(r) for r in rows]
@@ -631,7 +632,7 @@ class Coordinator:
             raise UnknownConversationError(conversation_id)
         if not cx.slot_free():
             raise CompactionRefusedError(conversation_id, "a turn is active")
-        if cx.queued_inputs(1):
+        if queue.queued_inputs(cx, 1):
             raise CompactionRefusedError(conversation_id, "a start is queued")
         recover_interrupted(cx)
         deadline = cx.now_us + to_us(self.turn_config.slot_ttl) * 4

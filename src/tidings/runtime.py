@@ -37,7 +37,7 @@ from tidings.errors import (
     UnknownTaskError,
 )
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
-from tidings.mail import relay
+from tidings.mail import queue, relay
 from tidings.mail.door import Door, DoorConfig
 from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.metrics import Metrics
@@ -562,7 +562,7 @@ class Runtime:
             row = cx.tx.one("get_run", run_id=run_id)
             if row is None or row["conversation_id"] != conversation_id:
                 raise UnknownRunError(run_id)
-            cancelled = cx.cancel_supplementary(run_id)  # its tasks' unread notices too
+            cancelled = queue.cancel_supplementary(cx, run_id)  # its tasks' unread notices too
             requests = relay.cancel_run(cx, run_id)
             journal.cancel_run(cx, run_id)
             # A supplementary reply to this source that has started is not delivered (M14).

@@ -1,4 +1,4 @@
-"""A conversation locked inside a unit of work: the one writer of its inputs, messages and events.
+"""A conversation locked inside a unit of work: the one writer of its state, messages and events.
 
 Every unit that changes a conversation starts with :meth:`ConversationTx.lock` and ends with
 :meth:`ConversationTx.save`. The lock (the conversation row: ``FOR UPDATE`` on PostgreSQL, the
@@ -9,6 +9,10 @@ message positions and event sequences are gap-free and commit ordered: a reader 
 Strict pairing is enforced by the store, not by good manners: while a tool call is open, the
 ``insert_message`` query refuses anything but its result, and this class raises
 :class:`~tidings.errors.PairingViolationError` so the whole unit rolls back.
+
+Inputs are the mail's: :mod:`tidings.mail.door` writes them and :mod:`tidings.mail.queue` reads,
+cancels and materializes them, as functions over this object (they keep the row's queue
+counters, and :attr:`ConversationTx.accepted`, true in the same unit).
 """
 
 from __future__ import annotations
@@ -21,27 +25,9 @@ from typing import Any
 from tidings.clock import Clock
 from tidings.errors import PairingViolationError, SlotLostError, UnknownConversationError
 from tidings.models.base import ToolCall
-from tidings.policy import read_order
-from tidings.records import (
-    conversation_from_row,
-    encode_profile,
-    input_from_row,
-    message_from_row,
-)
+from tidings.records import conversation_from_row, encode_profile, message_from_row
 from tidings.store import Row, Tx
-from tidings.types import (
-    Author,
-    Conversation,
-    ConversationId,
-    DeliveryMode,
-    Input,
-    InputId,
-    InputState,
-    Message,
-    Origin,
-    RunId,
-    new_id,
-)
+from tidings.types import Conversation, ConversationId, Input, Message, Origin, new_id
 
 
 def _json(value: Any) -> str:
@@ -60,7 +46,9 @@ class ConversationTx:
         self._saved = (dict(row), self.conversation)
         self._events: list[dict[str, Any]] = []
         self.appended: list[Message] = []
-        self._added: list[Input] = []
+        self.accepted: list[Input] = []
+        """The inputs this unit wrote that it has not read yet (the door appends, reading
+        removes): when they are the whole queue, the queue is read without a query."""
         self.notified = False
         """Whether this unit delivered a task notification (it then waits unconsumed)."""
         self.changed_tasks: dict[str, Any] = {}
@@ -155,66 +143,7 @@ class ConversationTx:
         self._events.append({"seq": seq, "type": type, "run_id": run_id, "data": _json(data)})
         return seq
 
-    # -- the door -----------------------------------------------------------------------------
-
-    def add_input(
-        self,
-        *,
-        content: str,
-        origin: Origin,
-        authored_by: Author,
-        delivery_mode: DeliveryMode,
-        sender_conversation_id: str | None = None,
-        run_public_id: str | None = None,
-        task_key: str | None = None,
-        meta: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-    ) -> Input:
-        """Write one input at the next arrival number and journal ``input_accepted``."""
-        position = int(self.row["last_queue_position"]) + 1
-        self.row["last_queue_position"] = position
-        self.row["queued_inputs"] = int(self.row["queued_inputs"]) + 1
-        accepted = Input(
-            input_id=InputId(new_id("in")),
-            conversation_id=self.conversation_id,
-            queue_position=position,
-            origin=origin,
-            authored_by=authored_by,
-            sender_conversation_id=(
-                None if sender_conversation_id is None
-                else ConversationId(sender_conversation_id)
-            ),
-            run_public_id=None if run_public_id is None else RunId(run_public_id),
-            task_key=task_key,
-            delivery_mode=delivery_mode,
-            content=content,
-            meta=dict(meta or {}),
-            state=InputState.QUEUED,
-            run_id=None,
-            accepted_at_us=self.now_us,
-        )
-        self.tx.run_later(
-            "insert_input",
-            input_id=accepted.input_id,
-            conversation_id=self.conversation_id,
-            queue_position=position,
-            origin=origin.value,
-            kernel=int(origin.is_kernel),
-            author_kind=authored_by.kind.value,
-            author_handle=authored_by.handle,
-            author_display_name=authored_by.display_name,
-            sender_conversation_id=sender_conversation_id,
-            run_public_id=run_public_id,
-            task_key=task_key,
-            delivery_mode=delivery_mode.value,
-            content=content,
-            meta=_json(accepted.meta),
-            idempotency_key=idempotency_key,
-            now_us=self.now_us,
-        )
-        self._added.append(accepted)
-        self.record_event("input_accepted", input_accepted_data(accepted))
-        return accepted
+    # -- what waits (counters kept on the conversation row, read with the lock) ------------
 
     @property
     def queued_count(self) -> int:
@@ -235,100 +164,6 @@ class ConversationTx:
     def signal_backlog(self) -> int:
         """Unacknowledged signals of the conversation when it was locked."""
         return int(self.row.get("signal_backlog") or 0)
-
-    def in_flight(self) -> tuple[str | None, frozenset[str]]:
-        """The run holding the slot, and the queued inputs it took when it started (they stay
-        queued until it materializes them at its first commit)."""
-        _, _, running = self.slot_holder()
-        if running is None:
-            return None, frozenset()
-        start = self.tx.one("last_turn_status", conversation_id=self.conversation_id,
-                            run_id=running)
-        taken = json.loads(start["data"]).get("inputs", []) if start is not None else []
-        return str(running), frozenset(str(i) for i in taken)
-
-    def cancel_supplementary(self, run_public_id: str) -> list[str]:
-        """Cancel the kernel inputs a source run is owed that are still queued here (M14) --
-        not those the running turn took already (it is the caller's to stop). Returns them."""
-        queued = [str(r["input_id"]) for r in self.tx.all(
-            "queued_kernel_inputs_of_run", conversation_id=self.conversation_id,
-            run_public_id=run_public_id,
-        )]
-        if not queued:
-            return []
-        _, taken = self.in_flight()
-        cancelled = [i for i in queued if i not in taken and self.tx.one(
-            "cancel_queued_input", conversation_id=self.conversation_id, input_id=i
-        ) is not None]
-        if cancelled:
-            self.row["queued_inputs"] = int(self.row["queued_inputs"]) - len(cancelled)
-            self.record_event("input_cancelled",
-                              {"input_ids": cancelled, "run_public_id": run_public_id})
-        return cancelled
-
-    def cancel_queued(self, input_id: str) -> bool:
-        """Withdraw one input still queued here (a request its sender cancelled before it
-        was read). False when it was read already, or was never queued here."""
-        if self.tx.one("cancel_queued_input", conversation_id=self.conversation_id,
-                       input_id=input_id) is None:
-            return False
-        self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
-        self.record_event("input_cancelled", {"input_ids": [input_id]})
-        return True
-
-    def queued_inputs(self, limit: int) -> list[Input]:
-        """Queued inputs in read order (kernel first, then arrival)."""
-        if self.queued_count == 0:
-            return []
-        if self.queued_count == len(self._added) <= limit:
-            # Every queued input was added by this unit (a post that starts its own turn).
-            return read_order(self._added)
-        rows = self.tx.all("queued_inputs", conversation_id=self.conversation_id, limit=limit)
-        return [input_from_row(r) for r in rows]
-
-    def queued_steers(self, limit: int) -> list[Input]:
-        if self.queued_count == 0:
-            return []
-        rows = self.tx.all("queued_steers", conversation_id=self.conversation_id, limit=limit)
-        return [input_from_row(r) for r in rows]
-
-    def materialize(self, item: Input, run_id: str) -> int:
-        """Turn a queued input into the transcript's user message, read by ``run_id``."""
-        seq = int(self.row["last_message_seq"]) + 1
-        self.tx.run_later(
-            "materialize_input", input_id=item.input_id, run_id=run_id, now_us=self.now_us,
-            message_seq=seq, expect=1,
-            mismatch=lambda: PairingViolationError(
-                self.conversation_id, f"input {item.input_id} is no longer queued"
-            ),
-        )
-        self.row["queued_inputs"] = int(self.row["queued_inputs"]) - 1
-        self._added = [i for i in self._added if i.input_id != item.input_id]
-        appended = self.append_user(
-            item.content,
-            origin=item.origin,
-            input_id=item.input_id,
-            run_id=run_id,
-            meta={
-                "authored_by": {
-                    "kind": item.authored_by.kind.value,
-                    "handle": item.authored_by.handle,
-                    "display_name": item.authored_by.display_name,
-                },
-                **({"sender_conversation_id": item.sender_conversation_id}
-                   if item.sender_conversation_id else {}),
-                **({"task_key": item.task_key} if item.task_key else {}),
-                **item.meta,
-            },
-        )
-        assert appended == seq
-        self.record_event(
-            "input_materialized",
-            {"input_id": item.input_id, "run_public_id": run_id, "message_seq": seq,
-             "origin": item.origin.value, "delivery_mode": item.delivery_mode.value},
-            run_id,
-        )
-        return seq
 
     # -- the transcript -----------------------------------------------------------------------
 
@@ -445,24 +280,3 @@ class ConversationTx:
         """Compaction: the history window starts after message ``seq`` from now on."""
         self.row["history_start_seq"] = seq
 
-
-def input_accepted_data(item: Input) -> dict[str, Any]:
-    """The ``input_accepted`` event: origin, authored_by and the stamps (M15)."""
-    data: dict[str, Any] = {
-        "input_id": item.input_id,
-        "origin": item.origin.value,
-        "authored_by": {
-            "kind": item.authored_by.kind.value,
-            "handle": item.authored_by.handle,
-            "display_name": item.authored_by.display_name,
-        },
-        "queue_position": item.queue_position,
-        "delivery_mode": item.delivery_mode.value,
-    }
-    if item.sender_conversation_id is not None:
-        data["sender_conversation_public_id"] = item.sender_conversation_id
-    if item.run_public_id is not None:
-        data["run_public_id"] = item.run_public_id
-    if item.task_key is not None:
-        data["task_key"] = item.task_key
-    return data

@@ -16,6 +16,7 @@ from tests.conftest import Backend
 from tidings.clock import ManualClock
 from tidings.conversations import Conversations
 from tidings.coordinator import recover_interrupted
+from tidings.mail import queue
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
 from tidings.store import Store, Tx, open_store
@@ -306,9 +307,9 @@ async def test_h1_a_full_queue_leaves_the_notice_undelivered_until_there_is_room
     assert await j.notices() == []
 
     def read_the_person(cx: ConversationTx) -> list[TaskRecord]:
-        [queued] = cx.queued_inputs(10)
+        [queued] = queue.queued_inputs(cx, 10)
         assert queued.input_id == waiting.input_id
-        cx.materialize(queued, "run_reader")
+        queue.materialize(cx, queued, "run_reader")
         return journal.deliver_due(cx, j.door)
 
     assert [t.task_key for t in await j.unit(read_the_person)] == ["build"]

@@ -15,10 +15,14 @@ Read order (M2) is the kernel's rows first, then arrival; ``queue_position`` sta
 number. Delivery modes (M3): ``queue`` waits for the next turn; ``steer`` joins the running turn
 at its next safe point (after the current step's tool results commit). Kernel mail is always
 ``queue``.
+
+Both ways in end in :func:`add_input`, the one writer of the inputs table; what becomes of a
+queued input afterwards (read, taken by a turn, cancelled) is :mod:`tidings.mail.queue`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +42,15 @@ from tidings.transcript import ConversationTx
 from tidings.types import (
     Author,
     AuthorKind,
+    ConversationId,
     ConversationStatus,
     DeliveryMode,
     Input,
+    InputId,
+    InputState,
     Origin,
+    RunId,
+    new_id,
 )
 
 RESERVED_META_KEYS = frozenset(
@@ -84,6 +93,90 @@ def kernel_author(cx: ConversationTx) -> Author:
     mail's origin says that the kernel wrote it (M6, M8)."""
     owner = cx.conversation.owner
     return Author(AuthorKind.HUMAN, owner, owner)
+
+
+def add_input(
+    cx: ConversationTx,
+    *,
+    content: str,
+    origin: Origin,
+    authored_by: Author,
+    delivery_mode: DeliveryMode,
+    sender_conversation_id: str | None = None,
+    run_public_id: str | None = None,
+    task_key: str | None = None,
+    meta: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> Input:
+    """Write one input at the next arrival number and journal ``input_accepted``: the one
+    writer of the inputs table, called by :meth:`Door.admit` and :meth:`Door.deliver` after
+    their checks. Arrival numbers are gap-free because the unit holds the conversation."""
+    position = int(cx.row["last_queue_position"]) + 1
+    cx.row["last_queue_position"] = position
+    cx.row["queued_inputs"] = int(cx.row["queued_inputs"]) + 1
+    accepted = Input(
+        input_id=InputId(new_id("in")),
+        conversation_id=cx.conversation_id,
+        queue_position=position,
+        origin=origin,
+        authored_by=authored_by,
+        sender_conversation_id=(
+            None if sender_conversation_id is None
+            else ConversationId(sender_conversation_id)
+        ),
+        run_public_id=None if run_public_id is None else RunId(run_public_id),
+        task_key=task_key,
+        delivery_mode=delivery_mode,
+        content=content,
+        meta=dict(meta or {}),
+        state=InputState.QUEUED,
+        run_id=None,
+        accepted_at_us=cx.now_us,
+    )
+    cx.tx.run_later(
+        "insert_input",
+        input_id=accepted.input_id,
+        conversation_id=cx.conversation_id,
+        queue_position=position,
+        origin=origin.value,
+        kernel=int(origin.is_kernel),
+        author_kind=authored_by.kind.value,
+        author_handle=authored_by.handle,
+        author_display_name=authored_by.display_name,
+        sender_conversation_id=sender_conversation_id,
+        run_public_id=run_public_id,
+        task_key=task_key,
+        delivery_mode=delivery_mode.value,
+        content=content,
+        meta=json.dumps(accepted.meta, ensure_ascii=False, separators=(",", ":")),
+        idempotency_key=idempotency_key,
+        now_us=cx.now_us,
+    )
+    cx.accepted.append(accepted)
+    cx.record_event("input_accepted", input_accepted_data(accepted))
+    return accepted
+
+
+def input_accepted_data(item: Input) -> dict[str, Any]:
+    """The ``input_accepted`` event: origin, authored_by and the stamps (M15)."""
+    data: dict[str, Any] = {
+        "input_id": item.input_id,
+        "origin": item.origin.value,
+        "authored_by": {
+            "kind": item.authored_by.kind.value,
+            "handle": item.authored_by.handle,
+            "display_name": item.authored_by.display_name,
+        },
+        "queue_position": item.queue_position,
+        "delivery_mode": item.delivery_mode.value,
+    }
+    if item.sender_conversation_id is not None:
+        data["sender_conversation_public_id"] = item.sender_conversation_id
+    if item.run_public_id is not None:
+        data["run_public_id"] = item.run_public_id
+    if item.task_key is not None:
+        data["task_key"] = item.task_key
+    return data
 
 
 class Door:
@@ -208,7 +301,8 @@ class Door:
         limit = self.config.queue_limit
         if cx.queued_count >= limit:
             raise InputQueueFullError(a.conversation_id, limit)
-        accepted = cx.add_input(
+        accepted = add_input(
+            cx,
             content=a.content,
             origin=a.origin,
             authored_by=a.author,
@@ -252,7 +346,8 @@ class Door:
             raise UnknownConversationError(cx.conversation_id)
         if self.room(cx) <= 0:
             raise InputQueueFullError(cx.conversation_id, self.config.queue_limit)
-        return cx.add_input(
+        return add_input(
+            cx,
             content=content,
             origin=origin,
             authored_by=authored_by,

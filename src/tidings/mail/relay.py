@@ -30,6 +30,7 @@ from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
+from tidings.mail import queue
 from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door, kernel_author
 from tidings.policy import frozen_environment
@@ -165,10 +166,10 @@ def withdraw(cx: ConversationTx, cancelled: Cancelled) -> str | None:
         return None
     if row["state"] == "materialized":
         return None if row["run_id"] is None else str(row["run_id"])
-    running, taken = cx.in_flight()
+    running, taken = queue.in_flight(cx)
     if cancelled.input_id in taken:
         return running  # in flight: the turn that took it is stopped instead
-    cx.cancel_queued(cancelled.input_id)
+    queue.cancel_queued(cx, cancelled.input_id)
     return None
 
 
@@ -177,7 +178,7 @@ def started_reply_to(cx: ConversationTx, source_run: str) -> str | None:
     has read (or taken) that run's mail -- a started, undelivered supplementary reply, which
     the stop cancels (M14) -- unless it is a combined report of several worker finals, which
     the conversation owns once their results were read (M9). None when there is none."""
-    running, taken = cx.in_flight()
+    running, taken = queue.in_flight(cx)
     if running is None:
         return None
     reading = [input_from_row(row) for i in sorted(taken)

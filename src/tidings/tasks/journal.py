@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tidings.mail import queue
 from tidings.mail.door import Door, kernel_author
 from tidings.results import Drop, dropped_from
 from tidings.store import Row
@@ -245,7 +246,7 @@ def cancel(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
 def cancel_run(cx: ConversationTx, run_id: str) -> None:
     """A stopped source run's tasks notify nothing more (M14): a notification not delivered
     yet is cancelled, and so is one accepted but not read yet -- the stop withdrew its input
-    with the run's other queued supplementary inputs (``cx.cancel_supplementary``, earlier in
+    with the run's other queued supplementary inputs (``queue.cancel_supplementary``, earlier in
     the same unit), so it was never delivered to the model. A notice read already stands."""
     for task in of_run(cx, run_id):
         if not task.delivered:
@@ -308,7 +309,7 @@ def read(cx: ConversationTx, notices: Sequence[Input], run_id: str) -> list[int]
     seqs = []
     for item in notices:
         assert is_notice(item), item
-        seq = cx.materialize(item, run_id)
+        seq = queue.materialize(cx, item, run_id)
         cx.tx.run_later("set_notification_seq", conversation_id=cx.conversation_id,
                         task_key=item.task_key, seq=seq)
         seqs.append(seq)

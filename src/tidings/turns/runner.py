@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
 from tidings.errors import TidingsError
+from tidings.mail import queue
 from tidings.mail.door import Door
 from tidings.metrics import Metrics
 from tidings.models.base import (
@@ -387,7 +388,7 @@ class TurnRunner(TurnObligations, TurnEnding):
         # A unit may run more than once before it commits: it reads progress and leaves it
         # alone; :meth:`_commit` records what became durable once it is.
         for item in progress.pending:
-            cx.materialize(item, plan.run_id)
+            queue.materialize(cx, item, plan.run_id)
         if progress.trimmed is not None and not progress.trim_recorded:
             cx.record_event("context_trimmed",
                             {"run_public_id": plan.run_id, **progress.trimmed}, plan.run_id)
@@ -456,11 +457,11 @@ class TurnRunner(TurnObligations, TurnEnding):
         # Due notifications enter through the door and this run reads them here (T4, H1).
         journal.join(cx, self.door, plan.run_id)
         steers = [
-            s for s in cx.queued_steers(self.config.inputs_per_turn)
+            s for s in queue.queued_steers(cx, self.config.inputs_per_turn)
             if s.input_id not in progress.taken
         ]
         for steer in steers:
-            cx.materialize(steer, plan.run_id)
+            queue.materialize(cx, steer, plan.run_id)
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
     # -- compaction ---------------------------------------------------------------------------
