@@ -49,7 +49,7 @@ from tidings.types import (
     new_id,
 )
 
-log = logging.getLogger("tidings.coordinator")
+log = logging.getLogger("tidings.coordinator")  # the keeper logs where it always has
 
 
 @dataclass(frozen=True, slots=True)
