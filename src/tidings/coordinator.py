@@ -5,13 +5,10 @@ Person input, agent sends, kernel mail, signal wake-ups and goal checkpoints all
 (C4); one driver task per busy conversation takes them in order. No task, timer or poll exists
 for an idle conversation: it costs nothing until something arrives.
 
-Taking the slot is one unit of work under the conversation's lock: it reads the queued inputs,
-the goal, the suppression and attention flags and the ready signals, decides with the pure
-:func:`~tidings.policy.decide_start` (C3), and -- only if a turn starts -- writes the run, the
-slot lease and the claim of the signals in the same transaction. A start that yields records
-why. The slot is a fenced lease on the conversation row, so it is cluster-wide on PostgreSQL
-(C9): a holder that dies loses it when the lease expires, and the next holder answers the dead
-turn's open tool calls ``outcome_unknown`` before anything else -- nothing is replayed.
+Taking the slot is one unit of work under the conversation's lock, written in
+:mod:`tidings.slot`: the coordinator runs it, runs the turn it plans, keeps the slot while the
+turn runs, and re-checks after the slot is released. A slot found busy elsewhere is retried
+when its lease is due to expire. Compaction (:mod:`tidings.compaction`) holds the same slot.
 
 The coordinator's own bookkeeping (the pending sets and driver handles) is touched only in
 synchronous sections of the event loop, so it can never be held across a model call or a disk
@@ -22,43 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from tidings.approvals import expire_run_approvals
+from tidings import compaction, slot
 from tidings.clock import Clock, to_us
 from tidings.errors import (
     CompactionRefusedError,
     TidingsError,
     UnknownConversationError,
 )
-from tidings.mail import queue
-from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
-from tidings.policy import StartDecision, StartState, check_id, decide_start, fenced_json
-from tidings.records import conversation_from_row, input_from_row, run_from_row
-from tidings.store import Row, Store, Tx
-from tidings.tasks import journal
-from tidings.tasks.notify import is_notice
+from tidings.policy import check_id
+from tidings.slot import Begin, recover_interrupted
+from tidings.store import Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
-from tidings.types import (
-    Conversation,
-    ConversationId,
-    ConversationStatus,
-    Input,
-    Origin,
-    RunId,
-    RunStatus,
-    StartKind,
-    new_id,
-)
+from tidings.types import ConversationStatus, RunId, StartKind
 
 log = logging.getLogger("tidings.coordinator")
 T = TypeVar("T")
@@ -91,15 +72,6 @@ class _Entry:
     compacting: bool = False
     starting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(frozen=True, slots=True)
-class Begin:
-    """The answer of the slot-taking unit: a plan to run, or the decision to yield."""
-
-    plan: TurnPlan | None
-    decision: StartDecision
-    slot_deadline_us: int | None = None
 
 
 class Coordinator:
@@ -260,7 +232,10 @@ class Coordinator:
     ) -> None:
         try:
             begin = await self.store.transact(
-                lambda tx: self._begin(tx, conversation_id, kinds, record),
+                lambda tx: _written(
+                    tx, conversation_id, self.clock,
+                    lambda cx: self._begin_locked(cx, kinds, record=record),
+                ),
                 route=conversation_id,
             )
         except UnknownConversationError:
@@ -331,200 +306,32 @@ class Coordinator:
 
         self._timers[conversation_id] = loop.call_later(delay, fire)
 
-    # -- the slot-taking unit (C3, C9, S5) ----------------------------------------------------
-
-    def _begin(
-        self, tx: Tx, conversation_id: str, kinds: frozenset[StartKind], record: bool
-    ) -> Begin:
-        cx = ConversationTx.lock(tx, conversation_id, self.clock)
-        begin = self._begin_locked(cx, kinds, record=record)
-        cx.save()  # writes only if something changed
-        return begin
+    # -- the slot-taking unit (slot.py) -------------------------------------------------------
 
     def _begin_locked(
         self, cx: ConversationTx, kinds: frozenset[StartKind], *, record: bool
     ) -> Begin:
-        """Decide a start under the lock and, if a turn starts, take the slot, write the run
-        and claim the signals. The caller saves ``cx``."""
-        tx = cx.tx
-        conversation_id = cx.conversation_id
-        c = cx.conversation
-        slot_free = cx.slot_free()
-        token_held, _, _ = cx.slot_holder()
-        if slot_free and token_held is not None:
-            # The holder's lease expired (its process died or stalled): close what it left
-            # open before anyone else writes, whether or not a turn starts now.
-            recover_interrupted(cx)
-            cx.release_slot(token_held)
-        cfg = self.turn_config
-        # A safe point with no turn running: notifications that came due while a turn held
-        # the slot (or before a crash) are delivered now, and the turn that starts reads them
-        # first (T4, T6, M2).
-        delivered = journal.deliver_due(cx, self.door) if slot_free else []
-        inputs, state = self._start_state(tx, cx.row, slot_free, cx.now_us, cx=cx)
-        if delivered or (slot_free and cx.notified):
-            state = dataclasses.replace(state, notifications=True)
-        decision = self._decide(tx, conversation_id, state, kinds)
-        if record and decision.yielded:
-            for kind, reason in decision.yielded:
-                cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
-        if decision.trigger is None:
-            _, deadline, _ = cx.slot_holder()
-            return Begin(None, decision, deadline)
-        run_id = RunId(new_id("run"))
-        token = secrets.token_hex(16)
-        deadline_us = cx.now_us + to_us(cfg.slot_ttl)
-        lease = (
-            self.outbox.claim_in(tx, conversation_id, deadline_us=deadline_us, owner=run_id)
-            if state.ready_signals else None
+        """Take the slot (or yield) in ``cx``; the caller saves it -- which writes only if
+        something changed."""
+        return slot.begin(
+            cx, kinds, record=record, config=self.turn_config, outbox=self.outbox, door=self.door
         )
-        if decision.trigger is StartKind.WAKE and not state.notifications and (
-            lease is None or not lease.deliveries
-        ):
-            # Another claimer (or the budget) took them: the wake-up was stale (C4).
-            return Begin(None, StartDecision(None, "nothing_to_do"), None)
-        tx.run_later(
-            "insert_run", run_id=run_id, conversation_id=conversation_id,
-            trigger=decision.trigger.value, status=RunStatus.RUNNING.value,
-            instance_id=self.outbox.instance_id, now_us=cx.now_us,
-        )
-        cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
-        # Whatever starts, the run reads the queued task notifications first, here -- the
-        # kernel's rows come first (M2), and the notice is in the transcript before the model
-        # sees it (T4, T6). The other inputs are read at the run's first commit.
-        notices = [i for i in inputs if is_notice(i)]
-        others = [i for i in inputs if not is_notice(i)]
-        journal.read(cx, notices, run_id)
-        taken = others if decision.trigger in (StartKind.PERSON, StartKind.AGENT) else []
-        if decision.trigger is StartKind.MAIL:
-            # Up to 16 contiguous, compatible receipts share one supplementary reply (M8).
-            taken = mail_batch(others, owner=c.owner)
-        notice: str | None = None
-        notice_meta: dict[str, Any] = {}
-        if decision.trigger is StartKind.GOAL:
-            notice = f"Goal checkpoint. Continue working toward the goal: {c.goal_text or ''}"
-            notice_meta = {"kind": "goal_checkpoint"}
-        cx.record_event(
-            "turn_status",
-            {"run_public_id": run_id, "status": "running", "trigger": decision.trigger.value,
-             "inputs": [i.input_id for i in (*notices, *taken)],
-             "signals": 0 if lease is None else len(lease.deliveries)},
-            run_id,
-        )
-        plan = TurnPlan(
-            conversation_id=ConversationId(conversation_id),
-            run_id=run_id,
-            trigger=decision.trigger,
-            slot_token=token,
-            profile=c.profile,
-            inputs=tuple(taken),
-            started_at_us=cx.now_us,
-            history_start_seq=int(cx.row["history_start_seq"]),
-            last_message_seq=int(cx.row["last_message_seq"]),
-            lease=lease if lease is not None and lease.deliveries else None,
-            notice=notice,
-            notice_meta=notice_meta,
-            appended=tuple(cx.appended),
-        )
-        return Begin(plan, decision, deadline_us)
-
-    def _start_state(
-        self, tx: Tx, row: Row, slot_free: bool, now_us: int,
-        *, cx: ConversationTx | None = None,
-    ) -> tuple[list[Input], StartState]:
-        """What a start decision reads: the queued inputs (read order) and the flags.
-
-        The conversation row's counters say whether there is anything to read at all, so an
-        idle conversation's check is one statement; under the lock (``cx``), inputs the unit
-        wrote itself -- a post, a notice -- are not read back.
-        """
-        c = conversation_from_row(row)
-        inputs: list[Input] = []
-        ready = False
-        limit = self.turn_config.inputs_per_turn
-        if slot_free and cx is not None:
-            inputs = queue.queued_inputs(cx, limit)
-        elif slot_free and int(row["queued_inputs"]) > 0:
-            rows = tx.all("queued_inputs", conversation_id=c.conversation_id, limit=limit)
-            inputs = [input_from_row(r) for r in rows]
-        if slot_free and int(row.get("signal_backlog") or 0) > 0:
-            ready = self.ready_signals(tx, c.conversation_id, now_us)
-        return inputs, StartState(
-            status=c.status,
-            goal_status=c.goal_status,
-            suppressed=c.suppressed,
-            awaiting_person=c.awaiting_person,
-            slot_free=slot_free,
-            person_inputs=any(i.origin is Origin.PERSON for i in inputs),
-            agent_inputs=any(i.origin is Origin.AGENT for i in inputs),
-            # A task's notification is read by whichever turn starts next; on its own it wakes
-            # the conversation as a notification does (L3, L4), not as a receipt's mail turn.
-            kernel_inputs=any(i.origin.is_kernel and not is_notice(i) for i in inputs),
-            ready_signals=ready,
-            notifications=slot_free and bool(row.get("unconsumed_notifications")),
-        )
-
-    @staticmethod
-    def _decide(
-        tx: Tx, conversation_id: str, state: StartState, kinds: frozenset[StartKind]
-    ) -> StartDecision:
-        """:func:`decide_start`, then L3's bound: a wake-up that only notifications of tasks
-        begun by continuation-started work would answer starts nothing -- they wait for the
-        next direct turn, so work cannot wake the agent recursively."""
-        decision = decide_start(state, kinds)
-        if decision.trigger is StartKind.WAKE and not state.ready_signals:
-            row = tx.one("direct_notifications", conversation_id=conversation_id)
-            if not (row and row["direct"]):
-                return StartDecision(None, "continuation_started", tuple(
-                    (k, "continuation_started") for k in sorted(kinds) if k.automatic
-                ))
-        return decision
-
-    def ready_signals(self, tx: Tx, conversation_id: str, now_us: int) -> bool:
-        """Whether a signal of the conversation is ready to be claimed now."""
-        row = tx.one(
-            "has_ready_signals", conversation_id=conversation_id, now_us=now_us,
-            max_attempts=self.outbox.config.max_attempts,
-        )
-        return bool(row and row["ready"])
 
     def _would_start(self, tx: Tx, conversation_id: str) -> bool:
-        """Whether a re-check would start a turn now (read-only: no lock, nothing written)."""
-        row = tx.one("get_conversation", conversation_id=conversation_id)
-        if row is None:
-            return False
-        now = self.clock.now_us()
-        deadline = row["slot_deadline_us"]
-        slot_free = row["slot_token"] is None or deadline is None or deadline <= now
-        _, state = self._start_state(tx, row, slot_free, now)
-        return self._decide(tx, conversation_id, state, frozenset()).trigger is not None
-
-    # -- keeping the slot ---------------------------------------------------------------------
+        return slot.would_start(
+            tx, conversation_id, self.clock.now_us(),
+            inputs_per_turn=self.turn_config.inputs_per_turn,
+            max_attempts=self.outbox.config.max_attempts,
+        )
 
     async def _keep(self, plan: TurnPlan, entry: _Entry) -> None:
-        """Extend the slot (and the signal lease) while the turn runs; stop it when asked to
-        from another process, or when the slot was lost."""
-        ttl_us = to_us(self.turn_config.slot_ttl)
-        interval = ttl_us / 3 / 1e6
-        while True:
-            await asyncio.sleep(interval)
-            now = self.clock.now_us()
-            try:
-                rows = await self.store.transact_query(
-                    "extend_slot", route=plan.conversation_id,
-                    conversation_id=plan.conversation_id, token=plan.slot_token,
-                    deadline_us=now + ttl_us, now_us=now,
-                )
-            except TidingsError as exc:
-                log.warning("could not extend the slot of %s: %s", plan.conversation_id, exc)
-                continue
-            reason = "slot_lost" if not rows else "stopped" if rows[0]["stop_requested"] else None
-            if reason is None and plan.lease is not None:
-                with contextlib.suppress(TidingsError):
-                    await self.outbox.extend(plan.lease, lease_ttl=self.turn_config.slot_ttl)
-            if reason is not None and entry.turn is not None:
-                self._interrupt(entry, reason)
-                return
+        """Extend the slot while the turn runs; stop the turn when asked to from another
+        process, or when the slot was lost."""
+        reason = await slot.keep(
+            self.store, self.outbox, self.clock, plan, config=self.turn_config
+        )
+        if entry.turn is not None:
+            self._interrupt(entry, reason)
 
     # -- stop (C6) ----------------------------------------------------------------------------
 
@@ -560,7 +367,7 @@ class Coordinator:
                 entry.stopped_runs.update(runs)
         return runs
 
-    # -- compaction (C7) ----------------------------------------------------------------------
+    # -- compaction (C7, compaction.py) -------------------------------------------------------
 
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
         """Summarise the history through the model and start the window at the summary.
@@ -580,66 +387,16 @@ class Coordinator:
             )
             raise CompactionRefusedError(conversation_id, reason)
         entry = self._entries[conversation_id] = _Entry(compacting=True)
-        token = secrets.token_hex(16)
         try:
-            conversation, history = await self.store.transact(
-                lambda tx: self._begin_compaction(tx, conversation_id, token, owner),
-                route=conversation_id,
+            return await compaction.compact(
+                self.store, self.clock, conversation_id, owner=owner,
+                summarize=self.runner.summarize, config=self.turn_config,
+                instance_id=self.outbox.instance_id,
             )
-            summary = await self.runner.summarize(conversation.profile, history)
-
-            def finish(tx: Tx) -> int:
-                cx = ConversationTx.lock(tx, conversation_id, self.clock)
-                cx.require_slot(token)
-                # Summarising never erases a long-running task: the hand-off carries every
-                # active or unhandled task by reference (T7).
-                tasks = journal.open_references(cx)
-                handoff = summary if not tasks else (
-                    f"{summary}\n<task_references>{fenced_json(tasks)}</task_references>"
-                )
-                seq = cx.append_user(
-                    handoff, meta={"kind": "compaction_summary",
-                                   "summarized_through": history[-1].seq if history else 0,
-                                   "task_keys": [t["task_key"] for t in tasks]},
-                )
-                cx.start_history_at(seq - 1)
-                cx.record_event(
-                    "context_compacted",
-                    {"message_seq": seq, "summarized_messages": len(history)},
-                )
-                cx.release_slot(token)
-                cx.save()
-                return seq
-
-            return await self.store.transact(finish, route=conversation_id)
-        except BaseException:
-            with contextlib.suppress(TidingsError):
-                await self.store.transact(
-                    lambda tx: _release_slot(tx, conversation_id, token, self.clock),
-                    route=conversation_id,
-                )
-            raise
         finally:
             entry.compacting = False
             self._settle_entry(conversation_id, entry)
 
-    def _begin_compaction(
-        self, tx: Tx, conversation_id: str, token: str, owner: str | None
-    ) -> tuple[Conversation, list[Any]]:
-        cx = ConversationTx.lock(tx, conversation_id, self.clock)
-        c = cx.conversation
-        if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
-            raise UnknownConversationError(conversation_id)
-        if not cx.slot_free():
-            raise CompactionRefusedError(conversation_id, "a turn is active")
-        if queue.queued_inputs(cx, 1):
-            raise CompactionRefusedError(conversation_id, "a start is queued")
-        recover_interrupted(cx)
-        deadline = cx.now_us + to_us(self.turn_config.slot_ttl) * 4
-        cx.take_slot(token, deadline, self.outbox.instance_id, f"compaction:{token[:8]}")
-        history = cx.history(self.turn_config.history_messages * 5)
-        cx.save()
-        return c, history
 
     # -- the sweep and wake-ups ---------------------------------------------------------------
 
@@ -697,48 +454,6 @@ class Coordinator:
                 await driver
 
 
-def recover_interrupted(cx: ConversationTx) -> int:
-    """Close what a dead holder of the slot left open; runs in the unit that takes the slot.
-
-    Its open tool calls are answered ``outcome_unknown`` (the tool may or may not have acted;
-    it is never run again, S9) and its run is failed with ``interrupted``.
-    """
-    answered = 0
-    calls: dict[str, set[str]] = {}
-    for call in cx.open_tool_calls():
-        calls.setdefault(str(call["run_id"]), set()).add(str(call["call_id"]))
-        cx.append_tool_result(
-            call["call_id"],
-            "outcome_unknown: the runtime stopped while this tool was running; it was not "
-            "run again and whether it took effect is unknown",
-            tool_name=call["name"],
-            run_id=call["run_id"],
-            meta={"status": "outcome_unknown", "is_error": True},
-        )
-        answered += 1
-    for run_id, call_ids in calls.items():
-        journal.commit_calls(cx, run_id, call_ids)  # a task such a call started is still told
-    _, _, prior = cx.slot_holder()
-    if prior is not None and not prior.startswith("compaction:"):
-        row = cx.tx.one(
-            "finish_run", run_id=prior, status=RunStatus.FAILED.value, failure_code="interrupted",
-            model=None, steps=0, now_us=cx.now_us,
-        )
-        if row is not None:
-            run = run_from_row(row)
-            cx.record_event(
-                "turn_status",
-                {"run_public_id": run.run_id, "status": "failed", "failure_code": "interrupted"},
-                run.run_id,
-            )
-        expire_run_approvals(cx, prior)  # a held call died with its turn: no late decision
-        # The turn that owned its turn-lifetime tasks is over: their notifications go to the
-        # conversation (delivered by the caller's unit at the safe point it reaches).
-        for task in journal.of_run(cx, prior):
-            journal.hand_off(cx, task)
-    return answered
-
-
 def _written(
     tx: Tx, conversation_id: str, clock: Clock, write: Callable[[ConversationTx], T]
 ) -> T:
@@ -746,12 +461,6 @@ def _written(
     result = write(cx)
     cx.save()
     return result
-
-
-def _release_slot(tx: Tx, conversation_id: str, token: str, clock: Clock) -> None:
-    cx = ConversationTx.lock(tx, conversation_id, clock)
-    cx.release_slot(token)
-    cx.save()
 
 
 __all__ = ("Coordinator", "CoordinatorConfig", "recover_interrupted")

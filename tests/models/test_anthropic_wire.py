@@ -408,7 +408,7 @@ async def test_a4_anthropic_timeout_is_retryable(server: LoopbackServer, stream:
 
 async def test_a4_anthropic_stalled_stream_times_out_retryable(server: LoopbackServer) -> None:
     server.push(anthropic_stream([anthropic_start(), *anthropic_text_block(0, ["Hel"]), 10.0]))
-    adapter = AnthropicModel("served-model", base_url=server.base_url, timeout=2.0)  # room for the first chunk on a busy machine
+    adapter = AnthropicModel("served-model", base_url=server.base_url, timeout=2.0)
     pieces: list[str] = []
     try:
         with pytest.raises(ModelError) as caught:

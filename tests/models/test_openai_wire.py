@@ -327,7 +327,7 @@ async def test_a4_openai_timeout_is_retryable(server: LoopbackServer, stream: bo
 
 async def test_a4_openai_stalled_stream_times_out_retryable(server: LoopbackServer) -> None:
     server.push(openai_stream([openai_chunk(content="Hel", role=True), 10.0]))
-    adapter = OpenAIChatModel("served-model", base_url=f"{server.base_url}/v1", timeout=2.0)  # room for the first chunk on a busy machine
+    adapter = OpenAIChatModel("served-model", base_url=f"{server.base_url}/v1", timeout=2.0)
     pieces: list[str] = []
     try:
         with pytest.raises(ModelError) as caught:

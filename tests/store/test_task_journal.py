@@ -15,10 +15,10 @@ import pytest_asyncio
 from tests.conftest import Backend
 from tidings.clock import ManualClock
 from tidings.conversations import Conversations
-from tidings.coordinator import recover_interrupted
 from tidings.mail import queue
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
+from tidings.slot import recover_interrupted
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
