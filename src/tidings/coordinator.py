@@ -37,6 +37,7 @@ from tidings.errors import (
     TidingsError,
     UnknownConversationError,
 )
+from tidings.instances import Instance
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
@@ -112,10 +113,12 @@ class Coordinator:
         clock: Clock,
         config: CoordinatorConfig | None = None,
         *,
+        instance: Instance,
         door: Door | None = None,
     ) -> None:
         self.store = store
         self.outbox = outbox
+        self.instance = instance
         self.runner = runner
         self.door = door or runner.door
         """The door the slot-taking unit delivers due task notifications through."""
@@ -385,9 +388,9 @@ class Coordinator:
         tx.run_later(
             "insert_run", run_id=run_id, conversation_id=conversation_id,
             trigger=decision.trigger.value, status=RunStatus.RUNNING.value,
-            instance_id=self.outbox.instance_id, now_us=cx.now_us,
+            instance_id=self.instance.instance_id, now_us=cx.now_us,
         )
-        cx.take_slot(token, deadline_us, self.outbox.instance_id, run_id)
+        cx.take_slot(token, deadline_us, self.instance.instance_id, run_id)
         # Whatever starts, the run reads the queued task notifications first, here -- the
         # kernel's rows come first (M2), and the notice is in the transcript before the model
         # sees it (T4, T6). The other inputs are read at the run's first commit.
@@ -635,7 +638,7 @@ class Coordinator:
             raise CompactionRefusedError(conversation_id, "a start is queued")
         recover_interrupted(cx)
         deadline = cx.now_us + to_us(self.turn_config.slot_ttl) * 4
-        cx.take_slot(token, deadline, self.outbox.instance_id, f"compaction:{token[:8]}")
+        cx.take_slot(token, deadline, self.instance.instance_id, f"compaction:{token[:8]}")
         history = cx.history(self.turn_config.history_messages * 5)
         cx.save()
         return c, history
