@@ -66,7 +66,7 @@ from harness import (
 from rich.console import Console
 from rich.table import Table
 
-from tidings import Lease, Outbox, OutboxConfig, Published, Tx
+from tidings import Lease, Outbox, OutboxConfig, Published, Tx, operations
 from tidings.policy import encode_json
 
 BIG_BACKLOG = 1_000_000
@@ -231,7 +231,10 @@ async def publish_many(ob: Outbox, conv: str, start: int, count: int) -> None:
 
 async def consume_with_row(ob: Outbox, lease: Lease, conv: str) -> None:
     """Ack the lease with one extra row (an accepted operation) in the same transaction."""
-    await ob.consume(lease, lambda tx: ob.accept(tx, "turn", conv), failure_code="turn_failed")
+    await ob.consume(
+        lease, lambda tx: operations.accept(tx, ob.instance, "turn", conv),
+        failure_code="turn_failed",
+    )
 
 
 async def ack(ob: Outbox, lease: Lease) -> None:

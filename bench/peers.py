@@ -56,6 +56,7 @@ from harness import (
 from rich.console import Console
 from rich.table import Table
 
+from tidings import operations
 from tidings.outbox import Outbox, OutboxConfig
 from tidings.store import Tx
 
@@ -95,7 +96,7 @@ async def run_tidings(url: str, messages: int) -> dict[str, Any]:
                 await ob.store.transact(lambda tx: ob.publish_signal(tx, signal), route=conv)
 
         def transcript_row(tx: Tx, conv: str) -> None:
-            ob.accept(tx, "turn", conv)
+            operations.accept(tx, ob.instance, "turn", conv)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(publish(n) for n in range(messages)))

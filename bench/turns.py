@@ -667,7 +667,7 @@ async def idle_probe(
         t1 = time.perf_counter()
         await rt.outbox.sweep()
         t2 = time.perf_counter()
-        await rt.outbox.heartbeat()
+        await rt.instance.heartbeat()
         t3 = time.perf_counter()
         cache_kib = await rt.store.read(lambda tx: _sqlite_cache_kib(tx)) if (
             backend.name == "sqlite") else None

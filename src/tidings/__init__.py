@@ -36,6 +36,7 @@ from tidings.errors import (
     UnknownRunError,
     UnknownTaskError,
 )
+from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import Model, ModelError, ModelErrorKind, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
@@ -118,6 +119,7 @@ __all__ = (
     "Input",
     "InputQueueFullError",
     "InputState",
+    "Instance",
     "InstanceNotRunningError",
     "InvalidInputError",
     "Lease",

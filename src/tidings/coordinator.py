@@ -32,6 +32,7 @@ from tidings.errors import (
     TidingsError,
     UnknownConversationError,
 )
+from tidings.instances import Instance
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
 from tidings.policy import check_id
@@ -85,10 +86,12 @@ class Coordinator:
         clock: Clock,
         config: CoordinatorConfig | None = None,
         *,
+        instance: Instance,
         door: Door | None = None,
     ) -> None:
         self.store = store
         self.outbox = outbox
+        self.instance = instance
         self.runner = runner
         self.door = door or runner.door
         """The door the slot-taking unit delivers due task notifications through."""
@@ -314,7 +317,8 @@ class Coordinator:
         """Take the slot (or yield) in ``cx``; the caller saves it -- which writes only if
         something changed."""
         return slot.begin(
-            cx, kinds, record=record, config=self.turn_config, outbox=self.outbox, door=self.door
+            cx, kinds, record=record, config=self.turn_config, outbox=self.outbox, door=self.door,
+            instance_id=self.instance.instance_id,
         )
 
     def _would_start(self, tx: Tx, conversation_id: str) -> bool:
@@ -391,7 +395,7 @@ class Coordinator:
             return await compaction.compact(
                 self.store, self.clock, conversation_id, owner=owner,
                 summarize=self.runner.summarize, config=self.turn_config,
-                instance_id=self.outbox.instance_id,
+                instance_id=self.instance.instance_id,
             )
         finally:
             entry.compacting = False

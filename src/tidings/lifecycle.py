@@ -18,8 +18,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from tidings import operations
 from tidings.clock import Clock
 from tidings.errors import OperationSettledError
+from tidings.instances import Instance
 from tidings.outbox import Outbox
 from tidings.records import event_from_row
 from tidings.store import Store, Tx
@@ -47,16 +49,16 @@ class RestartRequest:
 
 
 def accept_restart(
-    cx: ConversationTx, outbox: Outbox, request: RestartRequest,
+    cx: ConversationTx, instance: Instance, request: RestartRequest,
     *, idempotency_key: str | None = None,
 ) -> Operation:
     """Commit the restart as accepted (in the caller's unit on the locked conversation)."""
-    operation = outbox.accept(
-        cx.tx, RESTART, cx.conversation_id, idempotency_key=idempotency_key
+    operation = operations.accept(
+        cx.tx, instance, RESTART, cx.conversation_id, idempotency_key=idempotency_key
     )
     cx.record_event(
         "restart_accepted",
-        {"operation_id": operation.operation_id, "instance_id": outbox.instance_id,
+        {"operation_id": operation.operation_id, "instance_id": instance.instance_id,
          "status": "accepted, not completed", **request.facts()},
         request.run_id,
     )
@@ -64,11 +66,11 @@ def accept_restart(
 
 
 async def complete_restarts(
-    store: Store, outbox: Outbox, clock: Clock, *, limit: int = 100
+    store: Store, outbox: Outbox, instance: Instance, clock: Clock, *, limit: int = 100
 ) -> list[OperationId]:
     """Complete the restarts that instances now gone accepted. Returns those completed here."""
     rows = await store.read(
-        lambda tx: tx.all("pending_restarts", instance_id=outbox.instance_id, limit=limit)
+        lambda tx: tx.all("pending_restarts", instance_id=instance.instance_id, limit=limit)
     )
     done: list[OperationId] = []
     for row in rows:
@@ -99,12 +101,14 @@ async def complete_restarts(
             ]
             facts: dict[str, Any] = {
                 "operation_id": operation_id, "requested": asked,
-                "previous_instance": gone, "instance_id": outbox.instance_id,
+                "previous_instance": gone, "instance_id": instance.instance_id,
                 "interrupted_tasks": interrupted,
                 "note": "interrupted work is not repeated; its outcome is as stated",
             }
             try:
-                outbox.complete(tx, operation_id, {"instance_id": outbox.instance_id})
+                operations.complete(
+                    tx, instance, operation_id, {"instance_id": instance.instance_id}
+                )
             except OperationSettledError:
                 return False  # another instance completed it first
             outbox.publish(tx, conversation_id, RESTART_COMPLETED, facts,

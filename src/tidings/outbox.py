@@ -1,9 +1,10 @@
-"""Operations, signal events and deliveries: the durable signal outbox (SPEC S3-S12).
+"""Signal events and deliveries: the durable signal outbox (SPEC S3-S12).
 
-Transitions that must commit with the caller's own writes (``publish``, ``ack``, and the
-operation transitions) are plain functions over a :class:`~tidings.store.Tx`: call them inside
-the caller's unit of work. Transitions that stand alone (``claim``, ``extend``, ``release``,
-``sweep``) are coroutines.
+Transitions that must commit with the caller's own writes (``publish``, ``ack``) are plain
+functions over a :class:`~tidings.store.Tx`: call them inside the caller's unit of work.
+Transitions that stand alone (``claim``, ``extend``, ``release``, ``sweep``) are coroutines.
+The outbox acts for one :class:`~tidings.instances.Instance`, whose id fences its leases;
+operations (:mod:`tidings.operations`) and instances (:mod:`tidings.instances`) live apart.
 
 Guarantees, in one place:
 
@@ -14,8 +15,7 @@ Guarantees, in one place:
 - an ack commits with the consumer's writes, or not at all (S7);
 - a failed attempt backs off with jitter; a permanent failure or exhausted budget dead-letters
   with a code, and nothing replays a dead letter (S8);
-- leases and accepted operations of instances that are gone are voided and made
-  outcome_unknown, never replayed (S9);
+- the leases of instances that are gone are voided, never replayed (S9);
 - the backlog is bounded by refusal, never by dropping (S10).
 
 Delivery is at least once: a consumer that crashes after its external effect and before its
@@ -27,27 +27,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import secrets
-import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from tidings.clock import Clock, SystemClock, to_us
+from tidings.clock import Clock, to_us
 from tidings.errors import (
     BacklogFullError,
-    InstanceNotRunningError,
     InvalidInputError,
-    OperationSettledError,
     StaleLeaseError,
     StoreError,
     TidingsError,
-    UnknownOperationError,
 )
+from tidings.instances import Instance
 from tidings.policy import (
     backoff_us,
     check_id,
@@ -64,86 +59,36 @@ from tidings.types import (
     Delivery,
     DeliveryId,
     EventId,
-    InstanceId,
     Lease,
-    Operation,
     OperationId,
-    OperationState,
+    OutboxConfig,
     Published,
     QueueStats,
-    ReconcileReport,
     Signal,
+    SweepReport,
     new_id,
 )
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxConfig:
-    """Bounds and timings of the outbox; every duration carries its unit in its type."""
-
-    payload_limit_bytes: int = 8 * 1024
-    backlog_limit: int = 1_000
-    claim_max_count: int = 16
-    claim_max_bytes: int = 64 * 1024
-    lease_ttl: timedelta = timedelta(seconds=30)
-    max_attempts: int = 5
-    backoff_base: timedelta = timedelta(seconds=1)
-    backoff_cap: timedelta = timedelta(minutes=5)
-    retention: timedelta = timedelta(days=1)
-    heartbeat_interval: timedelta = timedelta(seconds=5)
-    instance_timeout: timedelta = timedelta(minutes=2)
-    sweep_interval: timedelta = timedelta(seconds=5)
-    purge_batch: int = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """What one sweep changed."""
-
-    reconciled: ReconcileReport
-    dead_lettered: int
-    purged: int
-
-
-def _operation(row: Row) -> Operation:
-    return Operation(
-        operation_id=OperationId(row["operation_id"]),
-        kind=row["kind"],
-        owner=row["owner"],
-        origin_instance=InstanceId(row["origin_instance"]),
-        state=OperationState(row["state"]),
-        accepted_at_us=row["accepted_at_us"],
-        settled_at_us=row["settled_at_us"],
-        outcome=None if row["outcome"] is None else json.loads(row["outcome"]),
-        failure_code=row["failure_code"],
-    )
-
-
 def _delivery(row: Row) -> Delivery:
     return Delivery(
-        delivery_id=DeliveryId(row["delivery_id"]),
-        event_id=EventId(row["event_id"]),
-        seq=row["seq"],
-        queue_seq=row["queue_seq"],
-        type=row["type"],
+        delivery_id=DeliveryId(row["delivery_id"]), event_id=EventId(row["event_id"]),
+        seq=row["seq"], queue_seq=row["queue_seq"], type=row["type"],
         operation_id=None if row["operation_id"] is None else OperationId(row["operation_id"]),
         conversation_id=ConversationId(row["conversation_id"]),
-        payload=json.loads(row["payload"]),
-        payload_bytes=row["payload_bytes"],
-        schema_version=row["schema_version"],
-        attempts=row["attempts"],
+        payload=json.loads(row["payload"]), payload_bytes=row["payload_bytes"],
+        schema_version=row["schema_version"], attempts=row["attempts"],
         published_at_us=row["published_at_us"],
     )
 
 
 class Outbox:
-    """The signal outbox of one runtime instance over one store.
+    """The signal outbox over one store, acting for one instance.
 
-    ``start()`` registers the instance (with a heartbeat and a liveness mark) and reconciles
-    instances that are gone; ``close()`` settles this instance's own leases and unsettled
-    operations the same way and is idempotent.
+    The instance's id fences the leases this outbox takes, and only while the instance runs
+    may it claim; its clock and config are the outbox's.
     """
 
     def __init__(
@@ -153,234 +98,37 @@ class Outbox:
         clock: Clock | None = None,
         config: OutboxConfig | None = None,
         rng: random.Random | None = None,
-        owns_store: bool = False,
-        on_gone: Callable[[ReconcileReport], Awaitable[None]] | None = None,
+        instance: Instance | None = None,
     ) -> None:
+        """``instance``: the instance this outbox acts for; by default a new one over ``store``
+        with ``clock`` and ``config``, not yet started. Given an instance, give those to it."""
+        if instance is None:
+            instance = Instance(store, clock=clock, config=config)
+        elif clock is not None or config is not None or instance.store is not store:
+            raise ValueError("an outbox takes its store, clock and config from its instance")
         self.store = store
-        self._on_gone = on_gone
-        self.clock: Clock = clock or SystemClock()
-        self.config = config or OutboxConfig()
+        self.instance = instance
+        self.clock: Clock = instance.clock
+        self.config = instance.config
         self._rng = rng or random.Random()
-        self._owns_store = owns_store
-        self.instance_id = InstanceId(new_id("inst"))
-        self._running = False
-        self._closed = False
-        self._stop = asyncio.Event()
-
-    # -- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
         cls, url: str, *, store_options: dict[str, Any] | None = None, **options: Any
     ) -> AsyncIterator[Outbox]:
-        """Open the database at ``url``, start an outbox on it, and close both on exit."""
+        """Open the database at ``url``, start an outbox's instance on it, and on exit retire
+        the instance and close the database."""
         store = await open_store(url, **(store_options or {}))
-        outbox = cls(store, owns_store=True, **options)
         try:
-            await outbox.start()
-            yield outbox
+            outbox = cls(store, **options)
+            await outbox.instance.start()
+            try:
+                yield outbox
+            finally:
+                await outbox.instance.close()
         finally:
-            await outbox.close()
-
-    async def start(self) -> ReconcileReport:
-        """Register this instance, hold its liveness mark, and reconcile gone instances."""
-        await self.store.hold_instance(self.instance_id)
-
-        def register(tx: Tx) -> None:
-            tx.execute(
-                "register_instance",
-                instance_id=self.instance_id,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                now_us=self.clock.now_us(),
-            )
-
-        await self.store.transact(register)
-        self._running = True
-        return await self.reconcile()
-
-    async def close(self) -> None:
-        """Stop this instance: its leases are voided, its unsettled operations outcome_unknown."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        try:
-            if self._running:
-                self._running = False
-                await self.store.transact(
-                    lambda tx: self._retire(tx, self.instance_id, dead=True)
-                )
-        finally:
-            if self._owns_store:
-                await self.store.close()
-
-    async def run(self) -> None:
-        """Heartbeat and sweep until ``close()``; each pass survives a failed database call.
-
-        A sweep that finds instances gone hands its report to ``on_gone``, so that what they
-        left (tasks, slots, restarts) is taken up now, not at the next slower pass.
-        """
-        heartbeat_s = self.config.heartbeat_interval.total_seconds()
-        sweep_every = max(1, round(self.config.sweep_interval / self.config.heartbeat_interval))
-        beats = 0
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=heartbeat_s)
-            if self._stop.is_set():
-                return
-            with contextlib.suppress(StoreError):
-                await self.heartbeat()
-                beats += 1
-                if beats % sweep_every == 0:
-                    report = await self.sweep()
-                    if report.reconciled.gone_instances and self._on_gone is not None:
-                        await self._on_gone(report.reconciled)
-
-    async def heartbeat(self) -> None:
-        """Record that this instance is alive; if it was declared gone, stop acting."""
-
-        def beat(tx: Tx) -> int:
-            return tx.execute("heartbeat", instance_id=self.instance_id, now_us=self.clock.now_us())
-
-        if self._running and await self.store.transact(beat) == 0:
-            self._running = False  # another instance declared us gone; our leases are void
-
-    def _require_running(self) -> None:
-        if not self._running:
-            raise InstanceNotRunningError()
-
-    # -- reconciliation (S9) -------------------------------------------------------------------
-
-    def _retire(
-        self, tx: Tx, instance_id: InstanceId, *, dead: bool
-    ) -> tuple[int, list[OperationId], list[ConversationId]]:
-        """Declare an instance gone: its leases void, its unsettled operations unknown.
-
-        ``dead``: its process is known to be gone (its liveness mark is free, or it is this
-        instance, closing), so the conversation slots it held are voided too. Otherwise they
-        stay until they expire: a process that is alive but stalled may still be running a
-        turn, and only its slot keeps a second turn of that conversation from starting.
-        """
-        now = self.clock.now_us()
-        tx.execute("mark_instance_gone", instance_id=instance_id, now_us=now)
-        leases = tx.execute("invalidate_leases", instance_id=instance_id, now_us=now)
-        unknown = tx.all("orphan_operations", instance_id=instance_id, now_us=now)
-        slots = tx.all("void_slots", instance_id=instance_id, now_us=now) if dead else []
-        return (
-            leases,
-            [OperationId(r["operation_id"]) for r in unknown],
-            [ConversationId(r["conversation_id"]) for r in slots],
-        )
-
-    async def reconcile(self) -> ReconcileReport:
-        """Find instances that are gone; void their leases, make their operations unknown.
-
-        An instance whose liveness mark is free (its process, or its database session, ended)
-        is known to be gone: its leases and the conversation slots it held are voided at once,
-        whatever their deadlines. An instance that stopped, or whose heartbeat is older than
-        ``instance_timeout``, is declared gone too, but while its liveness mark is held its
-        slots are left to expire: whether it still runs a turn cannot be known. Nothing is
-        replayed: an operation that was accepted and never settled is outcome_unknown.
-        """
-
-        def unit(tx: Tx) -> ReconcileReport:
-            now = self.clock.now_us()
-            stale_before = now - to_us(self.config.instance_timeout)
-            gone: list[InstanceId] = []
-            leases = 0
-            unknown: list[OperationId] = []
-            slots: list[ConversationId] = []
-            for row in tx.all("unreconciled_instances", instance_id=self.instance_id):
-                instance = InstanceId(row["instance_id"])
-                dead = not self.store.instance_alive(tx, instance)
-                silent = row["stopped_at_us"] is not None or row["heartbeat_at_us"] < stale_before
-                if not (dead or silent):
-                    continue
-                voided, orphaned, freed = self._retire(tx, instance, dead=dead)
-                gone.append(instance)
-                leases += voided
-                unknown.extend(orphaned)
-                slots.extend(freed)
-            return ReconcileReport(tuple(gone), leases, tuple(unknown), tuple(slots))
-
-        return await self.store.transact(unit)
-
-    # -- operations ----------------------------------------------------------------------------
-
-    def accept(
-        self, tx: Tx, kind: str, owner: str, *, idempotency_key: str | None = None
-    ) -> Operation:
-        """Record an operation as accepted by this instance, before anything external runs.
-
-        With an ``idempotency_key`` already used by ``owner``, the first operation is returned.
-        """
-        self._require_running()
-        check_slug(kind, "operation kind")
-        check_id(owner, "owner")
-        key = check_id(idempotency_key, "idempotency key") if idempotency_key else None
-        operation_id = new_id("op")
-        row = tx.one(
-            "accept_operation",
-            operation_id=operation_id,
-            kind=kind,
-            owner=owner,
-            origin_instance=self.instance_id,
-            idempotency_key=key or operation_id,
-            now_us=self.clock.now_us(),
-        )
-        if row is None:  # a concurrent accept won the key, or this instance was declared gone
-            row = tx.one("operation_by_key", owner=owner, idempotency_key=key or operation_id)
-        if row is None:
-            self._running = False
-            raise InstanceNotRunningError()
-        return _operation(row)
-
-    def complete(self, tx: Tx, operation_id: str, outcome: JSON = None) -> Operation:
-        """Settle an accepted operation as completed, with a bounded JSON outcome."""
-        text = None
-        if outcome is not None:
-            text, _ = encode_json(outcome, "outcome", limit_bytes=self.config.payload_limit_bytes)
-        return self._settle(tx, operation_id, OperationState.COMPLETED, text, None)
-
-    def fail(self, tx: Tx, operation_id: str, failure_code: str) -> Operation:
-        """Settle an accepted operation as failed, with a non-sensitive failure code."""
-        check_slug(failure_code, "failure code")
-        return self._settle(tx, operation_id, OperationState.FAILED, None, failure_code)
-
-    def mark_outcome_unknown(self, tx: Tx, operation_id: str) -> Operation:
-        """Settle an accepted operation as outcome_unknown: it may or may not have happened."""
-        return self._settle(tx, operation_id, OperationState.OUTCOME_UNKNOWN, None, None)
-
-    def _settle(
-        self,
-        tx: Tx,
-        operation_id: str,
-        state: OperationState,
-        outcome: str | None,
-        failure_code: str | None,
-    ) -> Operation:
-        changed = tx.execute(
-            "settle_operation",
-            operation_id=operation_id,
-            state=state.value,
-            outcome=outcome,
-            failure_code=failure_code,
-            now_us=self.clock.now_us(),
-        )
-        row = tx.one("get_operation", operation_id=operation_id)
-        if row is None:
-            raise UnknownOperationError(operation_id)
-        if changed == 0:
-            raise OperationSettledError(operation_id, row["state"])
-        return _operation(row)
-
-    async def operation(self, operation_id: str) -> Operation:
-        row = await self.store.read(lambda tx: tx.one("get_operation", operation_id=operation_id))
-        if row is None:
-            raise UnknownOperationError(operation_id)
-        return _operation(row)
+            await store.close()
 
     # -- publish (S3, S4, S10, S11) ------------------------------------------------------------
 
@@ -445,17 +193,11 @@ class Outbox:
         """
         conversation_id = signal.conversation_id
         row = tx.one(
-            "publish",
-            event_id=signal.event_id,
-            type=signal.type,
-            operation_id=signal.operation_id,
-            conversation_id=conversation_id,
-            idempotency_key=signal.idempotency_key,
-            payload=signal.payload_text,
-            payload_bytes=signal.payload_bytes,
-            schema_version=signal.schema_version,
-            backlog_limit=self.config.backlog_limit,
-            now_us=self.clock.now_us(),
+            "publish", event_id=signal.event_id, type=signal.type,
+            operation_id=signal.operation_id, conversation_id=conversation_id,
+            idempotency_key=signal.idempotency_key, payload=signal.payload_text,
+            payload_bytes=signal.payload_bytes, schema_version=signal.schema_version,
+            backlog_limit=self.config.backlog_limit, now_us=self.clock.now_us(),
         )
         if row is not None and row["outcome"] == "created":
             if row["backlog"] == 1:  # the queue was empty: consumers drain until a claim is empty
@@ -494,7 +236,7 @@ class Outbox:
         taken). The lease has a fresh random token and a deadline; an empty lease means there
         was nothing to claim. ``owner`` names the run holding the lease.
         """
-        self._require_running()
+        self.instance.require_running()
         ttl = to_us(lease_ttl or self.config.lease_ttl)
         return await self.store.transact(
             lambda tx: self.claim_in(
@@ -516,7 +258,7 @@ class Outbox:
     ) -> Lease:
         """:meth:`claim` inside the caller's unit: a turn claims in the unit that takes its
         conversation's slot, so signals are claimed only inside that slot (S5)."""
-        self._require_running()
+        self.instance.require_running()
         check_id(conversation_id, "conversation id")
         count = self.config.claim_max_count if max_count is None else max_count
         size = self.config.claim_max_bytes if max_bytes is None else max_bytes
@@ -525,16 +267,9 @@ class Outbox:
         token = secrets.token_hex(16)
         now = self.clock.now_us()
         rows = tx.all(
-            "claim",
-            conversation_id=conversation_id,
-            token=token,
-            deadline_us=deadline_us,
-            now_us=now,
-            instance_id=self.instance_id,
-            owner=owner,
-            max_count=count,
-            max_bytes=size,
-            max_attempts=self.config.max_attempts,
+            "claim", conversation_id=conversation_id, token=token, deadline_us=deadline_us,
+            now_us=now, instance_id=self.instance.instance_id, owner=owner, max_count=count,
+            max_bytes=size, max_attempts=self.config.max_attempts,
         )
         rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
         return Lease(
@@ -572,12 +307,8 @@ class Outbox:
             raise InvalidInputError(f"deliveries {sorted(unknown)} are not in this lease")
         now = self.clock.now_us()
         rows = tx.all(
-            "ack",
-            token=lease.token,
-            delivery_ids=ids,
-            expected=len(ids),
-            conversation_id=lease.conversation_id,
-            now_us=now,
+            "ack", token=lease.token, delivery_ids=ids, expected=len(ids),
+            conversation_id=lease.conversation_id, now_us=now,
         )
         if len(rows) != len(ids):
             raise StaleLeaseError(lease.token, ids)
@@ -679,7 +410,7 @@ class Outbox:
     async def sweep(self) -> SweepReport:
         """One recovery pass: reconcile gone instances, dead-letter spent deliveries whose
         leases expired, purge acknowledged deliveries past retention."""
-        reconciled = await self.reconcile()
+        reconciled = await self.instance.reconcile()
 
         def spent(tx: Tx) -> int:
             rows = tx.all(
@@ -760,3 +491,6 @@ class Outbox:
             yield queue
         finally:
             self.store.wakeups.unsubscribe(queue)
+
+
+__all__ = ("Outbox", "OutboxConfig", "SweepReport")

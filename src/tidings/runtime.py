@@ -36,6 +36,7 @@ from tidings.errors import (
     UnknownRunError,
     UnknownTaskError,
 )
+from tidings.instances import Instance
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
 from tidings.mail import queue, relay
 from tidings.mail.door import Door, DoorConfig
@@ -153,9 +154,10 @@ class Runtime:
         )
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
-        self.outbox = Outbox(
+        self.instance = Instance(
             store, clock=self.clock, config=self.config.outbox, on_gone=self._instances_gone
         )
+        self.outbox = Outbox(store, instance=self.instance)
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, self.config.door)
         self.runner = TurnRunner(
@@ -164,7 +166,7 @@ class Runtime:
         )
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, self.config.coordinator,
-            door=self.door,
+            instance=self.instance, door=self.door,
         )
         if master_key is None:
             with contextlib.suppress(MasterKeyError):
@@ -175,7 +177,7 @@ class Runtime:
         )
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
-            store, self.clock, self.supervisor, self.outbox.instance_id,
+            store, self.clock, self.supervisor, self.instance.instance_id,
             results=lambda: self._results,
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
@@ -261,7 +263,7 @@ class Runtime:
 
     @property
     def instance_id(self) -> str:
-        return self.outbox.instance_id
+        return self.instance.instance_id
 
     async def start(self, *, locked: bool = False) -> None:
         """Register this instance, reconcile gone ones, and start following work -- or, when
@@ -281,9 +283,9 @@ class Runtime:
         await self._boot()
 
     async def _boot(self) -> None:
-        await self.outbox.start()
+        await self.instance.start()
         self._tasks = [
-            asyncio.create_task(self.outbox.run(), name="tidings-outbox"),
+            asyncio.create_task(self.instance.run(self.outbox.sweep), name="tidings-outbox"),
             asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
             asyncio.create_task(self._purge_results(), name="tidings-results"),
         ]
@@ -299,7 +301,7 @@ class Runtime:
         await self.tasks.reconcile_lost()
         await self.coordinator.sweep()
         # Fully initialised: restarts that gone instances accepted are completed now (L2).
-        await complete_restarts(self.store, self.outbox, self.clock)
+        await complete_restarts(self.store, self.outbox, self.instance, self.clock)
         await self.relay.relay_pending()  # replies a gone instance did not relay (M16)
 
     async def _instances_gone(self, report: ReconcileReport) -> None:
@@ -329,7 +331,7 @@ class Runtime:
             for task in self._tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self.outbox.close()
+            await self.instance.close()
         finally:
             if self._owns_store:
                 await self.store.close()
@@ -344,7 +346,7 @@ class Runtime:
                 await self.tasks.reconcile_lost()
                 # A restart whose instance went while this one runs is completed here, not
                 # only by the next instance to boot (one completion: the settle is fenced).
-                await complete_restarts(self.store, self.outbox, self.clock)
+                await complete_restarts(self.store, self.outbox, self.instance, self.clock)
                 if self._results is not None:
                     await self._results.purge()
             except TidingsError as exc:
@@ -655,7 +657,7 @@ class Runtime:
         request = RestartRequest(reason[:500], input_id, run_id, call_id)
 
         def unit(cx: ConversationTx) -> Operation:
-            return accept_restart(cx, self.outbox, request, idempotency_key=idempotency_key)
+            return accept_restart(cx, self.instance, request, idempotency_key=idempotency_key)
 
         operation = await self.conversations.change(conversation_id, unit, owner=owner)
         self.restart_requested.set()

@@ -68,7 +68,7 @@ class Begin:
 
 def begin(
     cx: ConversationTx, kinds: frozenset[StartKind], *, record: bool,
-    config: TurnConfig, outbox: Outbox, door: Door,
+    config: TurnConfig, outbox: Outbox, door: Door, instance_id: str,
 ) -> Begin:
     """Decide a start under the lock and, if a turn starts, take the slot, write the run and
     claim the signals. The caller saves ``cx``.
@@ -105,7 +105,7 @@ def begin(
     ):
         # Another claimer (or the budget) took them: the wake-up was stale (C4).
         return Begin(None, StartDecision(None, "nothing_to_do"), None)
-    token = _take(cx, run_id, trigger, deadline_us, outbox.instance_id)
+    token = _take(cx, run_id, trigger, deadline_us, instance_id)
     notices, taken = _read_inputs(cx, trigger, inputs, run_id)
     cx.record_event(
         "turn_status",

@@ -6,6 +6,7 @@ import enum
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, NewType
 
 ConversationId = NewType("ConversationId", str)
@@ -157,6 +158,35 @@ class ReconcileReport:
     operations_unknown: tuple[OperationId, ...]
     slots_voided: tuple[ConversationId, ...] = ()
     """Conversations whose slot a gone instance held, voided before its deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one sweep changed."""
+
+    reconciled: ReconcileReport
+    dead_lettered: int
+    purged: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxConfig:
+    """Bounds and timings of the outbox and of the instance it acts for; every duration
+    carries its unit in its type."""
+
+    payload_limit_bytes: int = 8 * 1024
+    backlog_limit: int = 1_000
+    claim_max_count: int = 16
+    claim_max_bytes: int = 64 * 1024
+    lease_ttl: timedelta = timedelta(seconds=30)
+    max_attempts: int = 5
+    backoff_base: timedelta = timedelta(seconds=1)
+    backoff_cap: timedelta = timedelta(minutes=5)
+    retention: timedelta = timedelta(days=1)
+    heartbeat_interval: timedelta = timedelta(seconds=5)
+    instance_timeout: timedelta = timedelta(minutes=2)
+    sweep_interval: timedelta = timedelta(seconds=5)
+    purge_batch: int = 1_000
 
 
 # -- conversations, inputs, runs, transcript ---------------------------------------------------

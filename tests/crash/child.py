@@ -31,6 +31,7 @@ from tidings import (
     SystemClock,
     Tx,
     open_store,
+    operations,
 )
 
 BLOCK_SECONDS = 120  # a safety net: a child whose parent vanished does not linger forever
@@ -52,8 +53,8 @@ def lease_fields(lease: Lease) -> dict[str, Any]:
 
 async def started(url: str, config: OutboxConfig | None = None) -> Outbox:
     store = await open_store(url)
-    outbox = Outbox(store, clock=ManualClock(), config=config, owns_store=True)
-    await outbox.start()
+    outbox = Outbox(store, clock=ManualClock(), config=config)
+    await outbox.instance.start()
     return outbox
 
 
@@ -71,7 +72,7 @@ async def publish_committed(url: str, conversation_id: str, key: str) -> None:
         )
     )
     announce(
-        "committed", instance_id=ob.instance_id, event_id=published.event_id,
+        "committed", instance_id=ob.instance.instance_id, event_id=published.event_id,
         delivery_id=published.delivery_id,
     )
     await block()
@@ -85,7 +86,7 @@ async def publish_uncommitted(url: str, conversation_id: str, key: str) -> None:
         published = ob.publish(
             tx, conversation_id, "task.exited", {"task_key": "t1"}, idempotency_key=key
         )
-        announce("published_not_committed", instance_id=ob.instance_id,
+        announce("published_not_committed", instance_id=ob.instance.instance_id,
                  event_id=published.event_id)
         time.sleep(BLOCK_SECONDS)  # holds the transaction open until SIGKILL
 
@@ -97,10 +98,10 @@ async def accept_then_call(url: str, owner: str, key: str) -> None:
     """Accept an operation, commit, announce that the external tool is about to run."""
     ob = await started(url)
     operation = await ob.store.transact(
-        lambda tx: ob.accept(tx, "tool.shell", owner, idempotency_key=key)
+        lambda tx: operations.accept(tx, ob.instance, "tool.shell", owner, idempotency_key=key)
     )
     announce(
-        "about_to_call_external_tool", instance_id=ob.instance_id,
+        "about_to_call_external_tool", instance_id=ob.instance.instance_id,
         operation_id=operation.operation_id,
     )
     await block()  # the "external tool" is running when the process dies
@@ -110,7 +111,7 @@ async def claim_and_hold(url: str, conversation_id: str) -> None:
     """Claim a lease, announce it, and hold it (between claim and consume) until killed."""
     ob = await started(url)
     lease = await ob.claim(conversation_id, owner="run-child")
-    announce("claimed", instance_id=ob.instance_id, **lease_fields(lease))
+    announce("claimed", instance_id=ob.instance.instance_id, **lease_fields(lease))
     await block()
 
 
@@ -124,7 +125,7 @@ async def consume_and_die(url: str, conversation_id: str, transcript: str) -> No
         ob.publish(tx, transcript, "turn.completed", {"run": "run-child"},
                    idempotency_key="turn-1")
         ob.ack(tx, lease)
-        announce("acked_not_committed", instance_id=ob.instance_id, **lease_fields(lease))
+        announce("acked_not_committed", instance_id=ob.instance.instance_id, **lease_fields(lease))
         time.sleep(BLOCK_SECONDS)  # holds the transaction open until SIGKILL
 
     await ob.store.transact(unit)
@@ -151,8 +152,8 @@ async def claimer(
     ttl = timedelta(milliseconds=ttl_ms)
     config = OutboxConfig(lease_ttl=ttl, max_attempts=1_000, claim_max_count=4)
     store = await open_store(url)
-    ob = Outbox(store, clock=SystemClock(), config=config, owns_store=True)
-    await ob.start()
+    ob = Outbox(store, clock=SystemClock(), config=config)
+    await ob.instance.start()
     rng = random.Random(seed)
     names = [f"conv-{i:03d}" for i in range(conversations)]
     ttl_us = ttl_ms * 1_000
@@ -160,7 +161,7 @@ async def claimer(
     pid = os.getpid()
     claims = acks = stale = 0
     try:
-        announce("ready", instance_id=ob.instance_id)
+        announce("ready", instance_id=ob.instance.instance_id)
         while time.monotonic() < give_up:
             rng.shuffle(names)
             claimed_any = False
@@ -194,7 +195,8 @@ async def claimer(
                 await asyncio.sleep(0.02)  # the rest is leased by other processes
         announce("done", claims=claims, acks=acks, stale=stale)
     finally:
-        await ob.close()
+        await ob.instance.close()
+        await ob.store.close()
 
 
 def main() -> None:

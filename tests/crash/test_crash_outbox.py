@@ -26,6 +26,7 @@ from tidings import (
     StaleLeaseError,
     Tx,
     open_store,
+    operations,
 )
 from tidings.types import ConversationId
 
@@ -61,14 +62,15 @@ async def reboot() -> AsyncIterator[list[Outbox]]:
         yield booted
     finally:
         for ob in booted:
-            await ob.close()
+            await ob.instance.close()
+            await ob.store.close()
 
 
 async def boot(backend: Backend, clock: ManualClock, booted: list[Outbox]) -> tuple[Outbox, Any]:
     store = await open_store(backend.url)
-    ob = Outbox(store, clock=clock, owns_store=True)
+    ob = Outbox(store, clock=clock)
     booted.append(ob)
-    report = await ob.start()
+    report = await ob.instance.start()
     return ob, report
 
 
@@ -138,9 +140,9 @@ async def test_s9_interrupted_external_call_is_outcome_unknown_never_replayed(
     ob, report = await boot(backend, clock, reboot)
     assert report.gone_instances == (accepted["instance_id"],)
     assert report.operations_unknown == (operation_id,)
-    assert ob.instance_id != accepted["instance_id"]  # each boot has a new instance id
+    assert ob.instance.instance_id != accepted["instance_id"]  # each boot has a new instance id
 
-    operation = await ob.operation(operation_id)
+    operation = await operations.get(ob.store, operation_id)
     assert operation.state is OperationState.OUTCOME_UNKNOWN
     assert operation.origin_instance == accepted["instance_id"]
     assert operation.settled_at_us is not None
@@ -148,19 +150,23 @@ async def test_s9_interrupted_external_call_is_outcome_unknown_never_replayed(
     # Nothing is replayed: no new operation, no signal, and a second pass finds nothing more.
     assert count_rows(backend.url, "operations") == 1
     assert count_rows(backend.url, "signal_events") == 0
-    later = await ob.reconcile()
+    later = await ob.instance.reconcile()
     assert (later.gone_instances, later.operations_unknown) == ((), ())
 
     # A retry under the same key gets the unknown outcome back, not a fresh acceptance...
     retry = await ob.store.transact(
-        lambda tx: ob.accept(tx, "tool.shell", "conv-a", idempotency_key="call-1")
+        lambda tx: operations.accept(
+            tx, ob.instance, "tool.shell", "conv-a", idempotency_key="call-1"
+        )
     )
     assert retry.operation_id == operation_id
     assert retry.state is OperationState.OUTCOME_UNKNOWN
     # ...and outcome_unknown is an answer that nothing overwrites.
     with pytest.raises(OperationSettledError):
-        await ob.store.transact(lambda tx: ob.complete(tx, operation_id, {"exit": 0}))
-    assert (await ob.operation(operation_id)).state is OperationState.OUTCOME_UNKNOWN
+        await ob.store.transact(
+            lambda tx: operations.complete(tx, ob.instance, operation_id, {"exit": 0})
+        )
+    assert (await operations.get(ob.store, operation_id)).state is OperationState.OUTCOME_UNKNOWN
 
 
 async def test_s6_s9_lease_of_killed_holder_is_voided_at_once(
@@ -176,7 +182,7 @@ async def test_s6_s9_lease_of_killed_holder_is_voided_at_once(
     ]
     async with spawn("claim", backend.url, "conv-a") as child:
         held = await child.checkpoint("claimed")
-        assert (await ob.reconcile()).gone_instances == ()  # alive: its lease stands
+        assert (await ob.instance.reconcile()).gone_instances == ()  # alive: its lease stands
         assert (await ob.claim("conv-a")).deliveries == ()
         await child.kill()
     await wait_instance_released(backend.url, held["instance_id"])
@@ -185,7 +191,7 @@ async def test_s6_s9_lease_of_killed_holder_is_voided_at_once(
 
     # No clock advance: the lease is still far from its deadline, yet void at once.
     assert clock.now_us() < dead.deadline_us
-    report = await ob.reconcile()
+    report = await ob.instance.reconcile()
     assert report.gone_instances == (held["instance_id"],)
     assert report.leases_invalidated == 2
 

@@ -154,7 +154,7 @@ async def test_h2_running_peer_takes_a_killed_holders_slot_at_once(
         dead = await child.checkpoint("tool_running")
         cid = dead["conversation_id"]
         # Alive (its lock held): its slot and its run stand, whatever the peer's sweeps see.
-        report = await peer.outbox.reconcile()
+        report = await peer.instance.reconcile()
         assert (report.gone_instances, report.slots_voided) == ((), ())
         assert await peer.coordinator.sweep() == 0
         await child.kill()
@@ -211,11 +211,11 @@ async def test_h2_held_liveness_lock_keeps_a_live_peers_slot_until_expiry(
     await holder.post(cid, "think", owner=OWNER)
     await asyncio.wait_for(model.asked.wait(), WAIT_S)
 
-    report = await other.outbox.reconcile()
+    report = await other.instance.reconcile()
     assert (report.gone_instances, report.slots_voided) == ((), ())
 
     clock.advance(timedelta(milliseconds=500))  # silent past the timeout; the slot is not due
-    report = await other.outbox.reconcile()
+    report = await other.instance.reconcile()
     assert report.gone_instances == (holder.instance_id,)
     assert report.slots_voided == ()
     assert await other.coordinator.sweep() == 0

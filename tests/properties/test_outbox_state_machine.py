@@ -54,6 +54,7 @@ from tidings import (
     Tx,
     UnknownOperationError,
     open_store,
+    operations,
 )
 from tidings.clock import to_us
 from tidings.policy import encode_json
@@ -155,7 +156,7 @@ class OutboxMachine(RuleBasedStateMachine):
 
     async def boot(self) -> Outbox:
         ob = Outbox(self.store, clock=self.clock, config=CONFIG, rng=random.Random(0))
-        report = await ob.start()
+        report = await ob.instance.start()
         # Every earlier boot stopped cleanly and settled its own leases: nobody is gone.
         assert report.gone_instances == ()
         return ob
@@ -171,7 +172,7 @@ class OutboxMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.outbox is not None:
-                self.run(self.outbox.close())
+                self.run(self.outbox.instance.close())
             self.run(self.store.close())
         finally:
             self.runner.close()
@@ -333,14 +334,14 @@ class OutboxMachine(RuleBasedStateMachine):
 
         def unit(tx: Tx) -> None:
             # The turn's own write commits with the ack, or not at all (S7).
-            turn.append(self.ob.accept(tx, "turn", "run-1").operation_id)
+            turn.append(operations.accept(tx, self.ob.instance, "turn", "run-1").operation_id)
             self.ob.ack(tx, lease, ids)
 
         current = all(d.held_by(lease, self.now()) for d in chosen)
         event(f"ack: {'current' if current else 'stale'} token")
         if current:
             self.run(self.ob.store.transact(unit))
-            assert self.run(self.ob.operation(turn[0])).operation_id == turn[0]
+            assert self.run(operations.get(self.ob.store, turn[0])).operation_id == turn[0]
             for d in chosen:
                 assert d.state != "acknowledged"  # never acknowledged twice
                 d.state, d.deadline_us, d.claimable_at_us = "acknowledged", None, 0
@@ -348,7 +349,7 @@ class OutboxMachine(RuleBasedStateMachine):
             with pytest.raises(StaleLeaseError):
                 self.run(self.ob.store.transact(unit))
             with pytest.raises(UnknownOperationError):
-                self.run(self.ob.operation(turn[0]))
+                self.run(operations.get(self.ob.store, turn[0]))
         return current
 
     def reclaimable(self) -> list[Lease]:
@@ -442,13 +443,13 @@ class OutboxMachine(RuleBasedStateMachine):
         """
         event("restart")
         old = self.ob
-        self.run(old.close())
+        self.run(old.instance.close())
         self.outbox = None
         if reopen_store:
             self.run(self.store.close())
             self.store = self.run(open_store(self.url))
         self.outbox = self.run(self.boot())
-        assert self.ob.instance_id != old.instance_id
+        assert self.ob.instance.instance_id != old.instance.instance_id
         with pytest.raises(InstanceNotRunningError):  # the old instance may no longer claim
             self.run(old.claim(CONVERSATIONS[0]))
         for d in self.deliveries.values():

@@ -14,6 +14,7 @@ import tidings
 from tests.conftest import Backend, RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tests.waiting import eventually, wait_until, wakeup_reaches
+from tidings import operations
 from tidings.errors import RuntimeLockedError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
@@ -55,7 +56,7 @@ async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
     answer = [m for m in await first.transcript(conv) if m.role == "tool"][-1]
     assert "accepted, not completed" in answer.content
     operation_id = answer.meta["operation_id"]
-    assert (await first.outbox.operation(operation_id)).state is OperationState.ACCEPTED
+    assert (await operations.get(first.store, operation_id)).state is OperationState.ACCEPTED
     restart_run = (await first.runs(conv))[-1].run_id
     await first.close()  # the host honours the request: this instance goes
 
@@ -65,7 +66,7 @@ async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
         await second.settle(conv)
         if any(m.content == "I am back after the restart." for m in await second.transcript(conv)):
             break
-    operation = await second.outbox.operation(operation_id)
+    operation = await operations.get(second.store, operation_id)
     assert operation.state is OperationState.COMPLETED
     completed = [e for e in await second.events(conv) if e.type == "restart_completed"]
     assert len(completed) == 1
@@ -93,14 +94,16 @@ async def test_s9_unsettled_operations_of_a_gone_instance_are_unknown_but_restar
 ) -> None:
     first = await runtimes(models=[MODEL])
     conv = (await first.create_conversation("alice", PROFILE)).conversation_id
-    other = await first.store.transact(lambda tx: first.outbox.accept(tx, "deploy", conv))
+    other = await first.store.transact(
+        lambda tx: operations.accept(tx, first.instance, "deploy", conv)
+    )
     restart = await first.request_restart(conv, reason="operator")
     await first.close()
     second = await runtimes(models=[MODEL])
-    assert (await second.outbox.operation(other.operation_id)).state is (
+    assert (await operations.get(second.store, other.operation_id)).state is (
         OperationState.OUTCOME_UNKNOWN
     )
-    assert (await second.outbox.operation(restart.operation_id)).state is (
+    assert (await operations.get(second.store, restart.operation_id)).state is (
         OperationState.COMPLETED
     )
 
@@ -177,7 +180,7 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
         stats = await locked.signal_stats(conv)
         assert (stats.ready, stats.leased) == (1, 0)  # nothing claimed
         assert await locked.runs(conv) == []  # nothing delivered, no turn
-        assert (await locked.outbox.operation(restart.operation_id)).state is (
+        assert (await operations.get(locked.store, restart.operation_id)).state is (
             OperationState.ACCEPTED  # not completed by a locked instance
         )
         assert len(await locked.transcript(conv)) == 0  # reading is allowed
@@ -186,7 +189,7 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
         assert not locked.locked
         await wait_for_runs(locked, conv, 1)
         assert (await locked.signal_stats(conv)).backlog == 0
-        assert (await locked.outbox.operation(restart.operation_id)).state is (
+        assert (await operations.get(locked.store, restart.operation_id)).state is (
             OperationState.COMPLETED
         )
         await locked.unlock(key)  # idempotent

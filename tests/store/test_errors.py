@@ -109,7 +109,7 @@ async def test_s1_sqlite_locked_database_is_busy_error(
     path = tmp_path / "locked.db"
     store = await open_store(str(path), busy_timeout_ms=50)
     ob = Outbox(store, clock=clock)
-    await ob.start()
+    await ob.instance.start()
     holder = sqlite3.connect(path, isolation_level=None, timeout=0)
     try:
         holder.execute("BEGIN IMMEDIATE")  # another writer holds the database
@@ -126,7 +126,7 @@ async def test_s1_sqlite_locked_database_is_busy_error(
         assert (await ob.stats("conv-a")).backlog == 1
     finally:
         holder.close()
-        await ob.close()
+        await ob.instance.close()
         await store.close()
 
 

@@ -39,6 +39,7 @@ from tidings import (
     Tx,
     UnknownOperationError,
     open_store,
+    operations,
 )
 from tidings.clock import to_us
 from tidings.store import Row
@@ -89,12 +90,12 @@ async def states(ob: Outbox, ids: Sequence[int]) -> dict[int, Row]:
 
 
 async def accept(ob: Outbox, kind: str = "restart", owner: str = CONV, **kw: Any) -> Operation:
-    return await ob.store.transact(lambda tx: ob.accept(tx, kind, owner, **kw))
+    return await ob.store.transact(lambda tx: operations.accept(tx, ob.instance, kind, owner, **kw))
 
 
 async def exists(ob: Outbox, operation_id: str) -> bool:
     try:
-        await ob.operation(operation_id)
+        await operations.get(ob.store, operation_id)
     except UnknownOperationError:
         return False
     return True
@@ -102,7 +103,7 @@ async def exists(ob: Outbox, operation_id: str) -> bool:
 
 def consumer_write(ob: Outbox, tx: Tx, written: list[str]) -> None:
     """What a consumer commits with its ack: here, an accepted operation and a signal."""
-    written.append(ob.accept(tx, "turn", "transcript-owner").operation_id)
+    written.append(operations.accept(tx, ob.instance, "turn", "transcript-owner").operation_id)
     ob.publish(tx, "conv-transcript", "turn.committed", {"turn": 1})
 
 
@@ -122,7 +123,7 @@ async def test_s3_rollback_publishes_nothing(outbox: Outbox) -> None:
     ops: list[str] = []
 
     def unit(tx: Tx) -> None:
-        op = ob.accept(tx, "restart", CONV)
+        op = operations.accept(tx, ob.instance, "restart", CONV)
         ops.append(op.operation_id)
         seen.append(ob.publish(tx, CONV, "restart.accepted", {"n": 1},
                                operation_id=op.operation_id))
@@ -150,14 +151,14 @@ async def test_s3_publication_commits_with_domain_change_and_is_not_ack(
     ob = outbox
 
     def unit(tx: Tx) -> tuple[Operation, Published]:
-        op = ob.accept(tx, "restart", CONV)
+        op = operations.accept(tx, ob.instance, "restart", CONV)
         return op, ob.publish(tx, CONV, "restart.accepted", {"phase": "accepted"},
                               operation_id=op.operation_id)
 
     op, published = await ob.store.transact(unit)
     assert published.created
     assert published.conversation_id == CONV
-    assert (await ob.operation(op.operation_id)).state is OperationState.ACCEPTED
+    assert (await operations.get(ob.store, op.operation_id)).state is OperationState.ACCEPTED
 
     # Published, not acknowledged: it waits, ready, for its consumer.
     state = (await states(ob, [published.delivery_id]))[published.delivery_id]
@@ -825,15 +826,15 @@ async def test_s9_closed_instance_leases_ready_and_operations_unknown(
 ) -> None:
     ob = outbox
     other = Outbox(ob.store, clock=clock)
-    await other.start()
-    assert other.instance_id != ob.instance_id  # each boot has its own id
+    await other.instance.start()
+    assert other.instance.instance_id != ob.instance.instance_id  # each boot has its own id
     op = await accept(other, "shell_command", CONV)
     published = await publish(other, operation_id=op.operation_id)
     lease = await other.claim(CONV)
     assert lease.delivery_ids == (published.delivery_id,)
-    await other.close()
+    await other.instance.close()
 
-    assert (await ob.operation(op.operation_id)).state is OperationState.OUTCOME_UNKNOWN
+    assert (await operations.get(ob.store, op.operation_id)).state is OperationState.OUTCOME_UNKNOWN
     row = (await states(ob, lease.delivery_ids))[published.delivery_id]
     assert row["state"] == "ready"
     taken = await ob.claim(CONV)  # at once: no waiting out the dead lease
@@ -847,7 +848,9 @@ async def test_s9_closed_instance_leases_ready_and_operations_unknown(
         await accept(other)
     # Nothing is replayed: the unknown outcome is final.
     with pytest.raises(OperationSettledError):
-        await ob.store.transact(lambda tx: ob.complete(tx, op.operation_id, {"ok": True}))
+        await ob.store.transact(
+            lambda tx: operations.complete(tx, ob.instance, op.operation_id, {"ok": True})
+        )
 
 
 async def test_s9_gone_instance_is_found_by_reconcile(
@@ -856,19 +859,19 @@ async def test_s9_gone_instance_is_found_by_reconcile(
     ob = outbox
     store = await open_store(backend.url)
     gone = Outbox(store, clock=clock)
-    await gone.start()
+    await gone.instance.start()
     op = await accept(gone, "background_tool", CONV)
     await publish(gone)
     lease = await gone.claim(CONV)
     await store.close()  # the process dies: its liveness mark goes with it, nothing is settled
 
-    report = await ob.reconcile()
-    assert report.gone_instances == (gone.instance_id,)
+    report = await ob.instance.reconcile()
+    assert report.gone_instances == (gone.instance.instance_id,)
     assert report.leases_invalidated == 1
     assert report.operations_unknown == (op.operation_id,)
-    assert (await ob.operation(op.operation_id)).state is OperationState.OUTCOME_UNKNOWN
+    assert (await operations.get(ob.store, op.operation_id)).state is OperationState.OUTCOME_UNKNOWN
     assert (await ob.claim(CONV)).delivery_ids == lease.delivery_ids
-    again = await ob.reconcile()
+    again = await ob.instance.reconcile()
     assert again.gone_instances == ()
     assert again.leases_invalidated == 0
 
@@ -883,11 +886,11 @@ async def test_s9_reconcile_never_touches_a_live_instance(
         lease = await live.claim(CONV)
         clock.advance(timedelta(seconds=10))
 
-        report = await ob.reconcile()
+        report = await ob.instance.reconcile()
         assert report.gone_instances == ()
         assert report.leases_invalidated == 0
         assert (await ob.sweep()).reconciled.gone_instances == ()
-        assert (await ob.operation(op.operation_id)).state is OperationState.ACCEPTED
+        assert (await operations.get(ob.store, op.operation_id)).state is OperationState.ACCEPTED
         assert (await ob.claim(CONV)).deliveries == ()
         await ack(live, lease)
 
@@ -898,24 +901,24 @@ async def test_s9_heartbeat_of_an_instance_declared_gone_stops_it(
     ob = outbox
     timeout = ob.config.instance_timeout
     other = Outbox(ob.store, clock=clock)
-    await other.start()
+    await other.instance.start()
     try:
         await publish(other)
         lease = await other.claim(CONV)
 
         # A heartbeat keeps it alive past the timeout measured from its start.
         clock.advance(timeout * 3 / 4)
-        await other.heartbeat()
+        await other.instance.heartbeat()
         clock.advance(timeout * 3 / 4)
-        assert (await ob.reconcile()).gone_instances == ()
+        assert (await ob.instance.reconcile()).gone_instances == ()
 
         # Silent for longer than the timeout: declared gone, its lease voided.
         clock.advance(timeout)
-        report = await ob.reconcile()
-        assert report.gone_instances == (other.instance_id,)
+        report = await ob.instance.reconcile()
+        assert report.gone_instances == (other.instance.instance_id,)
         assert report.leases_invalidated == 1
 
-        await other.heartbeat()  # it learns it was declared gone, and stops acting
+        await other.instance.heartbeat()  # it learns it was declared gone, and stops acting
         with pytest.raises(InstanceNotRunningError) as caught:
             await other.claim(CONV)
         assert caught.value.code == "instance_not_running"
@@ -923,7 +926,7 @@ async def test_s9_heartbeat_of_an_instance_declared_gone_stops_it(
             await ack(other, lease)
         assert (await ob.claim(CONV)).delivery_ids == lease.delivery_ids
     finally:
-        await other.close()
+        await other.instance.close()
 
 
 async def test_s9_operation_accepted_after_being_declared_gone_is_not_orphaned(
@@ -935,9 +938,9 @@ async def test_s9_operation_accepted_after_being_declared_gone_is_not_orphaned(
     ob = outbox
     store = await open_store(backend.url)
     stalled = Outbox(store, clock=clock)
-    await stalled.start()
+    await stalled.instance.start()
     clock.advance(ob.config.instance_timeout + timedelta(seconds=1))
-    assert (await ob.reconcile()).gone_instances == (stalled.instance_id,)
+    assert (await ob.instance.reconcile()).gone_instances == (stalled.instance.instance_id,)
 
     try:
         op: Operation | None = await accept(stalled, "background_tool", CONV)
@@ -946,49 +949,55 @@ async def test_s9_operation_accepted_after_being_declared_gone_is_not_orphaned(
     await store.close()  # and now the stalled process really dies
     if op is not None:
         await ob.sweep()
-        assert (await ob.operation(op.operation_id)).state is OperationState.OUTCOME_UNKNOWN
+        assert (await operations.get(ob.store, op.operation_id)).state is (
+            OperationState.OUTCOME_UNKNOWN
+        )
 
 
 async def test_s9_operation_settles_once(outbox: Outbox, clock: ManualClock) -> None:
     ob = outbox
     op = await accept(ob, "restart", CONV)
     assert op.state is OperationState.ACCEPTED
-    assert (op.kind, op.owner, op.origin_instance) == ("restart", CONV, ob.instance_id)
+    assert (op.kind, op.owner, op.origin_instance) == ("restart", CONV, ob.instance.instance_id)
     assert (op.accepted_at_us, op.settled_at_us) == (clock.now_us(), None)
 
     clock.advance(timedelta(seconds=3))
-    done = await ob.store.transact(lambda tx: ob.complete(tx, op.operation_id, {"exit": 0}))
+    done = await ob.store.transact(
+        lambda tx: operations.complete(tx, ob.instance, op.operation_id, {"exit": 0})
+    )
     assert (done.state, done.outcome, done.settled_at_us) == (
         OperationState.COMPLETED, {"exit": 0}, clock.now_us())
 
     # A settled operation is never overwritten, by any transition.
     settle_again: list[Callable[[Tx], Operation]] = [
-        lambda tx: ob.complete(tx, op.operation_id, {"exit": 1}),
-        lambda tx: ob.fail(tx, op.operation_id, "exit_nonzero"),
-        lambda tx: ob.mark_outcome_unknown(tx, op.operation_id),
+        lambda tx: operations.complete(tx, ob.instance, op.operation_id, {"exit": 1}),
+        lambda tx: operations.fail(tx, ob.instance, op.operation_id, "exit_nonzero"),
+        lambda tx: operations.mark_outcome_unknown(tx, ob.instance, op.operation_id),
     ]
     for transition in settle_again:
         with pytest.raises(OperationSettledError) as caught:
             await ob.store.transact(transition)
         assert caught.value.state == "completed"
-    assert await ob.operation(op.operation_id) == done
+    assert await operations.get(ob.store, op.operation_id) == done
 
     failed_op = await accept(ob, "background_tool", CONV)
     failed = await ob.store.transact(
-        lambda tx: ob.fail(tx, failed_op.operation_id, "exit_nonzero"))
+        lambda tx: operations.fail(tx, ob.instance, failed_op.operation_id, "exit_nonzero"))
     assert (failed.state, failed.failure_code) == (OperationState.FAILED, "exit_nonzero")
 
     unknown_op = await accept(ob, "background_tool", CONV)
     unknown = await ob.store.transact(
-        lambda tx: ob.mark_outcome_unknown(tx, unknown_op.operation_id))
+        lambda tx: operations.mark_outcome_unknown(tx, ob.instance, unknown_op.operation_id))
     assert unknown.state is OperationState.OUTCOME_UNKNOWN
     with pytest.raises(OperationSettledError):
-        await ob.store.transact(lambda tx: ob.complete(tx, unknown_op.operation_id))
+        await ob.store.transact(
+            lambda tx: operations.complete(tx, ob.instance, unknown_op.operation_id)
+        )
 
     # The refusal rolls back the unit that tried it.
     def late_settle(tx: Tx) -> None:
         ob.publish(tx, CONV, "restart.completed", {})
-        ob.complete(tx, op.operation_id)
+        operations.complete(tx, ob.instance, op.operation_id)
 
     with pytest.raises(OperationSettledError):
         await ob.store.transact(late_settle)
@@ -998,25 +1007,27 @@ async def test_s9_operation_settles_once(outbox: Outbox, clock: ManualClock) -> 
 async def test_s9_operation_unknown_id_and_bad_input(outbox: Outbox) -> None:
     ob = outbox
     with pytest.raises(UnknownOperationError) as caught:
-        await ob.operation("op_missing")
+        await operations.get(ob.store, "op_missing")
     assert caught.value.operation_id == "op_missing"
     for transition in (
-        lambda tx: ob.complete(tx, "op_missing"),
-        lambda tx: ob.fail(tx, "op_missing", "exit_nonzero"),
-        lambda tx: ob.mark_outcome_unknown(tx, "op_missing"),
+        lambda tx: operations.complete(tx, ob.instance, "op_missing"),
+        lambda tx: operations.fail(tx, ob.instance, "op_missing", "exit_nonzero"),
+        lambda tx: operations.mark_outcome_unknown(tx, ob.instance, "op_missing"),
     ):
         with pytest.raises(UnknownOperationError):
             await ob.store.transact(transition)
 
     op = await accept(ob)
     with pytest.raises(InvalidInputError):
-        await ob.store.transact(lambda tx: ob.fail(tx, op.operation_id, "Exit Code 1!"))
+        await ob.store.transact(
+            lambda tx: operations.fail(tx, ob.instance, op.operation_id, "Exit Code 1!")
+        )
     with pytest.raises(PayloadTooLargeError):
         await ob.store.transact(
-            lambda tx: ob.complete(tx, op.operation_id, {"out": "x" * 9000}))
+            lambda tx: operations.complete(tx, ob.instance, op.operation_id, {"out": "x" * 9000}))
     with pytest.raises(InvalidInputError):
         await accept(ob, kind="Restart Now")
-    assert (await ob.operation(op.operation_id)).state is OperationState.ACCEPTED
+    assert (await operations.get(ob.store, op.operation_id)).state is OperationState.ACCEPTED
 
 
 async def test_s9_accept_is_idempotent(outbox: Outbox) -> None:
@@ -1027,14 +1038,14 @@ async def test_s9_accept_is_idempotent(outbox: Outbox) -> None:
     elsewhere = await accept(ob, "restart", OTHER, idempotency_key="msg-42")
     assert elsewhere.operation_id != first.operation_id
 
-    await ob.store.transact(lambda tx: ob.complete(tx, first.operation_id))
+    await ob.store.transact(lambda tx: operations.complete(tx, ob.instance, first.operation_id))
     late = await accept(ob, "restart", CONV, idempotency_key="msg-42")
     assert late.operation_id == first.operation_id
     assert late.state is OperationState.COMPLETED  # the repeat never reopens it
 
     def both(tx: Tx) -> tuple[Operation, Operation]:
-        return (ob.accept(tx, "restart", CONV, idempotency_key="msg-43"),
-                ob.accept(tx, "restart", CONV, idempotency_key="msg-43"))
+        return (operations.accept(tx, ob.instance, "restart", CONV, idempotency_key="msg-43"),
+                operations.accept(tx, ob.instance, "restart", CONV, idempotency_key="msg-43"))
 
     a, b = await ob.store.transact(both)
     assert a.operation_id == b.operation_id
@@ -1066,7 +1077,7 @@ async def test_s10_full_backlog_refuses_and_drops_nothing(
         ops: list[str] = []
 
         def unit(tx: Tx) -> None:
-            ops.append(ob.accept(tx, "background_tool", CONV).operation_id)
+            ops.append(operations.accept(tx, ob.instance, "background_tool", CONV).operation_id)
             ob.publish(tx, CONV, "task.exited", {"n": 4})
 
         with pytest.raises(BacklogFullError):

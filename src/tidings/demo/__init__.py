@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
 from tidings.demo.outbox_tour import outbox_tour
@@ -187,7 +188,7 @@ async def run_demo(url: str, console: Console) -> bool:
         view = await _wait(rt, conv, restart_done, console,
                            "waiting for the restart's completion turn")
         timeline.show(view)
-        operation = await rt.outbox.operation(operation_id)
+        operation = await operations.get(rt.store, operation_id)
         console.print(f"  [dim]operation {operation_id}: accepted → {operation.state.value} "
                       f"by instance {rt.instance_id}[/]", highlight=False)
 
