@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
-from tidings.errors import SchemaError
+from tidings.errors import InvalidInputError, SchemaError
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
@@ -102,6 +102,21 @@ def load_migrations(dialect: str) -> list[Migration]:
     return found
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """Refuse what no backend stores: text holding NUL (PostgreSQL's text cannot), integers
+    outside the signed 64-bit range (SQLite's cannot; PostgreSQL's bigint neither)."""
+    for name, value in params.items():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, str):
+                if "\x00" in item:
+                    raise InvalidInputError(f"{name} must not contain NUL characters")
+            elif isinstance(item, int) and item not in _INT64:
+                raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
+
+
 class Tx(ABC):
     """One open transaction, handed to a unit of work.
 
@@ -179,7 +194,12 @@ class Tx(ABC):
         self._run(statement, {})
 
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Adapt parameters to the driver once per query (the dict is the caller's own)."""
+        """Adapt parameters to the driver once per query (the dict is the caller's own).
+
+        A value neither database can hold is refused first, the same way on both, as the
+        caller's bad input: never a database error (a 503) or a driver's crash (a 500).
+        """
+        check_params(params)
         return params
 
     @abstractmethod
