@@ -30,6 +30,7 @@ from tidings.errors import (
     CommitOutcomeUnknownError,
     CorruptDatabaseError,
     IntegrityViolationError,
+    InvalidInputError,
     ReadOnlyDatabaseError,
 )
 from tidings.store import open_store
@@ -370,3 +371,37 @@ async def test_s1_postgres_constraint_violation_is_integrity_error(
             )
         assert caught.value.db_code == "23503"
         assert (await ob.stats("conv-a")).backlog == 0
+
+
+# -- H4: a value no backend holds is the caller's bad input, the same on both ------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("after_seq", 2**63), ("after_seq", 2**64), ("after_seq", -(2**63) - 1),
+     ("after_seq", 10**40), ("conversation_id", "conv\x00a"), ("conversation_id", "\x00")],
+)
+async def test_h4_a_value_no_backend_holds_is_invalid_input_not_a_store_error(
+    outbox: Outbox, name: str, value: object
+) -> None:
+    ob = outbox
+    params: dict[str, object] = {"conversation_id": "conv-a", "after_seq": 0, "limit": 10,
+                                 name: value}
+    # A read: SQLite's driver overflowed (OverflowError, a 500 over HTTP) and PostgreSQL's
+    # refused NUL (a StoreError, a 503); both now refuse it before it is sent.
+    with pytest.raises(InvalidInputError) as caught:
+        await ob.store.read(lambda tx: tx.all("events_after", **params))
+    assert not isinstance(caught.value, StoreError)
+    assert name in caught.value.message
+
+    # A write in the same unit rolls back with it: nothing was written.
+    def unit(tx: Tx) -> None:
+        ob.publish(tx, "conv-a", "task.exited", {})
+        tx.all("events_after", **params)
+
+    with pytest.raises(InvalidInputError):
+        await ob.store.transact(unit, route="conv-a")
+    assert (await ob.stats("conv-a")).backlog == 0
+    # The bounds themselves are values both hold.
+    edge = {"conversation_id": "conv-a", "after_seq": 2**63 - 1, "limit": 10}
+    assert await ob.store.read(lambda tx: tx.all("events_after", **edge)) == []
