@@ -280,6 +280,7 @@ HOSTILE_INTEGERS: dict[str, str] = {
     "exponent": "1e3",
     "hex": "0x10",
     "word": "ten",
+    "empty": "",
     "NUL": "%00",
     "digit then NUL": "1%00",
     "invalid UTF-8": "%FF",

@@ -43,7 +43,8 @@ async def health(runtime: RuntimeDep) -> Health:
     return Health(status="locked" if runtime.locked else "ok", instance_id=runtime.instance_id)
 
 
-@router.post("/v1/unlock", response_model=Health, responses=OPERATOR, tags=["health"],
+@router.post("/v1/unlock", response_model=Health,
+             responses=documented(400, 401, 403, 413, 422, 500, 503), tags=["health"],
              summary="Give a runtime that booted locked its master key (operator token)")
 async def unlock(body: Unlock, runtime: RuntimeDep, _: Operator) -> Health:
     try:
