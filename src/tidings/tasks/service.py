@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownTaskError
 from tidings.metrics import Metrics
-from tidings.policy import check_id, check_position
 from tidings.results import Results
 from tidings.store import Store, Tx
 from tidings.tasks import journal
@@ -157,8 +156,6 @@ class BackgroundTasks:
         """A conversation's tasks, newest first (page with the last one's ``started_at_us``)."""
         if not 1 <= limit <= 1_000:
             raise InvalidInputError("limit must be between 1 and 1000")
-        if before_us is not None:
-            check_position(before_us, "before_us")
         rows = await self.store.read(lambda tx: tx.all(
             "conversation_tasks", conversation_id=conversation_id,
             before_us=2**62 if before_us is None else before_us, limit=limit,
@@ -166,7 +163,6 @@ class BackgroundTasks:
         return [journal.task_from_row(r) for r in rows]
 
     async def get(self, conversation_id: str, task_key: str) -> journal.TaskRecord:
-        check_id(task_key, "task key")
         row = await self.store.read(
             lambda tx: tx.one("get_task", conversation_id=conversation_id, task_key=task_key)
         )
