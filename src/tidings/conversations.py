@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
-from tidings.policy import check_id, check_text
+from tidings.policy import check_cursor, check_id, check_position, check_text
 from tidings.records import (
     conversation_from_row,
     encode_profile,
@@ -106,6 +106,7 @@ class Conversations:
         self, owner: str, *, after: str = "", limit: int = 100
     ) -> list[Conversation]:
         check_id(owner, "owner")
+        check_cursor(after, "after")
         rows = await self.store.read(
             lambda tx: tx.all("list_conversations", owner=owner, after=after, limit=_page(limit))
         )
@@ -199,6 +200,7 @@ class Conversations:
         limit: int = MAX_PAGE,
         owner: str | None = None,
     ) -> list[Message]:
+        check_position(after_seq, "after_seq")
         await self.get(conversation_id, owner=owner)
         rows = await self.store.read(
             lambda tx: tx.all(
@@ -219,6 +221,7 @@ class Conversations:
         owner: str | None = None,
     ) -> list[Event]:
         """Journal rows after ``after_seq``, in order: a client resumes from its last seq."""
+        check_position(after_seq, "after_seq")
         await self.get(conversation_id, owner=owner)
         rows = await self.store.read(
             lambda tx: tx.all(

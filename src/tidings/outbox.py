@@ -462,6 +462,8 @@ class Outbox:
         self, conversation_id: str | None = None, *, limit: int = 100
     ) -> list[DeadLetter]:
         """Dead letters, oldest first. They stay until an operator acts; nothing replays them."""
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
         rows = await self.store.read(
             lambda tx: tx.all("dead_letters", conversation_id=conversation_id, limit=limit)
         )

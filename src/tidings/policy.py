@@ -38,6 +38,8 @@ _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 MAX_PAYLOAD_DEPTH = 4
 MAX_ID_LENGTH = 200
+MAX_INT64 = 2**63 - 1
+"""The largest integer both databases hold (a signed 64-bit integer)."""
 
 
 def backoff_us(attempt: int, rng: random.Random, *, base: timedelta, cap: timedelta) -> int:
@@ -78,6 +80,19 @@ def check_id(value: str, what: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInputError(f"{what} is not valid UTF-8") from None
+    return value
+
+
+def check_cursor(value: str, what: str) -> str:
+    """Where a page starts: empty (from the start) or an id, by :func:`check_id`'s rules."""
+    return value if value == "" else check_id(value, what)
+
+
+def check_position(value: int, what: str) -> int:
+    """A journal sequence, a byte offset or a time in microseconds: an integer in
+    ``[0, MAX_INT64]``, what both databases hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT64:
+        raise InvalidInputError(f"{what} must be an integer between 0 and {MAX_INT64}")
     return value
 
 

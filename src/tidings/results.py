@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError, TidingsError
-from tidings.policy import check_id
+from tidings.policy import check_cursor, check_id
 from tidings.store import Row, Store, Tx
 from tidings.types import ConversationId, new_id
 
@@ -414,6 +414,7 @@ class Results:
     ) -> list[ResultRef]:
         """The owning conversation's results (durable and process-local), oldest first."""
         check_id(conversation_id, "conversation id")
+        check_cursor(after, "after")
         if not 1 <= limit <= 1_000:
             raise InvalidInputError("limit must be between 1 and 1000")
         now = self.clock.now_us()

@@ -44,7 +44,7 @@ from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
-from tidings.policy import receipt_profile
+from tidings.policy import check_id, check_position, receipt_profile
 from tidings.results import (
     MasterKey,
     MasterKeyError,
@@ -695,12 +695,15 @@ class Runtime:
         self, conversation_id: str, *, owner: str | None = None, before_us: int | None = None,
         limit: int = 100,
     ) -> list[TaskRecord]:
+        if before_us is not None:
+            check_position(before_us, "before_us")
         await self.conversations.get(conversation_id, owner=owner)
         return await self.tasks.list(conversation_id, before_us=before_us, limit=limit)
 
     async def task(
         self, conversation_id: str, task_key: str, *, owner: str | None = None
     ) -> TaskRecord:
+        check_id(task_key, "task key")
         await self.conversations.get(conversation_id, owner=owner)
         return await self.tasks.get(conversation_id, task_key)
 

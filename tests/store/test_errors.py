@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -30,6 +31,7 @@ from tidings.errors import (
     CommitOutcomeUnknownError,
     CorruptDatabaseError,
     IntegrityViolationError,
+    InvalidInputError,
     ReadOnlyDatabaseError,
 )
 from tidings.store import open_store
@@ -370,3 +372,61 @@ async def test_s1_postgres_constraint_violation_is_integrity_error(
             )
         assert caught.value.db_code == "23503"
         assert (await ob.stats("conv-a")).backlog == 0
+
+
+# -- H4: a value a backend cannot hold is the caller's bad input, never a store error ----------
+
+
+def _events_after(**changed: Any) -> dict[str, Any]:
+    return {"conversation_id": "conv-a", "after_seq": 0, "limit": 10, **changed}
+
+
+@pytest.mark.parametrize("after_seq", [2**63, 2**64, -(2**63) - 1, 10**40])
+async def test_h4_an_integer_beyond_64_bits_is_invalid_input_on_both_backends(
+    outbox: Outbox, after_seq: int
+) -> None:
+    ob = outbox
+    params = _events_after(after_seq=after_seq)
+    # A read: SQLite's driver overflowed (OverflowError: a 500 over HTTP) and PostgreSQL
+    # compared it as numeric (a 200); both now refuse it before it is sent.
+    with pytest.raises(InvalidInputError) as caught:
+        await ob.store.read(lambda tx: tx.all("events_after", **params))
+    assert not isinstance(caught.value, StoreError)
+    assert "after_seq" in caught.value.message
+
+    # A write in the same unit rolls back with it: nothing was written.
+    def unit(tx: Tx) -> None:
+        ob.publish(tx, "conv-a", "task.exited", {})
+        tx.all("events_after", **params)
+
+    with pytest.raises(InvalidInputError):
+        await ob.store.transact(unit, route="conv-a")
+    assert (await ob.stats("conv-a")).backlog == 0
+    # The bounds themselves are values both hold.
+    for edge in (2**63 - 1, -(2**63)):
+        bounded = _events_after(after_seq=edge)
+        assert await ob.store.read(lambda tx: tx.all("events_after", **bounded)) == []  # noqa: B023
+
+
+@pytest.mark.parametrize("text", ["conv\x00a", "\x00"])
+async def test_h4_text_with_nul_is_invalid_input_on_postgres_and_held_by_sqlite(
+    outbox: Outbox, text: str
+) -> None:
+    ob = outbox
+    params = _events_after(conversation_id=text)
+    if ob.store.dialect == "sqlite":  # SQLite's text holds NUL: an ordinary value
+        assert await ob.store.read(lambda tx: tx.all("events_after", **params)) == []
+        return
+    # PostgreSQL's text cannot: the driver's refusal was a StoreError (a 503 over HTTP).
+    with pytest.raises(InvalidInputError) as caught:
+        await ob.store.read(lambda tx: tx.all("events_after", **params))
+    assert not isinstance(caught.value, StoreError)
+    assert "conversation_id" in caught.value.message
+
+    def unit(tx: Tx) -> None:
+        ob.publish(tx, "conv-a", "task.exited", {})
+        tx.run_later("events_after", **params)  # held for the pipeline: refused all the same
+
+    with pytest.raises(InvalidInputError):
+        await ob.store.transact(unit, route="conv-a")
+    assert (await ob.stats("conv-a")).backlog == 0

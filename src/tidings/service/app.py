@@ -1,12 +1,14 @@
 """The ASGI app (A2) and the server that runs it.
 
 :func:`create_app` builds a FastAPI app over one started :class:`~tidings.runtime.Runtime`; the
-runtime's lifetime is the caller's. Two small ASGI layers wrap the routes:
+runtime's lifetime is the caller's. Three small ASGI layers wrap the routes:
 
 - :class:`BodyLimit` refuses a body larger than ``max_body_bytes`` with a 413 problem *before*
   anything parses it -- by its ``Content-Length`` and by counting the bytes as they stream in --
   so an oversize request never reaches the runtime and writes nothing; a body nesting deeper
   than ``MAX_JSON_DEPTH`` is refused (422) the same way, before a parser recurses into it;
+- :class:`StrictTarget` refuses (422) a path or query string that is not UTF-8 once
+  percent-decoded, instead of letting the server read it with replacement characters;
 - :class:`Guard` turns any exception no handler knew into a 500 problem that names nothing
   internal (the exception is logged, not sent).
 
@@ -20,6 +22,7 @@ import logging
 from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import uvicorn
 from fastapi import FastAPI
@@ -131,6 +134,39 @@ class BodyLimit:
         await problems.problem_response(body)(scope, receive, send)
 
 
+def _not_utf8(encoded: bytes) -> bool:
+    """Whether percent-decoding ``encoded`` gives bytes that are not UTF-8."""
+    try:
+        unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+class StrictTarget:
+    """Refuses (422) a path or query string whose percent-decoding is not UTF-8.
+
+    The server would replace such bytes with U+FFFD, and the route would read a value the
+    client never sent; the client is told instead, before anything else reads the request.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for where, encoded in (("path", scope.get("raw_path") or b""),
+                                   ("query", scope.get("query_string") or b"")):
+                if _not_utf8(encoded):
+                    body = problems.problem(
+                        422, "invalid_input", f"the {where} is not UTF-8 once percent-decoded",
+                        errors=[problems.FieldError(loc=[where], type="utf8_invalid",
+                                                    msg="not valid UTF-8")])
+                    await problems.problem_response(body)(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 class Guard:
     """The last resort: an unexpected exception becomes a 500 problem, logged, not disclosed."""
 
@@ -214,6 +250,7 @@ def create_app(
     app.include_router(routes.router)
     app.include_router(observability.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(StrictTarget)  # before the body is read
     app.add_middleware(Guard)  # added last: the outermost layer
     return app
 
@@ -272,4 +309,5 @@ async def serve(
     await Server(app, host=host, port=port, log_level=log_level, **uvicorn_options).serve()
 
 
-__all__ = ("DEFAULT_MAX_BODY_BYTES", "BodyLimit", "Guard", "Server", "create_app", "serve")
+__all__ = ("DEFAULT_MAX_BODY_BYTES", "BodyLimit", "Guard", "Server", "StrictTarget", "create_app",
+           "serve")

@@ -7,15 +7,14 @@ token; a principal's token gets 403.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from tidings.errors import InvalidInputError, TidingsError
 from tidings.metrics import Gauge
 from tidings.results import MasterKey, MasterKeyError
 from tidings.service.auth import Operator
+from tidings.service.params import Limit
 from tidings.service.problems import HTTPProblem, documented, title_of
 from tidings.service.routes import RuntimeDep
 from tidings.service.schemas import (
@@ -32,7 +31,7 @@ OPERATOR = documented(401, 403, 422, 500, 503)
 router = APIRouter()
 
 
-@router.get("/health", response_model=Health, responses=documented(503), tags=["health"],
+@router.get("/health", response_model=Health, responses=documented(422, 503), tags=["health"],
             summary="Liveness and store readability; no token needed")
 async def health(runtime: RuntimeDep) -> Health:
     try:
@@ -44,7 +43,8 @@ async def health(runtime: RuntimeDep) -> Health:
     return Health(status="locked" if runtime.locked else "ok", instance_id=runtime.instance_id)
 
 
-@router.post("/v1/unlock", response_model=Health, responses=OPERATOR, tags=["health"],
+@router.post("/v1/unlock", response_model=Health,
+             responses=documented(400, 401, 403, 413, 422, 500, 503), tags=["health"],
              summary="Give a runtime that booted locked its master key (operator token)")
 async def unlock(body: Unlock, runtime: RuntimeDep, _: Operator) -> Health:
     try:
@@ -91,7 +91,7 @@ async def signal_stats(runtime: RuntimeDep, _: Operator) -> QueueStatsOut:
             tags=["signals"], summary="Dead letters of every conversation (operator token)")
 async def dead_letters(
     runtime: RuntimeDep, _: Operator,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
 ) -> DeadLetterList:
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in
                                  await runtime.dead_letters(limit=limit)])

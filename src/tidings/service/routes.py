@@ -10,13 +10,30 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, status
+from fastapi import APIRouter, Depends, Request, status
 from sse_starlette import EventSourceResponse
 
 from tidings.errors import UnknownRunError
+from tidings.policy import MAX_INT64
 from tidings.runtime import Runtime
 from tidings.service import sse
 from tidings.service.auth import Principal
+from tidings.service.params import (
+    AfterSeq,
+    ApprovalId,
+    BeforeUs,
+    ConversationId,
+    Cursor,
+    LastEventId,
+    Limit,
+    LimitBytes,
+    Offset,
+    OptionalAfterSeq,
+    ResultId,
+    RunId,
+    StatusFilter,
+    TaskKey,
+)
 from tidings.service.problems import HTTPProblem, documented
 from tidings.service.schemas import (
     Accepted,
@@ -72,7 +89,6 @@ def _feeds(request: Request) -> sse.Feeds:
 
 RuntimeDep = Annotated[Runtime, Depends(_runtime)]
 FeedsDep = Annotated[sse.Feeds, Depends(_feeds)]
-Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
 
 # What every conversation route may answer besides its success.
 READ = documented(401, 403, 404, 422, 500, 503)
@@ -98,7 +114,7 @@ async def create_conversation(
 @router.get("", response_model=ConversationPage, responses=READ,
             summary="The principal's conversations, by id")
 async def list_conversations(
-    runtime: RuntimeDep, owner: Principal, after: str = "", limit: Limit = 100
+    runtime: RuntimeDep, owner: Principal, after: Cursor = "", limit: Limit = 100
 ) -> ConversationPage:
     found = await runtime.list_conversations(owner, after=after, limit=limit)
     return ConversationPage(
@@ -109,7 +125,7 @@ async def list_conversations(
 
 @router.get("/{conversation_id}", response_model=ConversationOut, responses=READ)
 async def get_conversation(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.conversation(conversation_id, owner=owner))
 
@@ -117,7 +133,7 @@ async def get_conversation(
 @router.post("/{conversation_id}/archive", response_model=ConversationOut, responses=WRITE,
              summary="Archive: no more callers' input; the kernel's mail still runs")
 async def archive_conversation(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.archive(conversation_id, owner=owner))
 
@@ -125,7 +141,7 @@ async def archive_conversation(
 @router.delete("/{conversation_id}", response_model=ConversationOut, responses=WRITE,
                summary="Tombstone: from now on the conversation is unknown to every reader")
 async def delete_conversation(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.tombstone(conversation_id, owner=owner))
 
@@ -137,7 +153,7 @@ async def delete_conversation(
              response_model=InputOut, responses=WRITE,
              summary="Post a person's input; it waits for (or steers) a turn")
 async def post_input(
-    conversation_id: str, body: InputCreate, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Principal
 ) -> InputOut:
     accepted = await runtime.post(
         conversation_id, body.content, origin=Origin.PERSON, delivery_mode=body.delivery_mode,
@@ -148,7 +164,9 @@ async def post_input(
 
 @router.get("/{conversation_id}/inputs", response_model=InputList, responses=READ,
             summary="Inputs in read order: kernel mail first, then arrival")
-async def list_inputs(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> InputList:
+async def list_inputs(
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+) -> InputList:
     return InputList(items=[InputOut.of(i) for i in
                             await runtime.inputs(conversation_id, owner=owner)])
 
@@ -158,7 +176,7 @@ async def list_inputs(conversation_id: str, runtime: RuntimeDep, owner: Principa
 
 @router.put("/{conversation_id}/goal", response_model=ConversationOut, responses=WRITE)
 async def set_goal(
-    conversation_id: str, body: GoalUpdate, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, body: GoalUpdate, runtime: RuntimeDep, owner: Principal
 ) -> ConversationOut:
     return ConversationOut.of(
         await runtime.set_goal(conversation_id, body.status, body.text, owner=owner)
@@ -168,20 +186,24 @@ async def set_goal(
 @router.post("/{conversation_id}/goal/checkpoint", status_code=status.HTTP_202_ACCEPTED,
              response_model=Accepted, responses=WRITE,
              summary="Ask for an automatic turn toward the active goal")
-async def checkpoint(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Accepted:
+async def checkpoint(
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+) -> Accepted:
     await runtime.checkpoint(conversation_id, owner=owner)
     return Accepted()
 
 
 @router.post("/{conversation_id}/stop", response_model=Stopped, responses=WRITE,
              summary="Stop the conversation's running and queued turns")
-async def stop(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Stopped:
+async def stop(conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal) -> Stopped:
     return Stopped(run_ids=list(await runtime.stop(conversation_id, owner=owner)))
 
 
 @router.post("/{conversation_id}/compact", response_model=Compacted, responses=WRITE,
              summary="Summarise the history (refused while a turn is active or queued)")
-async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> Compacted:
+async def compact(
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+) -> Compacted:
     return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
 
 
@@ -189,7 +211,7 @@ async def compact(conversation_id: str, runtime: RuntimeDep, owner: Principal) -
              responses=WRITE,
              summary="Stop a source run, running or completed: no more mail for it (M14)")
 async def stop_run(
-    conversation_id: str, run_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Principal
 ) -> RunStopped:
     cancelled = await runtime.stop_run(conversation_id, run_id, owner=owner)
     return RunStopped(cancelled_inputs=cancelled)
@@ -198,8 +220,8 @@ async def stop_run(
 @router.get("/{conversation_id}/children", response_model=ChildRequestList, responses=READ,
             summary="The requests this conversation opened in its children (M16)")
 async def children(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    limit: Limit = 100,
 ) -> ChildRequestList:
     requests = await runtime.children_of(conversation_id, owner=owner, limit=limit)
     return ChildRequestList(items=[ChildRequestOut.of(r) for r in requests])
@@ -209,7 +231,7 @@ async def children(
              responses=WRITE,
              summary="Cancel a spawn or send: its reply is owed to no one, in cascade (M16)")
 async def cancel_child(
-    conversation_id: str, task_key: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Principal
 ) -> ChildCancelled:
     cancelled = await runtime.cancel_child(conversation_id, task_key, owner=owner)
     return ChildCancelled(cancelled=[
@@ -222,7 +244,7 @@ async def cancel_child(
              response_model=InputOut, responses=WRITE,
              summary="Retry a run that failed or needs attention, optionally naming a model")
 async def retry_run(
-    conversation_id: str, run_id: str, body: RetryCreate, runtime: RuntimeDep,
+    conversation_id: ConversationId, run_id: RunId, body: RetryCreate, runtime: RuntimeDep,
     owner: Principal,
 ) -> InputOut:
     accepted = await runtime.retry(conversation_id, run_id, model=body.model, owner=owner)
@@ -233,7 +255,7 @@ async def retry_run(
              response_model=RestartAccepted, responses=WRITE,
              summary="Restart the runtime: accepted now, completed by the next instance (L2)")
 async def restart(
-    conversation_id: str, body: RestartCreate, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, body: RestartCreate, runtime: RuntimeDep, owner: Principal
 ) -> RestartAccepted:
     operation = await runtime.request_restart(
         conversation_id, owner=owner, reason=body.reason, idempotency_key=body.idempotency_key
@@ -247,9 +269,9 @@ async def restart(
 @router.get("/{conversation_id}/approvals", response_model=ApprovalList, responses=READ,
             summary="Approvals of held tool calls, newest first")
 async def list_approvals(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal,
-    status_filter: Annotated[str, Query(alias="status", max_length=16)] = "",
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    status_filter: StatusFilter = "",
+    limit: Limit = 100,
 ) -> ApprovalList:
     approvals = await runtime.approvals_of(conversation_id, owner=owner, status=status_filter,
                                            limit=limit)
@@ -260,7 +282,7 @@ async def list_approvals(
              response_model=ApprovalOut, responses=WRITE,
              summary="Approve or deny a held tool call (terminal; repeating it changes nothing)")
 async def decide(
-    conversation_id: str, approval_id: str, body: Decision, runtime: RuntimeDep,
+    conversation_id: ConversationId, approval_id: ApprovalId, body: Decision, runtime: RuntimeDep,
     owner: Principal,
 ) -> ApprovalOut:
     decided = await runtime.decide(conversation_id, approval_id, approve=body.approve,
@@ -273,8 +295,8 @@ async def decide(
 
 @router.get("/{conversation_id}/transcript", response_model=Transcript, responses=READ)
 async def transcript(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    after_seq: AfterSeq = 0,
 ) -> Transcript:
     messages = await runtime.transcript(conversation_id, after_seq=after_seq, owner=owner)
     return Transcript(
@@ -285,13 +307,15 @@ async def transcript(
 
 
 @router.get("/{conversation_id}/runs", response_model=RunList, responses=READ)
-async def list_runs(conversation_id: str, runtime: RuntimeDep, owner: Principal) -> RunList:
+async def list_runs(
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+) -> RunList:
     return RunList(items=[RunOut.of(r) for r in await runtime.runs(conversation_id, owner=owner)])
 
 
 @router.get("/{conversation_id}/runs/{run_id}", response_model=RunOut, responses=READ)
 async def get_run(
-    conversation_id: str, run_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Principal
 ) -> RunOut:
     await runtime.conversation(conversation_id, owner=owner)
     run = await runtime.run(run_id, owner=owner)
@@ -305,8 +329,8 @@ async def get_run(
 
 @router.get("/{conversation_id}/tasks", response_model=TaskPage, responses=READ)
 async def list_tasks(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal,
-    before_us: Annotated[int | None, Query(ge=0)] = None, limit: Limit = 100,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    before_us: BeforeUs = None, limit: Limit = 100,
 ) -> TaskPage:
     tasks = await runtime.task_list(conversation_id, owner=owner, before_us=before_us,
                                     limit=limit)
@@ -318,14 +342,14 @@ async def list_tasks(
 
 @router.get("/{conversation_id}/tasks/{task_key}", response_model=TaskOut, responses=READ)
 async def get_task(
-    conversation_id: str, task_key: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Principal
 ) -> TaskOut:
     return TaskOut.of(await runtime.task(conversation_id, task_key, owner=owner))
 
 
 @router.get("/{conversation_id}/results", response_model=ResultList, responses=READ)
 async def list_results(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal, after: str = "",
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal, after: Cursor = "",
     limit: Limit = 100,
 ) -> ResultList:
     refs = await runtime.result_list(conversation_id, owner=owner, after=after, limit=limit)
@@ -339,9 +363,9 @@ async def list_results(
             responses=READ,
             summary="One page of a result; unknown and foreign ids answer the same 404")
 async def get_result_page(
-    conversation_id: str, result_id: str, runtime: RuntimeDep, owner: Principal,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    limit_bytes: Annotated[int | None, Query(ge=4, le=1024 * 1024)] = None,
+    conversation_id: ConversationId, result_id: ResultId, runtime: RuntimeDep, owner: Principal,
+    offset: Offset = 0,
+    limit_bytes: LimitBytes = None,
 ) -> ResultPageOut:
     page = await runtime.result_page(conversation_id, result_id, owner=owner, offset=offset,
                                      limit_bytes=limit_bytes)
@@ -354,7 +378,7 @@ async def get_result_page(
 @router.get("/{conversation_id}/signals/stats", response_model=QueueStatsOut, responses=READ,
             tags=["signals"])
 async def conversation_signal_stats(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
 ) -> QueueStatsOut:
     return QueueStatsOut.of(await runtime.signal_stats(conversation_id, owner=owner))
 
@@ -362,7 +386,7 @@ async def conversation_signal_stats(
 @router.get("/{conversation_id}/dead-letters", response_model=DeadLetterList, responses=READ,
             tags=["signals"])
 async def conversation_dead_letters(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal, limit: Limit = 100
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal, limit: Limit = 100
 ) -> DeadLetterList:
     letters = await runtime.dead_letters(conversation_id, owner=owner, limit=limit)
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in letters])
@@ -375,8 +399,11 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     """``Last-Event-ID`` (a reconnecting client's) wins over ``?after=`` (its first URL)."""
     if last_event_id is not None and last_event_id.strip():
         text = last_event_id.strip()
-        if not text.isascii() or not text.isdigit():
-            raise HTTPProblem(422, "invalid_input", "Last-Event-ID must be a journal sequence")
+        # The header's pattern admits at most 19 ASCII digits; some of those are too large.
+        if not (text.isascii() and text.isdigit() and len(text) <= 19
+                and int(text) <= MAX_INT64):
+            raise HTTPProblem(422, "invalid_input",
+                              f"Last-Event-ID must be a journal sequence (0 to {MAX_INT64})")
         return int(text)
     return after or 0
 
@@ -393,9 +420,9 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     summary="The event feed (SSE); resumes after Last-Event-ID or ?after=",
 )
 async def events(
-    conversation_id: str, runtime: RuntimeDep, feeds: FeedsDep, owner: Principal,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    conversation_id: ConversationId, runtime: RuntimeDep, feeds: FeedsDep, owner: Principal,
+    after: OptionalAfterSeq = None,
+    last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     start = _resume_point(last_event_id, after)
     # Read the first page before answering: a foreign or unknown id gets its 404, not a stream.
@@ -412,8 +439,8 @@ async def events(
 @router.get("/{conversation_id}/events.json", response_model=EventPage, responses=READ,
             summary="The event feed as a JSON page, for clients without SSE")
 async def events_page(
-    conversation_id: str, runtime: RuntimeDep, owner: Principal,
-    after: Annotated[int, Query(ge=0)] = 0,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    after: AfterSeq = 0,
 ) -> EventPage:
     rows = await runtime.events(conversation_id, after_seq=after, owner=owner)
     return EventPage(items=[EventOut.of(e) for e in rows],

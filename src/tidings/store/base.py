@@ -17,12 +17,12 @@ import asyncio
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
-from tidings.errors import SchemaError
+from tidings.errors import InvalidInputError, SchemaError
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
@@ -102,6 +102,24 @@ def load_migrations(dialect: str) -> list[Migration]:
     return found
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def bound_values(params: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Each parameter's values (a list's items one by one), with the parameter's name."""
+    for name, value in params.items():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            yield name, item
+
+
+def check_integers(params: dict[str, Any]) -> None:
+    """Refuse integers outside the signed 64-bit range: neither backend holds them (SQLite's
+    driver overflows; PostgreSQL's bigint is out of range, or compares them as numeric)."""
+    for name, item in bound_values(params):
+        if isinstance(item, int) and item not in _INT64:
+            raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
+
+
 class Tx(ABC):
     """One open transaction, handed to a unit of work.
 
@@ -179,7 +197,13 @@ class Tx(ABC):
         self._run(statement, {})
 
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Adapt parameters to the driver once per query (the dict is the caller's own)."""
+        """Adapt parameters to the driver once per query (the dict is the caller's own).
+
+        A value the database cannot hold is refused first, as the caller's bad input
+        (:class:`InvalidInputError`): never a database error (a 503) or a driver's crash (a
+        500). A dialect refuses what only it cannot hold.
+        """
+        check_integers(params)
         return params
 
     @abstractmethod

@@ -47,10 +47,11 @@ from tidings.errors import (
     DatabaseBusyError,
     DiskFullError,
     IntegrityViolationError,
+    InvalidInputError,
     ReadOnlyDatabaseError,
     StoreError,
 )
-from tidings.store.base import Query, Row, Store, Tx
+from tidings.store.base import Query, Row, Store, Tx, bound_values
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.types import ConversationId, InstanceId
 
@@ -114,6 +115,14 @@ class PostgresTx(Tx):
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
+
+    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
+        # PostgreSQL's text cannot hold NUL (SQLite's can): refused as bad input, before the
+        # driver refuses it as a database error.
+        for name, item in bound_values(super()._bind(params)):
+            if isinstance(item, str) and "\x00" in item:
+                raise InvalidInputError(f"{name} must not contain NUL characters")
+        return params
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         self.flush()

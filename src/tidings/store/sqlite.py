@@ -74,6 +74,7 @@ class SqliteTx(Tx):
         self._conn = conn
 
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
+        super()._bind(params)
         # Lists travel as JSON text and are opened in SQL with json_each().
         for key, value in params.items():
             if isinstance(value, list | tuple):
