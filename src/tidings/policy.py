@@ -292,7 +292,8 @@ def decide_start(state: StartState, kinds: frozenset[StartKind]) -> StartDecisio
 
 PASSIVE_SIGNAL_PREFIXES = ("config.", "approval.", "job.")
 """Signal types that never wake a conversation by themselves (L3): the next turn reads them.
-The store's ``has_ready_signals`` query applies the same prefixes."""
+The one source of the rule: the store writes these prefixes into its ``has_ready_signals`` query
+(``tidings.store.queries.wakes_sql``)."""
 
 
 def wakes(signal_type: str) -> bool:

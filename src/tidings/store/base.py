@@ -5,10 +5,11 @@ transaction off the event loop and answers the awaiting caller only once the tra
 durable (or has failed). Everything the caller wants to commit together -- a domain change, an
 event and its delivery, a transcript row and an acknowledgment -- goes in one unit.
 
-SQL text lives in ``sql/<dialect>/queries.sql`` as named blocks. Both dialects define the same
-names with the same result shapes, so the logic above the store is written once. A block may
-hold several statements (SQLite cannot modify data inside a CTE, PostgreSQL can, and on
-PostgreSQL every statement is a round trip); the rows of its last statement are its result.
+SQL text lives in named blocks, written once for both dialects where it can be and overridden
+by a dialect only where it must differ (:mod:`tidings.store.queries`). Both dialects resolve
+the same names with the same result shapes, so the logic above the store is written once. A
+block may hold several statements (SQLite cannot modify data inside a CTE, PostgreSQL can, and
+on PostgreSQL every statement is a round trip); the rows of its last statement are its result.
 """
 
 from __future__ import annotations
@@ -23,58 +24,14 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from tidings.errors import InvalidInputError, SchemaError
+from tidings.store.queries import Query as Query
+from tidings.store.queries import load_queries as load_queries
+from tidings.store.queries import split_statements as split_statements
+from tidings.store.queries import sql_text as sql_text
 from tidings.types import ConversationId, InstanceId
 
 T = TypeVar("T")
 Row = dict[str, Any]
-
-_BLOCK_HEADER = re.compile(r"^--\s*([a-z_][a-z0-9_]*)\s*--\s*$", re.MULTILINE)
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One named block of SQL: its statements, run in order."""
-
-    name: str
-    statements: tuple[str, ...]
-
-
-def split_statements(script: str) -> list[str]:
-    """Split SQL text on statement-ending semicolons (those that end a line).
-
-    A ``CREATE TRIGGER`` runs to its ``END;`` line, whatever semicolons its body holds.
-    """
-    statements: list[str] = []
-    current: list[str] = []
-    for line in script.splitlines():
-        stripped = line.strip()
-        if not current and (not stripped or stripped.startswith("--")):
-            continue
-        current.append(line)
-        in_trigger = current[0].lstrip().upper().startswith("CREATE TRIGGER")
-        if (stripped.upper() == "END;") if in_trigger else stripped.endswith(";"):
-            statements.append("\n".join(current).rstrip().rstrip(";"))
-            current = []
-    tail = "\n".join(current).strip()
-    if tail:
-        statements.append(tail)
-    return statements
-
-
-def sql_text(dialect: str, filename: str) -> str:
-    return resources.files("tidings.store").joinpath("sql", dialect, filename).read_text("utf-8")
-
-
-def load_queries(dialect: str) -> dict[str, Query]:
-    """Read ``queries.sql`` of a dialect into named blocks (``-- name --`` headers)."""
-    text = sql_text(dialect, "queries.sql")
-    parts = _BLOCK_HEADER.split(text)
-    queries: dict[str, Query] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"query {name!r} is defined twice in {dialect}/queries.sql")
-        queries[name] = Query(name, tuple(split_statements(body)))
-    return queries
 
 
 @dataclass(frozen=True, slots=True)

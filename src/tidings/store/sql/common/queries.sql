@@ -1,0 +1,653 @@
+-- Named queries written once for both dialects (the loader is tidings/store/queries.py).
+-- Parameters are :name everywhere; the PostgreSQL store rewrites them to psycopg's style at
+-- load. "-- name --" heads a query; "-- {name} --" heads a fragment, text that a query splices
+-- in where it writes {name} (a dialect may supply or replace it); {wakes(column)} is the
+-- policy's passive-signal rule. A dialect's own queries.sql holds only what must differ there:
+-- its block replaces the one of the same name here.
+
+-- ============================================================================================
+-- The migration ledger, instances, operations and signals (the outbox)
+-- ============================================================================================
+
+-- applied_migrations --
+SELECT version FROM schema_migrations ORDER BY version;
+
+-- record_migration --
+INSERT INTO schema_migrations (version, name) VALUES (:version, :name);
+
+-- register_instance --
+INSERT INTO instances (instance_id, hostname, pid, started_at_us, heartbeat_at_us)
+VALUES (:instance_id, :hostname, :pid, :now_us, :now_us);
+
+-- heartbeat --
+UPDATE instances SET heartbeat_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- stop_instance --
+UPDATE instances SET stopped_at_us = :now_us, reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id AND stopped_at_us IS NULL;
+
+-- mark_instance_gone --
+UPDATE instances
+   SET stopped_at_us = coalesce(stopped_at_us, :now_us), reconciled_at_us = :now_us
+ WHERE instance_id = :instance_id;
+
+-- void_slots --
+-- The slots of an instance known to be gone (its liveness mark is free) expire now rather than
+-- at their deadline: the next unit that takes such a slot answers the dead turn's open tool
+-- calls outcome_unknown and fails its run, as it would after the expiry.
+UPDATE conversations SET slot_deadline_us = :now_us
+ WHERE slot_token IS NOT NULL AND slot_deadline_us > :now_us AND slot_instance = :instance_id
+RETURNING conversation_id;
+
+-- orphan_operations --
+-- A restart is the exception (L2): it was asked for so that its instance would go; the next
+-- instance completes it.
+UPDATE operations SET state = 'outcome_unknown', settled_at_us = :now_us
+ WHERE state = 'accepted' AND origin_instance = :instance_id AND kind <> 'restart'
+RETURNING operation_id;
+
+-- operation_by_key --
+SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
+
+-- get_operation --
+SELECT * FROM operations WHERE operation_id = :operation_id;
+
+-- settle_operation --
+UPDATE operations
+   SET state = :state, outcome = :outcome, failure_code = :failure_code, settled_at_us = :now_us
+ WHERE operation_id = :operation_id AND state = 'accepted';
+
+-- event_by_key --
+SELECT e.seq, e.event_id, d.delivery_id
+  FROM signal_events e JOIN signal_deliveries d ON d.event_id = e.event_id
+ WHERE e.conversation_id = :conversation_id AND e.idempotency_key = :idempotency_key;
+
+-- undo_admission --
+UPDATE signal_queues SET backlog = backlog - 1 WHERE conversation_id = :conversation_id;
+
+-- count_dead_letters --
+UPDATE signal_queues
+   SET backlog = backlog - :dead, dead_letters = dead_letters + :dead
+ WHERE conversation_id = :conversation_id;
+
+-- dead_letter_exhausted --
+UPDATE signal_deliveries
+   SET state = 'dead_letter', settled_at_us = :now_us, lease_deadline_us = NULL,
+       failure_code = CASE WHEN state = 'leased' THEN 'lease_expired'
+                           ELSE 'attempts_exhausted' END
+ WHERE state IN ('ready', 'leased') AND claimable_at_us <= :now_us
+   AND attempts >= :max_attempts
+RETURNING conversation_id;
+
+-- purge_acknowledged --
+-- Acknowledged events past retention, a bounded batch at a time; the purgeable_event fragment
+-- is each dialect's word on which may go.
+DELETE FROM signal_events
+ WHERE event_id IN (SELECT event_id FROM signal_deliveries
+                     WHERE state = 'acknowledged' AND settled_at_us < :before_us
+                     LIMIT :limit)
+   AND {purgeable_event};
+
+-- {unsettled_stats} --
+-- The figures of unsettled deliveries (those in the FROM), for one conversation or for all.
+count(*) AS backlog,
+       count(*) FILTER (WHERE state = 'ready') AS ready,
+       count(*) FILTER (WHERE state = 'leased') AS leased,
+       min(published_at_us) AS oldest_published_at_us,
+       count(*) FILTER (WHERE (state = 'ready' AND attempts > 0)
+                           OR (state = 'leased' AND attempts > 1)) AS retried,
+       coalesce(max(attempts), 0) AS max_attempts
+
+-- stats_conversation --
+SELECT {unsettled_stats},
+       (SELECT count(*) FROM signal_deliveries
+         WHERE conversation_id = :conversation_id AND state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased');
+
+-- stats_all --
+SELECT {unsettled_stats},
+       (SELECT count(*) FROM signal_deliveries WHERE state = 'dead_letter') AS dead_letters
+  FROM signal_deliveries
+ WHERE state IN ('ready', 'leased');
+
+-- ============================================================================================
+-- Conversations, the door, runs, the transcript and the journal (C, M1-M3, S7)
+-- ============================================================================================
+
+-- insert_conversation --
+INSERT INTO conversations (conversation_id, owner, title, profile, status, goal_status,
+                           created_at_us, updated_at_us)
+VALUES (:conversation_id, :owner, :title, :profile, 'active', 'none', :now_us, :now_us)
+RETURNING *;
+
+-- {conversation_row} --
+-- A conversation with its unacknowledged signal count, so that most turns need not look for
+-- ready signals at all, and whether task notifications wait to be delivered or consumed.
+SELECT c.*, coalesce(q.backlog, 0) AS signal_backlog,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id AND t.state <> 'running'
+                  AND t.delivered = 0 AND t.cancelled = 0) AS undelivered_notifications,
+       EXISTS (SELECT 1 FROM tasks t
+                WHERE t.conversation_id = c.conversation_id
+                  AND t.delivered = 1 AND t.consumed = 0) AS unconsumed_notifications
+  FROM conversations c LEFT JOIN signal_queues q ON q.conversation_id = c.conversation_id
+ WHERE c.conversation_id = :conversation_id
+
+-- get_conversation --
+{conversation_row};
+
+-- lock_conversation --
+-- With one writer at a time (SQLite), reading the row inside the write transaction is the
+-- lock; a dialect with concurrent writers overrides this with a row lock.
+{conversation_row};
+
+-- save_conversation --
+UPDATE conversations
+   SET title = :title, profile = :profile, status = :status, goal_status = :goal_status,
+       goal_text = :goal_text, suppressed = :suppressed, awaiting_person = :awaiting_person,
+       queued_inputs = :queued_inputs,
+       last_queue_position = :last_queue_position, last_message_seq = :last_message_seq,
+       last_event_seq = :last_event_seq, history_start_seq = :history_start_seq,
+       slot_token = :slot_token, slot_deadline_us = :slot_deadline_us,
+       slot_instance = :slot_instance, slot_run = :slot_run, updated_at_us = :now_us
+ WHERE conversation_id = :conversation_id;
+
+-- list_conversations --
+SELECT * FROM conversations
+ WHERE owner = :owner AND status <> 'tombstoned' AND conversation_id > :after
+ ORDER BY conversation_id LIMIT :limit;
+
+-- extend_slot --
+-- The holder's deadline moves only while its token is current and unexpired; the answer says
+-- whether someone asked the holder's run to stop (a stop from another process).
+UPDATE conversations SET slot_deadline_us = :deadline_us
+ WHERE conversation_id = :conversation_id AND slot_token = :token
+   AND slot_deadline_us > :now_us;
+SELECT r.stop_requested
+  FROM conversations c JOIN runs r ON r.run_id = c.slot_run
+ WHERE c.conversation_id = :conversation_id AND c.slot_token = :token
+   AND c.slot_deadline_us = :deadline_us;
+
+-- stranded_conversations --
+-- What the sweep re-finds when a wake-up was missed: queued inputs with no live slot holder,
+-- slots whose holder's lease expired, and signals that came due after a backoff.
+SELECT i.conversation_id
+  FROM inputs i JOIN conversations c ON c.conversation_id = i.conversation_id
+ WHERE i.state = 'queued' AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+UNION
+SELECT conversation_id FROM conversations
+ WHERE slot_token IS NOT NULL AND slot_deadline_us <= :now_us
+UNION
+SELECT t.conversation_id
+  FROM tasks t JOIN conversations c ON c.conversation_id = t.conversation_id
+ WHERE ((t.state <> 'running' AND t.delivered = 0 AND t.cancelled = 0 AND t.committed = 1
+         AND t.handed_off = 1 AND t.notify = 'on_exit' AND t.reported_in_tool_result = 0)
+        OR (t.delivered = 1 AND t.consumed = 0))
+   AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+UNION
+SELECT d.conversation_id
+  FROM signal_deliveries d JOIN conversations c ON c.conversation_id = d.conversation_id
+ WHERE d.state = 'ready' AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
+   AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+LIMIT :limit;
+
+-- has_ready_signals --
+-- A ready signal that wakes the conversation (L3): passive types (config, approval and job
+-- events) are read by the next turn, never starting one. The wakes fragment is policy.wakes,
+-- written in by the loader from policy.PASSIVE_SIGNAL_PREFIXES.
+SELECT EXISTS (SELECT 1 FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+                WHERE d.conversation_id = :conversation_id AND d.state = 'ready'
+                  AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
+                  AND {wakes(e.type)}) AS ready;
+
+-- insert_input --
+INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, author_kind,
+                    author_handle, author_display_name, sender_conversation_id, run_public_id,
+                    task_key, delivery_mode, content, meta, idempotency_key, state,
+                    accepted_at_us)
+VALUES (:input_id, :conversation_id, :queue_position, :origin, :kernel, :author_kind,
+        :author_handle, :author_display_name, :sender_conversation_id, :run_public_id,
+        :task_key, :delivery_mode, :content, :meta, :idempotency_key, 'queued', :now_us)
+RETURNING *;
+
+-- input_by_key --
+SELECT * FROM inputs WHERE conversation_id = :conversation_id AND idempotency_key = :key;
+
+-- queued_inputs --
+-- The read order (M2): the kernel's rows first, then arrival.
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued'
+ ORDER BY kernel DESC, queue_position
+ LIMIT :limit;
+
+-- queued_steers --
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued' AND delivery_mode = 'steer'
+ ORDER BY kernel DESC, queue_position
+ LIMIT :limit;
+
+-- list_inputs --
+-- Queued inputs in read order, then the read ones in the order the transcript holds them.
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id
+ ORDER BY CASE WHEN state = 'queued' THEN 0 ELSE 1 END,
+          CASE WHEN state = 'queued' THEN -kernel ELSE 0 END,
+          CASE WHEN state = 'queued' THEN 0 ELSE coalesce(message_seq, 0) END,
+          queue_position
+ LIMIT :limit;
+
+-- materialize_input --
+UPDATE inputs SET state = 'materialized', run_id = :run_id, materialized_at_us = :now_us,
+                  message_seq = :message_seq
+ WHERE input_id = :input_id AND state = 'queued';
+
+-- insert_run --
+INSERT INTO runs (run_id, conversation_id, trigger, status, instance_id, created_at_us,
+                  started_at_us)
+VALUES (:run_id, :conversation_id, :trigger, :status, :instance_id, :now_us, :now_us)
+RETURNING *;
+
+-- finish_run --
+UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
+                steps = :steps, ended_at_us = :now_us
+ WHERE run_id = :run_id AND status IN ('queued', 'running')
+RETURNING *;
+
+-- get_run --
+-- ``awaiting_approval``: the run holds on a call a person has not decided yet; a running run
+-- reads as ``awaiting_approval`` then (the status is derived, never stored).
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM runs r WHERE r.run_id = :run_id;
+
+-- list_runs --
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM runs r WHERE r.conversation_id = :conversation_id
+ ORDER BY r.created_at_us, r.run_id LIMIT :limit;
+
+-- open_runs --
+-- The runs that hold a conversation's slot (at most one each), for the command line's status.
+SELECT r.*, EXISTS (SELECT 1 FROM approvals a
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
+  FROM conversations c JOIN runs r ON r.run_id = c.slot_run
+ WHERE c.slot_token IS NOT NULL AND r.status IN ('queued', 'running')
+   AND (:conversation_id = '' OR c.conversation_id = :conversation_id)
+ ORDER BY r.created_at_us, r.run_id LIMIT :limit;
+
+-- request_stop --
+UPDATE runs SET stop_requested = 1
+ WHERE conversation_id = :conversation_id AND status IN ('queued', 'running')
+RETURNING run_id;
+
+-- insert_message --
+-- Strict pairing, enforced here: while a tool call of the conversation is open, nothing but a
+-- tool result may be appended (a result is let in by answer_tool_call, which runs first).
+INSERT INTO messages (conversation_id, seq, message_id, run_id, role, content, tool_calls,
+                      tool_call_id, tool_name, origin, input_id, meta, created_at_us)
+SELECT :conversation_id, :seq, :message_id, :run_id, :role, :content, :tool_calls,
+       :tool_call_id, :tool_name, :origin, :input_id, :meta, :now_us
+ WHERE CAST(:role AS text) = 'tool'
+    OR NOT EXISTS (SELECT 1 FROM tool_calls
+                    WHERE conversation_id = :conversation_id AND result_seq IS NULL);
+
+-- insert_tool_call --
+INSERT INTO tool_calls (conversation_id, call_seq, call_id, name, run_id)
+VALUES (:conversation_id, :call_seq, :call_id, :name, :run_id);
+
+-- answer_tool_call --
+UPDATE tool_calls SET result_seq = :seq
+ WHERE conversation_id = :conversation_id AND call_id = :call_id AND result_seq IS NULL;
+
+-- open_tool_calls --
+SELECT call_id, name, run_id, call_seq FROM tool_calls
+ WHERE conversation_id = :conversation_id AND result_seq IS NULL
+ ORDER BY call_seq, call_id;
+
+-- history --
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq DESC LIMIT :limit;
+
+-- transcript --
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq LIMIT :limit;
+
+-- events_after --
+SELECT * FROM events
+ WHERE conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq LIMIT :limit;
+
+-- ============================================================================================
+-- Result envelopes (R1-R4)
+-- ============================================================================================
+
+-- insert_result --
+INSERT INTO result_envelopes (result_id, conversation_id, task_key, run_id, status,
+                              failure_code, size_bytes, key_version, nonce, ciphertext,
+                              created_at_us, expires_at_us)
+VALUES (:result_id, :conversation_id, :task_key, :run_id, :status, :failure_code, :size_bytes,
+        :key_version, :nonce, :ciphertext, :now_us, :expires_at_us);
+
+-- get_result --
+-- Owner-scoped: another conversation's id reads exactly like an unknown one. Expired rows are
+-- gone for readers even before the sweeper removes them.
+SELECT e.*, d.drops
+  FROM result_envelopes e LEFT JOIN result_drops d ON d.result_id = e.result_id
+ WHERE e.result_id = :result_id AND e.conversation_id = :conversation_id
+   AND e.expires_at_us > :now_us;
+
+-- list_results --
+SELECT e.result_id, e.conversation_id, e.task_key, e.run_id, e.status, e.failure_code,
+       e.size_bytes, e.created_at_us, e.expires_at_us, d.drops
+  FROM result_envelopes e LEFT JOIN result_drops d ON d.result_id = e.result_id
+ WHERE e.conversation_id = :conversation_id AND e.expires_at_us > :now_us
+   AND e.result_id > :after
+ ORDER BY e.result_id LIMIT :limit;
+
+-- insert_result_drops --
+INSERT INTO result_drops (result_id, drops, expires_at_us)
+VALUES (:result_id, :drops, :expires_at_us);
+
+-- result_drops --
+SELECT drops FROM result_drops WHERE result_id = :result_id;
+
+-- purge_results --
+DELETE FROM result_envelopes
+ WHERE result_id IN (SELECT result_id FROM result_envelopes
+                      WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);
+
+-- purge_result_drops --
+DELETE FROM result_drops
+ WHERE result_id IN (SELECT result_id FROM result_drops
+                      WHERE expires_at_us <= :now_us ORDER BY expires_at_us LIMIT :limit);
+
+-- ============================================================================================
+-- The task journal (T2-T9)
+-- ============================================================================================
+
+-- insert_task --
+INSERT INTO tasks (task_id, conversation_id, task_key, run_id, call_id, command, notify,
+                   lifetime, state, handed_off, instance_id, started_at_us)
+VALUES (:task_id, :conversation_id, :task_key, :run_id, :call_id, :command, :notify,
+        :lifetime, 'running', :handed_off, :instance_id, :now_us);
+
+-- get_task --
+SELECT * FROM tasks WHERE conversation_id = :conversation_id AND task_key = :task_key;
+
+-- finish_task --
+-- The terminal state is recorded once; its event id is assigned with it and never changes.
+UPDATE tasks
+   SET state = :state, exit_code = :exit_code, signal = :signal, event_id = :event_id,
+       result_id = :result_id, stdout_bytes = :stdout_bytes, stderr_bytes = :stderr_bytes,
+       excerpt = :excerpt, excerpt_truncated = :excerpt_truncated, duration_ms = :duration_ms,
+       ended_at_us = :now_us
+ WHERE task_id = :task_id AND state = 'running';
+
+-- set_task_flags --
+UPDATE tasks
+   SET committed = :committed, handed_off = :handed_off, delivered = :delivered,
+       consumed = :consumed, cancelled = :cancelled,
+       reported_in_tool_result = :reported_in_tool_result,
+       continuation_error = :continuation_error,
+       notification_seq = coalesce(:notification_seq, notification_seq)
+ WHERE task_id = :task_id;
+
+-- set_notification_seq --
+-- The run that read a task's notice: the task keeps the message's position (T6). A record read
+-- before it (set_task_flags with no position) never clears it.
+UPDATE tasks SET notification_seq = :seq
+ WHERE conversation_id = :conversation_id AND task_key = :task_key;
+
+-- undelivered_tasks --
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND state <> 'running'
+   AND delivered = 0 AND cancelled = 0
+ ORDER BY ended_at_us, task_id;
+
+-- direct_notifications --
+-- Whether a notification waiting unconsumed belongs to a task that a direct turn (a person's,
+-- an agent's, the kernel's mail) started: only those wake the conversation (L3).
+-- A task started outside any run (by the host) counts as direct.
+SELECT EXISTS (SELECT 1 FROM tasks t LEFT JOIN runs r ON r.run_id = t.run_id
+                WHERE t.conversation_id = :conversation_id AND t.delivered = 1
+                  AND t.consumed = 0
+                  AND (r.run_id IS NULL OR r.trigger IN ('person', 'agent', 'mail'))) AS direct;
+
+-- unconsumed_tasks --
+-- Notifications read into the transcript and not yet handled: one accepted at the door but not
+-- read yet is not handled by the turn that ends now (T5).
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND delivered = 1 AND consumed = 0
+   AND notification_seq IS NOT NULL
+ ORDER BY notification_seq;
+
+-- running_tasks_of --
+SELECT * FROM tasks WHERE instance_id = :instance_id AND state = 'running';
+
+-- orphaned_tasks --
+-- Tasks still running in the journal whose instance is gone (stopped, or reconciled after it
+-- died): their processes died with it, or were left behind (pid, host and start time say
+-- which).
+SELECT t.conversation_id, t.task_key, p.pid, p.host, p.process_started
+  FROM tasks t JOIN instances i ON i.instance_id = t.instance_id
+  LEFT JOIN task_processes p ON p.task_id = t.task_id
+ WHERE t.state = 'running' AND t.instance_id <> :instance_id
+   AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
+ ORDER BY t.started_at_us
+ LIMIT :limit;
+
+-- set_task_process --
+-- Where the task's process runs, recorded once it has started.
+INSERT INTO task_processes (task_id, pid, host, process_started)
+VALUES (:task_id, :pid, :host, :process_started)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- tasks_of_run --
+-- The tasks a run started (its stop cancels their notifications; its end hands off the
+-- turn-lifetime ones).
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND run_id = :run_id
+ ORDER BY started_at_us, task_id;
+
+-- open_tasks --
+-- What a compaction must carry into its hand-off (T7): tasks still running, and tasks whose
+-- notification is owed or was delivered but not yet handled.
+SELECT task_key, state, event_id, result_id, delivered, consumed FROM tasks
+ WHERE conversation_id = :conversation_id
+   AND (state = 'running' OR (delivered = 1 AND consumed = 0)
+        OR (delivered = 0 AND cancelled = 0 AND notify = 'on_exit'
+            AND reported_in_tool_result = 0))
+ ORDER BY started_at_us;
+
+-- conversation_tasks --
+-- A conversation's tasks, newest first, for the API (paged by start time).
+SELECT * FROM tasks
+ WHERE conversation_id = :conversation_id AND started_at_us < :before_us
+ ORDER BY started_at_us DESC, task_id DESC
+ LIMIT :limit;
+
+-- ============================================================================================
+-- Lifecycle (L2)
+-- ============================================================================================
+
+-- pending_restarts --
+-- Restarts accepted by instances that are gone: the next instance completes them.
+SELECT o.* FROM operations o JOIN instances i ON i.instance_id = o.origin_instance
+ WHERE o.kind = 'restart' AND o.state = 'accepted' AND o.origin_instance <> :instance_id
+   AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
+ ORDER BY o.accepted_at_us
+ LIMIT :limit;
+
+-- events_of_type --
+SELECT * FROM events
+ WHERE conversation_id = :conversation_id AND type = :type AND at_us >= :since_us
+ ORDER BY seq LIMIT :limit;
+
+-- interrupted_tasks --
+-- What an instance's end interrupted in one conversation: tasks it killed or lost.
+SELECT task_key, state, command FROM tasks
+ WHERE conversation_id = :conversation_id AND instance_id = :instance_id
+   AND state IN ('killed', 'lost') AND ended_at_us >= :since_us
+ ORDER BY started_at_us LIMIT :limit;
+
+-- ============================================================================================
+-- Approvals (L5)
+-- ============================================================================================
+
+-- insert_approval --
+INSERT INTO approvals (approval_id, conversation_id, run_id, call_id, tool_name, arguments,
+                       status, requested_at_us, expires_at_us)
+VALUES (:approval_id, :conversation_id, :run_id, :call_id, :tool_name, :arguments, 'pending',
+        :now_us, :expires_at_us);
+
+-- get_approval --
+SELECT * FROM approvals WHERE approval_id = :approval_id;
+
+-- decide_approval --
+-- Only a pending approval is decided: a terminal decision is never overwritten.
+UPDATE approvals SET status = :status, decided_by = :decided_by, decided_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'pending';
+
+-- apply_approval --
+-- The fence: an approval is applied once, by the holder of the run's slot.
+UPDATE approvals SET status = 'applied', applied_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'approved';
+
+-- expire_approval --
+UPDATE approvals SET status = 'expired', decided_at_us = :now_us
+ WHERE approval_id = :approval_id AND status = 'pending';
+
+-- conversation_approvals --
+SELECT * FROM approvals
+ WHERE conversation_id = :conversation_id AND (:status = '' OR status = :status)
+ ORDER BY requested_at_us DESC, approval_id DESC
+ LIMIT :limit;
+
+-- expire_run_approvals --
+-- A run that ended without applying them: its pending approvals can never apply any more.
+UPDATE approvals SET status = 'expired', decided_at_us = :now_us
+ WHERE run_id = :run_id AND status = 'pending';
+
+-- ============================================================================================
+-- Child conversations (M16, M17)
+-- ============================================================================================
+
+-- insert_child_request --
+INSERT INTO child_requests (request_id, parent_conversation_id, child_conversation_id, input_id,
+                            run_public_id, call_id, task_key, kind, environment, state,
+                            created_at_us)
+VALUES (:request_id, :parent_conversation_id, :child_conversation_id, :input_id,
+        :run_public_id, :call_id, :task_key, :kind, :environment, 'open', :now_us);
+
+-- insert_turn_owned_request --
+INSERT INTO turn_owned_requests (request_id, owner_run) VALUES (:request_id, :owner_run);
+
+-- reply_child_request --
+-- The child's run that read the request answered it: once (the first answer stands).
+UPDATE child_requests
+   SET state = 'replied', reply_status = :reply_status, reply = :reply,
+       reply_run_id = :reply_run_id, replied_at_us = :now_us
+ WHERE input_id = :input_id AND state = 'open';
+
+-- unrelayed_child_requests --
+-- Level-triggered: every reply not yet relayed, oldest first -- but a turn-owned reply only
+-- once the run that owns it has ended without consuming it (M16).
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.state = 'replied' AND c.relayed_at_us IS NULL
+   AND (o.owner_run IS NULL OR NOT EXISTS (
+        SELECT 1 FROM runs r WHERE r.run_id = o.owner_run AND r.status IN ('queued', 'running')))
+ ORDER BY c.replied_at_us, c.request_id
+ LIMIT :limit;
+
+-- consume_child_request_in_run --
+-- A turn-owned reply consumed by the run that owns it (a wait, or its synthesis round): it is
+-- never relayed as mail after this (M16, M17).
+UPDATE child_requests SET relayed_at_us = :now_us
+ WHERE request_id = :request_id AND state = 'replied' AND relayed_at_us IS NULL
+   AND EXISTS (SELECT 1 FROM turn_owned_requests o
+                WHERE o.request_id = :request_id AND o.owner_run = :run_id);
+
+-- mark_consumed_in_run --
+UPDATE turn_owned_requests SET consumed_in_run = :run_id WHERE request_id = :request_id;
+
+-- owned_child_replies --
+-- The replies a run owns that arrived and are not consumed yet.
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE o.owner_run = :run_id AND c.state = 'replied' AND c.relayed_at_us IS NULL
+ ORDER BY c.replied_at_us, c.request_id;
+
+-- child_request --
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.request_id = :request_id;
+
+-- child_link --
+-- Whether ``child`` is a child this parent opened (a send may only go there).
+SELECT request_id FROM child_requests
+ WHERE parent_conversation_id = :parent_conversation_id
+   AND child_conversation_id = :child_conversation_id
+ LIMIT 1;
+
+-- child_requests_of_parent --
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.parent_conversation_id = :parent_conversation_id
+ ORDER BY c.created_at_us, c.request_id
+ LIMIT :limit;
+
+-- queued_kernel_inputs_of_run --
+-- A source run's supplementary inputs still queued in this conversation (M14).
+SELECT input_id FROM inputs
+ WHERE conversation_id = :conversation_id AND run_public_id = :run_public_id AND kernel = 1
+   AND state = 'queued'
+ ORDER BY queue_position;
+
+-- cancel_child_requests_of_run --
+-- A stopped source run is owed nothing more by its children (M14).
+UPDATE child_requests SET state = 'cancelled'
+ WHERE parent_conversation_id = :parent_conversation_id AND run_public_id = :run_public_id
+   AND relayed_at_us IS NULL AND state IN ('open', 'replied')
+RETURNING request_id, child_conversation_id, input_id, task_key;
+
+-- cancel_child_request --
+-- One request its parent cancelled (a ``cancel`` call): its reply is owed to no one (M16).
+UPDATE child_requests SET state = 'cancelled'
+ WHERE parent_conversation_id = :parent_conversation_id AND task_key = :task_key
+   AND relayed_at_us IS NULL AND state IN ('open', 'replied')
+RETURNING request_id, child_conversation_id, input_id, task_key;
+
+-- get_input --
+SELECT * FROM inputs WHERE input_id = :input_id;
+
+-- child_request_by_key --
+SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+  LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+ WHERE c.parent_conversation_id = :parent_conversation_id AND c.task_key = :task_key;
+
+-- cancel_queued_input --
+-- One queued input withdrawn (a cancelled child request not yet read).
+UPDATE inputs SET state = 'cancelled'
+ WHERE conversation_id = :conversation_id AND input_id = :input_id AND state = 'queued'
+RETURNING input_id;
+
+-- last_turn_status --
+-- A run's newest turn_status: while it runs, its start (naming the inputs it took); once it
+-- ended, its end (naming the models it tried).
+SELECT data FROM events
+ WHERE conversation_id = :conversation_id AND run_id = :run_id AND type = 'turn_status'
+ ORDER BY seq DESC
+ LIMIT 1;
+
+-- inputs_of_run --
+-- The inputs a run read (materialized by it).
+SELECT * FROM inputs WHERE conversation_id = :conversation_id AND run_id = :run_id
+ ORDER BY queue_position;
