@@ -18,6 +18,11 @@ Guarantees:
   :meth:`RunningProcess.wait` returns after it did. What it raises is logged, never swallowed
   silently, and never stops the supervisor.
 
+Where the pieces are: :mod:`tidings.tasks.spawn` starts a process and connects its pipes (and
+defines what a spec and an outcome are); :mod:`tidings.tasks.leftover` finds and stops the
+processes a gone runtime left behind. This module is the registry of running processes and
+follows each one to its outcome.
+
 Timeouts run on the event loop's monotonic clock: an OS process lives in real time, so a
 :class:`~tidings.clock.ManualClock` only stamps ``started_at_us`` and ``ended_at_us``.
 """
@@ -25,35 +30,43 @@ Timeouts run on the event loop's monotonic clock: an OS process lives in real ti
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
-import functools
 import logging
-import os
-import shlex
 import signal
-import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import Self
 
 from tidings.clock import Clock, SystemClock
-from tidings.errors import InvalidInputError, TidingsError
-from tidings.tasks.capture import Capture, CaptureBuffer
+from tidings.errors import TidingsError
+from tidings.tasks.capture import CaptureBuffer
+from tidings.tasks.leftover import HOST, kill_left_behind, process_identity
+from tidings.tasks.spawn import (
+    DEFAULT_CAPTURE_LIMIT_BYTES,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_KILL_GRACE,
+    SAFE_ENV_KEYS,
+    Pipe,
+    ProcessOutcome,
+    ProcessSpec,
+    ProcessState,
+    attach,
+    close_pipes,
+    launch,
+    name_of_signal,
+    signal_group,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CAPTURE_LIMIT_BYTES = 2 * 1024 * 1024  # as much as a result envelope holds
-DEFAULT_KILL_GRACE = timedelta(seconds=2)
-DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=2)
-
-# The variables a process keeps when it does not inherit the environment: enough to find
-# programs, a home and a locale, and none of the server's secrets.
-SAFE_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+# Imported from here by the task service, the shell tool and tests.
+__all__ = (
+    "DEFAULT_CAPTURE_LIMIT_BYTES", "DEFAULT_DRAIN_TIMEOUT", "DEFAULT_KILL_GRACE", "HOST",
+    "SAFE_ENV_KEYS", "DuplicateTaskKeyError", "OnExit", "ProcessOutcome", "ProcessSpec",
+    "ProcessState", "RunningProcess", "Supervisor", "SupervisorClosedError",
+    "kill_left_behind", "process_identity",
+)
 
 OnExit = Callable[["ProcessOutcome"], Awaitable[None] | None]
 
@@ -74,136 +87,6 @@ class DuplicateTaskKeyError(TidingsError):
         self.task_key = task_key
 
 
-class ProcessState(enum.StrEnum):
-    """How a process ended. Every state is final."""
-
-    EXITED = "exited"  # it ended by itself, with an exit code (zero or not)
-    FAILED = "failed"  # it could not start
-    TIMED_OUT = "timed_out"  # it ran past its timeout and was ended by us
-    KILLED = "killed"  # ended by us on request, or by a signal from outside
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """What to run: either ``argv`` (no shell) or ``command`` with ``shell=True``.
-
-    ``env`` is merged over ``os.environ`` (``inherit_env=True``, the default) or over
-    :data:`SAFE_ENV_KEYS` taken from ``os.environ`` (``inherit_env=False``), read at start.
-    ``capture_limit_bytes`` bounds the bytes kept of stdout and stderr together; whatever does
-    not fit is counted, never kept. ``stdin`` is written to the process and then closed; without it
-    the process reads ``/dev/null``. With ``shell=True`` a missing program is the shell's exit
-    code 127 (``exited``), not ``failed``: the shell itself did start.
-    """
-
-    argv: tuple[str, ...] = ()
-    command: str | None = None
-    shell: bool = False
-    cwd: Path | None = None
-    env: Mapping[str, str] | None = None
-    inherit_env: bool = True
-    timeout: timedelta | None = None
-    kill_grace: timedelta = DEFAULT_KILL_GRACE
-    capture_limit_bytes: int = DEFAULT_CAPTURE_LIMIT_BYTES
-    stdin: bytes | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        # Coerce lists and dicts so a spec stays immutable once built.
-        object.__setattr__(self, "argv", tuple(self.argv))
-        if self.env is not None:
-            object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
-        if self.shell:
-            if self.command is None or self.argv:
-                raise InvalidInputError("a shell spec takes a command and no argv")
-        elif self.command is not None or not self.argv:
-            raise InvalidInputError("a spec takes a non-empty argv, or a command with shell=True")
-        if self.timeout is not None and self.timeout <= timedelta(0):
-            raise InvalidInputError(f"timeout must be positive, not {self.timeout}")
-        if self.kill_grace < timedelta(0):
-            raise InvalidInputError(f"kill_grace must not be negative, not {self.kill_grace}")
-        if self.capture_limit_bytes < 0:
-            raise InvalidInputError("capture_limit_bytes must not be negative")
-
-    def describe(self) -> str:
-        """The command line, for logs and messages."""
-        return self.command if self.command is not None else shlex.join(self.argv)
-
-    def environment(self) -> dict[str, str] | None:
-        """The environment the process gets; ``None`` means exactly ``os.environ``."""
-        if self.inherit_env and self.env is None:
-            return None
-        if self.inherit_env:
-            base = dict(os.environ)
-        else:
-            base = {key: os.environ[key] for key in SAFE_ENV_KEYS if key in os.environ}
-            base.setdefault("PATH", os.defpath)
-        return {**base, **(self.env or {})}
-
-
-@dataclass(frozen=True)
-class ProcessOutcome:
-    """How one process ended, with what it wrote. ``pid`` is ``None`` only when ``failed``.
-
-    ``exit_code`` is set when the process exited (by itself, or after handling our SIGTERM);
-    ``signal`` when it died by a signal. ``reason`` says why it ended when it did not end by
-    itself, or why it could not start. ``duration`` is measured on the monotonic clock, from
-    start to the end of the group leader.
-    """
-
-    task_key: str
-    pid: int | None
-    state: ProcessState
-    exit_code: int | None
-    signal: int | None
-    started_at_us: int
-    ended_at_us: int
-    duration: timedelta
-    stdout: Capture = field(default_factory=Capture)
-    stderr: Capture = field(default_factory=Capture)
-    reason: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        """True only for a process that ended by itself with exit code 0."""
-        return self.state is ProcessState.EXITED and self.exit_code == 0
-
-    @property
-    def signal_name(self) -> str | None:
-        if self.signal is None:
-            return None
-        try:
-            return signal.Signals(self.signal).name
-        except ValueError:
-            return f"signal {self.signal}"
-
-
-class _Reader(asyncio.Protocol):
-    """Feeds one pipe into a capture as data arrives; ``closed`` resolves when it is closed."""
-
-    def __init__(self, feed: Callable[[bytes], None], closed: asyncio.Future[None]) -> None:
-        self._feed = feed
-        self._closed = closed
-
-    def data_received(self, data: bytes) -> None:
-        self._feed(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-
-class _Writer(asyncio.BaseProtocol):
-    """Resolves ``closed`` when the stdin pipe is closed, flushed or broken."""
-
-    def __init__(self, closed: asyncio.Future[None]) -> None:
-        self._closed = closed
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        # A process that exits without reading all of its stdin breaks the pipe: that is its
-        # business, not an error of ours.
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-
 class RunningProcess:
     """One supervised process, from start to its single outcome."""
 
@@ -215,6 +98,10 @@ class RunningProcess:
         pid: int | None,
         started_at_us: int,
         started_mono: float,
+        *,
+        proc: asyncio.subprocess.Process | None = None,
+        pipes: list[Pipe] | None = None,
+        capture: CaptureBuffer | None = None,
     ) -> None:
         self.spec = spec
         self.task_key = task_key
@@ -222,11 +109,12 @@ class RunningProcess:
         self.started_at_us = started_at_us
         self._supervisor = supervisor
         self._started_mono = started_mono
-        self._proc: asyncio.subprocess.Process | None = None
-        self._exit: asyncio.Task[int] | None = None
-        # Each pipe's transport, with the future its protocol resolves once it is closed.
-        self._pipes: list[tuple[asyncio.BaseTransport, asyncio.Future[None]]] = []
-        self._capture = CaptureBuffer(spec.capture_limit_bytes)
+        self._proc = proc
+        self._exit: asyncio.Task[int] | None = (
+            None if proc is None else asyncio.create_task(proc.wait())
+        )
+        self._pipes: list[Pipe] = [] if pipes is None else pipes
+        self._capture = CaptureBuffer(spec.capture_limit_bytes) if capture is None else capture
         self._reason: ProcessState | None = None  # set when we decided to end it
         self._sigterm_sent = False
         self._escalation: asyncio.Task[None] | None = None
@@ -284,18 +172,7 @@ class RunningProcess:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self.pid is not None
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            # No such group. While the leader is not yet reaped its pid is still its own: it
-            # may have moved itself to another group, so signal it alone. Once reaped, never.
-            if self._alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, sig)
-        except PermissionError:
-            logger.warning(
-                "task %r: not permitted to send %s to group %d", self.task_key, sig.name, self.pid
-            )
+        signal_group(self.pid, sig, alive=self._alive, task_key=self.task_key)
 
     async def _follow(self, drain_timeout: timedelta) -> ProcessOutcome:
         assert self._exit is not None
@@ -333,7 +210,7 @@ class RunningProcess:
         )
 
     def _classify(self, returncode: int) -> tuple[ProcessState, str | None]:
-        by_signal = f"signal {-returncode} ({_signal_name(-returncode)})"
+        by_signal = f"signal {-returncode} ({name_of_signal(-returncode)})"
         if self._reason is ProcessState.TIMED_OUT:
             return ProcessState.TIMED_OUT, f"ran past its timeout of {self.spec.timeout}"
         if self._reason is ProcessState.KILLED:
@@ -359,18 +236,9 @@ class RunningProcess:
                     self.task_key,
                     drain_timeout,
                 )
-                self._close_pipes()
+                close_pipes(self._pipes)
                 await asyncio.wait(late)
-        self._close_pipes()
-
-    def _close_pipes(self) -> None:
-        for transport, closed in self._pipes:
-            if closed.done():
-                continue
-            if isinstance(transport, asyncio.WriteTransport):
-                transport.abort()
-            else:
-                transport.close()
+        close_pipes(self._pipes)
 
     def _abandon(self) -> None:
         """Cancelled before the end: kill the group and let go of every resource."""
@@ -379,7 +247,7 @@ class RunningProcess:
         for task in (self._escalation, self._exit):
             if task is not None:
                 task.cancel()
-        self._close_pipes()
+        close_pipes(self._pipes)
 
     async def _watch(self, on_exit: OnExit | None, drain_timeout: timedelta) -> None:
         try:
@@ -406,76 +274,6 @@ class RunningProcess:
                 self._done.set_result(self._outcome)
         finally:
             self._supervisor._forget(self)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-async def _spawn(
-    spec: ProcessSpec, stdin: int | None, stdout: int, stderr: int
-) -> asyncio.subprocess.Process:
-    # A session of its own makes the process the leader of a new group: the group is the task.
-    if spec.shell:
-        assert spec.command is not None
-        return await asyncio.create_subprocess_shell(
-            spec.command,
-            stdin=asyncio.subprocess.DEVNULL if stdin is None else stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=spec.cwd,
-            env=spec.environment(),
-            start_new_session=True,
-        )
-    return await asyncio.create_subprocess_exec(
-        *spec.argv,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else stdin,
-        stdout=stdout,
-        stderr=stderr,
-        cwd=spec.cwd,
-        env=spec.environment(),
-        start_new_session=True,
-    )
-
-
-HOST = socket.gethostname()
-"""The host this runtime's processes run on (a process left behind is stopped only there)."""
-
-
-def process_identity(pid: int) -> str | None:
-    """When the kernel started ``pid`` (clock ticks since boot): with the pid, an identity
-    that a later process reusing the pid does not share. None when there is no such process
-    (or no ``/proc`` to ask)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold anything: fields resume after the last
-    # ')'. Field 22 (starttime) is the 20th of those.
-    fields = data[data.rindex(b")") + 2:].split()
-    return fields[19].decode("ascii") if len(fields) > 19 else None
-
-
-def kill_left_behind(pid: int, identity: str | None) -> bool:
-    """Kill the process group a gone runtime left behind (T9), if it is still that group.
-
-    The group's id is its leader's pid. While the leader lives, it must be the same process
-    (same start time); once it is gone, Linux does not reuse its pid while the group still
-    has members, so a signal to the group reaches only what the task left. Returns whether a
-    signal was sent.
-    """
-    current = process_identity(pid)
-    if current is not None and current != identity:
-        return False  # the pid belongs to another process now
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 class Supervisor:
@@ -526,25 +324,10 @@ class Supervisor:
             raise SupervisorClosedError()
         if task_key in self._processes:
             raise DuplicateTaskKeyError(task_key)
-        loop = asyncio.get_running_loop()
         started_at_us, started_mono = self.clock.now_us(), time.monotonic()
-        fds: list[int] = []  # descriptors of ours that no transport owns yet
         try:
-            # Pipes of our own rather than asyncio's: the process's end is then known when the
-            # leader ends, even while a leftover grandchild still holds an output pipe.
-            out_r, out_w = os.pipe()
-            fds += (out_r, out_w)
-            err_r, err_w = os.pipe()
-            fds += (err_r, err_w)
-            in_r: int | None = None
-            in_w: int | None = None
-            if spec.stdin is not None:
-                in_r, in_w = os.pipe()
-                fds += (in_r, in_w)
-            proc = await _spawn(spec, in_r, out_w, err_w)
+            launched = await launch(spec)
         except OSError as exc:
-            for fd in fds:
-                os.close(fd)
             process = RunningProcess(self, spec, task_key, None, started_at_us, started_mono)
             process._outcome = ProcessOutcome(
                 task_key=task_key,
@@ -560,37 +343,13 @@ class Supervisor:
             logger.info("task %r: %s", task_key, process._outcome.reason)
             self._begin(process, on_exit)
             return process
-        # The child has its own copies; ours would keep the pipes open forever.
-        for child_end in (out_w, err_w, in_r):
-            if child_end is not None:
-                os.close(child_end)
-                fds.remove(child_end)
-        process = RunningProcess(self, spec, task_key, proc.pid, started_at_us, started_mono)
-        process._proc = proc
-        process._exit = asyncio.create_task(proc.wait())
-        try:
-            capture = process._capture
-            for fd, feed in ((out_r, capture.feed_stdout), (err_r, capture.feed_stderr)):
-                closed: asyncio.Future[None] = loop.create_future()
-                fds.remove(fd)
-                transport, _ = await loop.connect_read_pipe(
-                    functools.partial(_Reader, feed, closed), os.fdopen(fd, "rb", buffering=0)
-                )
-                process._pipes.append((transport, closed))
-            if in_w is not None and spec.stdin is not None:
-                closed = loop.create_future()
-                fds.remove(in_w)
-                writer, _ = await loop.connect_write_pipe(
-                    functools.partial(_Writer, closed), os.fdopen(in_w, "wb", buffering=0)
-                )
-                process._pipes.append((writer, closed))
-                writer.write(spec.stdin)
-                writer.close()  # flushes what is buffered, then closes: the process sees EOF
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            process._abandon()
-            raise
+        capture = CaptureBuffer(spec.capture_limit_bytes)
+        pipes = await attach(launched, spec, capture)  # on failure, the group is killed
+        proc = launched.proc
+        process = RunningProcess(
+            self, spec, task_key, proc.pid, started_at_us, started_mono,
+            proc=proc, pipes=pipes, capture=capture,
+        )
         logger.debug("task %r: started pid %d: %s", task_key, proc.pid, spec.describe())
         self._begin(process, on_exit)
         if self._closed:

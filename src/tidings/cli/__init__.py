@@ -1,0 +1,21 @@
+"""The command line (A3). The only package where ``asyncio.run`` appears.
+
+- ``tidings serve`` (:mod:`~tidings.cli.serve`): the HTTP service over a runtime (SQLite file
+  by default).
+- ``tidings post`` / ``tidings watch`` (:mod:`~tidings.cli.client`): a client of a running
+  service.
+- ``tidings status`` / ``tidings dead-letters`` (:mod:`~tidings.cli.inspect`): read a database
+  directly (read only: no instance is registered, nothing is reconciled).
+- ``tidings demo`` (:mod:`~tidings.cli.demo`): the whole mission, offline, as a timeline ending
+  in checks.
+
+Errors a user can act on are one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+# Importing a command's module adds the command to the group.
+from tidings.cli import client, demo, inspect, serve
+from tidings.cli.app import main
+
+__all__ = ("client", "demo", "inspect", "main", "serve")

@@ -1,0 +1,181 @@
+"""``tidings serve``: the HTTP service over a runtime, until a signal or a requested restart.
+
+A restart the runtime accepted (the ``restart`` tool) stops this instance like a signal does
+and re-executes the process; the new instance completes the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from tidings.cli.app import main, redact
+from tidings.cli.app import run as run_async
+from tidings.logs import configure_logging, json_logs_requested
+from tidings.models.base import Model
+from tidings.models.scripted import ScriptedModel
+
+# The logger keeps the name it had when the command line was one module: log readers match it.
+log = logging.getLogger("tidings.cli")
+
+TOKENS_ENV = "TIDINGS_TOKENS"
+OPERATOR_TOKENS_ENV = "TIDINGS_OPERATOR_TOKENS"
+
+
+def _parse_tokens(values: tuple[str, ...], env: str | None) -> dict[str, str]:
+    """``PRINCIPAL=TOKEN`` pairs (options, then ``TIDINGS_TOKENS``) as ``{token: principal}``."""
+    pairs = list(values)
+    if env:
+        pairs += [p.strip() for p in env.split(",") if p.strip()]
+    tokens: dict[str, str] = {}
+    for pair in pairs:
+        principal, sep, token = pair.partition("=")
+        principal, token = principal.strip(), token.strip()
+        if not sep or not principal or not token:
+            raise click.BadParameter(f"expected PRINCIPAL=TOKEN, got {pair.split('=')[0]!r}=…"
+                                     if sep else "expected PRINCIPAL=TOKEN",
+                                     param_hint="'--token'")
+        if tokens.get(token, principal) != principal:
+            raise click.BadParameter("one token names two principals", param_hint="'--token'")
+        tokens[token] = principal
+    return tokens
+
+
+def _models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
+    """``scripted`` (echo), ``scripted:RULES.json``, ``openai:NAME`` or ``anthropic:NAME``."""
+    models: list[Model] = []
+    for spec in specs or ("scripted",):
+        kind, _, name = spec.partition(":")
+        if kind == "scripted":
+            models.append(ScriptedModel.from_json(Path(name)) if name else ScriptedModel())
+        elif kind in ("openai", "anthropic") and name:
+            try:
+                if kind == "openai":
+                    from tidings.models.openai import OpenAIChatModel
+
+                    models.append(OpenAIChatModel(name, base_url=base_url))
+                else:
+                    from tidings.models.anthropic import AnthropicModel
+
+                    models.append(AnthropicModel(name, base_url=base_url))
+            except ImportError:
+                raise click.ClickException(
+                    f"the {kind} adapter needs its SDK: pip install 'tidings[{kind}]'"
+                ) from None
+        else:
+            raise click.BadParameter(
+                f"unknown model {spec!r}: use scripted, scripted:RULES.json, openai:NAME or "
+                "anthropic:NAME", param_hint="'--model'")
+    return models
+
+
+@main.command()
+@click.option("--database", default="tidings.db", show_default=True, envvar="TIDINGS_DATABASE",
+              help="A SQLite file path (or sqlite:///path), or postgresql://… to scale out.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--token", "tokens", multiple=True, metavar="PRINCIPAL=TOKEN",
+              help=f"A principal's bearer token (repeatable; also ${TOKENS_ENV}=a=t1,b=t2).")
+@click.option("--operator-token", "operator_tokens", multiple=True, metavar="TOKEN",
+              help=f"An operator's bearer token (repeatable; also ${OPERATOR_TOKENS_ENV}).")
+@click.option("--model", "model_specs", multiple=True, metavar="SPEC",
+              help="scripted (default), scripted:RULES.json, openai:NAME or anthropic:NAME "
+                   "(repeatable; the first is the default profile's model).")
+@click.option("--model-base-url", default=None,
+              help="Base URL for the openai/anthropic adapters (vLLM, Ollama, a proxy).")
+@click.option("--json-logs", is_flag=True,
+              help="Log JSON lines (also TIDINGS_LOG_FORMAT=json).")
+@click.option("--locked", is_flag=True,
+              help="Boot locked (L1): serve, but claim and deliver nothing until an operator "
+                   "posts the master key to /v1/unlock.")
+def serve(
+    database: str, host: str, port: int, tokens: tuple[str, ...],
+    operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
+    model_base_url: str | None, json_logs: bool, locked: bool,
+) -> None:
+    """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
+
+    A restart the runtime accepted (L2: the ``restart`` tool) stops this instance the same way
+    and re-executes the process; the new instance completes the restart.
+    """
+    configure_logging(json_format=json_logs_requested(json_logs))
+    by_token = _parse_tokens(tokens, os.environ.get(TOKENS_ENV))
+    operators = [*operator_tokens, *(
+        t.strip() for t in os.environ.get(OPERATOR_TOKENS_ENV, "").split(",") if t.strip())]
+    models = _models(model_specs, model_base_url)
+    if not by_token and not operators:
+        log.warning("no tokens were given: every request but /health will be refused")
+
+    async def run() -> bool:
+        """Serve until a signal (False) or a requested restart (True)."""
+        # Imported here: the command line's other commands need no web stack.
+        from tidings.runtime import Runtime
+        from tidings.service import Server, create_app
+
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal(signum: int) -> None:
+            if not stop.is_set():
+                log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+            stop.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            async with Runtime.open(database, models=models, locked=locked) as runtime:
+                log.info("runtime started", extra={
+                    "instance_id": runtime.instance_id, "database": redact(database),
+                    "models": list(runtime.models)})
+                if stop.is_set():
+                    return False
+                # log_config=None: uvicorn's own loggers go through the root handler above.
+                server = Server(create_app(runtime, tokens=by_token, operator_tokens=operators),
+                                host=host, port=port, log_config=None)
+
+                async def serve_http() -> None:
+                    try:
+                        await server.serve()
+                    except SystemExit:
+                        # uvicorn exits the process when it cannot bind: caught in the task,
+                        # so that the runtime still closes.
+                        raise click.ClickException(
+                            f"the server could not start on {host}:{port} (see the log above)"
+                        ) from None
+
+                serving = asyncio.create_task(serve_http())
+                stopping = asyncio.create_task(stop.wait())
+                restart = asyncio.create_task(runtime.restart_requested.wait())
+                await asyncio.wait({serving, stopping, restart},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                restarting = restart.done() and not stop.is_set()
+                if restarting:
+                    log.info("a restart was requested: restarting",
+                             extra={"instance_id": runtime.instance_id})
+                stopping.cancel()
+                restart.cancel()
+                server.should_exit = True  # graceful: open requests finish, feeds end
+                done, _ = await asyncio.wait({serving}, timeout=15)
+                if not done:
+                    serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+            log.info("stopped", extra={"instance_id": runtime.instance_id})
+            return restarting
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    if run_async(run):
+        # L2: the restart was committed as accepted and this instance has closed; a new
+        # process (a new instance) completes it once it is fully up.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "tidings", *sys.argv[1:]])

@@ -1,0 +1,142 @@
+"""PostgreSQL's side of a unit of work: its statements, its transaction object and its errors.
+
+- Statements are written with ``:name`` parameters, as on SQLite; :func:`to_psycopg` rewrites
+  them once, when the store opens, to psycopg's ``%(name)s`` (``::type`` casts stay).
+- :func:`classify` turns a psycopg error into a :class:`~tidings.errors.StoreError` subclass by
+  SQLSTATE, never by message text. :func:`transient` says which errors a unit may run again
+  after: a serialization failure, a deadlock, a connection lost before ``COMMIT``.
+- A :class:`PostgresTx` sends the statements whose answers the unit does not need together,
+  in one pipeline, before the next statement that needs an answer or at the end of the unit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from tidings.errors import (
+    ConnectionLostError,
+    CorruptDatabaseError,
+    DatabaseBusyError,
+    DiskFullError,
+    IntegrityViolationError,
+    InvalidInputError,
+    ReadOnlyDatabaseError,
+    StoreError,
+)
+from tidings.store.base import Query, Row, Tx, bound_values
+
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
+RETRIES = 3
+"""How often a group (or a read) runs again after a transient error."""
+TRANSIENT = ("40001", "40P01")  # serialization_failure, deadlock_detected
+
+
+def to_psycopg(statement: str) -> str:
+    """Rewrite ``:name`` parameters to ``%(name)s``, leaving ``::type`` casts alone."""
+    return _PARAM.sub(r"%(\1)s", statement.replace("%", "%%"))
+
+
+def pg_queries(queries: dict[str, Query]) -> dict[str, Query]:
+    """The named queries with their statements rewritten for psycopg."""
+    return {
+        name: Query(name, tuple(to_psycopg(s) for s in q.statements))
+        for name, q in queries.items()
+    }
+
+
+def classify(exc: BaseException) -> StoreError:
+    """Map a psycopg error to a TidingsError by SQLSTATE class, never by message text."""
+    if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) is None:
+        return ConnectionLostError(str(exc))
+    sqlstate: str = getattr(exc, "sqlstate", None) or ""
+    cls = sqlstate[:2]
+    if cls == "08" or sqlstate in ("57P01", "57P02", "57P03"):
+        return ConnectionLostError(str(exc), db_code=sqlstate)
+    if sqlstate in TRANSIENT or sqlstate == "55P03":
+        return DatabaseBusyError(str(exc), db_code=sqlstate)
+    if sqlstate in ("53100",):
+        return DiskFullError(str(exc), db_code=sqlstate)
+    if cls == "23":
+        return IntegrityViolationError(str(exc), db_code=sqlstate)
+    if sqlstate == "25006":
+        return ReadOnlyDatabaseError(str(exc), db_code=sqlstate)
+    if cls == "XX":
+        return CorruptDatabaseError(str(exc), db_code=sqlstate)
+    return StoreError(str(exc), db_code=sqlstate or None)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether running the work again may succeed: a conflict, or a lost connection."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    lost = isinstance(exc, psycopg.OperationalError) and (not sqlstate or sqlstate[:2] == "08")
+    return lost or sqlstate in TRANSIENT or sqlstate in ("57P01",)
+
+
+_Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
+
+
+class PostgresTx(Tx):
+    """Statements whose answers a unit does not need wait in ``_later`` and go to the server
+    together, in one pipeline (one round trip), before the next statement that needs an
+    answer or at the end of the unit."""
+
+    def __init__(
+        self, queries: dict[str, Query], conn: psycopg.Connection[Row], *, binary: bool = False
+    ) -> None:
+        super().__init__(queries)
+        self._conn = conn
+        self._later: list[_Later] = []
+        # Reads take results in binary: no text round trip for numbers, and bytea (result
+        # envelopes) arrives as bytes instead of twice its size in hex.
+        self._binary = binary
+
+    def run_ddl(self, statement: str) -> None:
+        self.flush()
+        self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
+
+    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
+        # PostgreSQL's text cannot hold NUL (SQLite's can): refused as bad input, before the
+        # driver refuses it as a database error.
+        for name, item in bound_values(super()._bind(params)):
+            if isinstance(item, str) and "\x00" in item:
+                raise InvalidInputError(f"{name} must not contain NUL characters")
+        return params
+
+    def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+        self.flush()
+        cursor = self._conn.execute(statement, params, binary=self._binary)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return rows, cursor.rowcount
+
+    def run_later(
+        self,
+        query: str,
+        *,
+        expect: int | None = None,
+        mismatch: Callable[[], Exception] | None = None,
+        **params: Any,
+    ) -> None:
+        self._later.append((self._statements(query), self._bind(params), expect, mismatch))
+
+    def flush(self) -> None:
+        if not self._later:
+            return
+        later, self._later = self._later, []
+        if len(later) == 1 and len(later[0][0]) == 1:
+            (statement,), params, expect, mismatch = later[0]
+            checks = [(self._conn.execute(statement, params), expect, mismatch)]
+        else:
+            checks = []
+            with self._conn.pipeline():
+                for statements, params, expect, mismatch in later:
+                    cursors = [self._conn.execute(st, params) for st in statements]
+                    checks.append((cursors[-1], expect, mismatch))
+        for cursor, expect, mismatch in checks:
+            if expect is not None and cursor.rowcount != expect:
+                if mismatch is not None:
+                    raise mismatch()
+                raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")

@@ -1,0 +1,206 @@
+"""PostgreSQL's writers: a few threads that group-commit the units of work, optimistically.
+
+Each writer thread has its own connection and a queue of its own. It takes whatever units are
+queued (up to ``max_group``) and runs them in one transaction (``BEGIN``, each unit's
+statements, ``COMMIT``), answering every caller after the commit. A round trip costs more
+than a statement here, so a savepoint per unit would double the cost of the common case;
+instead, when a unit fails, the transaction is rolled back, that unit alone gets its error,
+and the others run again in a fresh transaction. That is safe because a unit only touches the
+database. A group's first attempt ran nothing twice; each retry removes the failed unit, so a
+group is retried at most as often as it has units.
+
+A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
+the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
+the transaction may or may not have landed, and every caller of the group is told exactly that
+(:class:`CommitOutcomeUnknownError`), never success. A lone single-statement unit (a claim) runs
+in autocommit: one round trip, no ``BEGIN``.
+
+Units about one conversation (one ``route``) always go to the same writer: two writers never
+hold locks on the same conversation's rows, so concurrent groups cannot deadlock over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import select
+import threading
+import zlib
+from collections.abc import Callable
+
+import psycopg
+
+from tidings.errors import CommitOutcomeUnknownError
+from tidings.store.base import Query, Row, Wakeups
+from tidings.store.jobs import STOP, Job, committed, next_group, settle
+from tidings.store.postgres_tx import RETRIES, TRANSIENT, PostgresTx, classify, transient
+
+
+class _CommitUnknown(Exception):
+    """COMMIT was sent and the connection died before its answer."""
+
+
+def _fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _rollback(conn: psycopg.Connection[Row]) -> None:
+    with contextlib.suppress(psycopg.Error):
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+
+
+def _spoke_while_idle(conn: psycopg.Connection[Row]) -> bool:
+    """Whether an idle connection has something to read: the server only speaks unasked to
+    say goodbye (a terminated backend, a shutdown), so such a connection is not used."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
+class GroupWriter:
+    """The writer threads of one store and the queues that feed them.
+
+    ``groups_committed`` and ``units_committed`` count the transactions that committed and the
+    units of work in them (bench figures). After :meth:`stop` every queued unit has its answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        queries: dict[str, Query],
+        connect: Callable[[], psycopg.Connection[Row]],
+        wakeups: Wakeups,
+        writers: int,
+        max_group: int,
+    ) -> None:
+        self._queries = queries
+        self._connect = connect
+        self._wakeups = wakeups
+        self._max_group = max_group
+        self._queues: list[queue.SimpleQueue[Job | object]] = [
+            queue.SimpleQueue() for _ in range(writers)
+        ]
+        self._next = 0
+        self._threads = [
+            threading.Thread(
+                target=self._loop, args=(jobs,), name=f"tidings-pg-writer-{n}", daemon=True
+            )
+            for n, jobs in enumerate(self._queues)
+        ]
+        self.groups_committed = 0
+        self.units_committed = 0
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: Job, route: str | None) -> None:
+        """Queue ``job`` for the writer of its route (any writer, in turn, without one)."""
+        if route is None:
+            self._next = (self._next + 1) % len(self._queues)
+            index = self._next
+        else:
+            index = zlib.crc32(route.encode("utf-8")) % len(self._queues)
+        self._queues[index].put(job)
+
+    async def stop(self) -> None:
+        """Let every writer finish the units queued before this call, then end it."""
+        for jobs in self._queues:
+            jobs.put(STOP)
+        for thread in self._threads:
+            if thread.is_alive():
+                await asyncio.to_thread(thread.join)
+
+    def _loop(self, jobs: queue.SimpleQueue[Job | object]) -> None:
+        conn: psycopg.Connection[Row] | None = None
+        try:
+            while True:
+                group, stop = next_group(jobs, self._max_group)
+                if group:
+                    conn = self._run_group(conn, group)
+                    settle(group)
+                if stop:
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _run_group(
+        self, conn: psycopg.Connection[Row] | None, group: list[Job]
+    ) -> psycopg.Connection[Row] | None:
+        """Commit every unit of ``group`` it can; give each of the others its error."""
+        pending = list(group)
+        retries = 0
+        while pending:
+            if conn is not None and not conn.closed and _spoke_while_idle(conn):
+                conn.close()  # terminated or broken while idle: reconnect before sending
+            if conn is None or conn.closed:
+                try:
+                    conn = self._connect()
+                except psycopg.Error as exc:
+                    for job in pending:
+                        job.error = classify(exc)
+                    return None
+            try:
+                lone = pending[0]
+                if len(pending) == 1 and lone.statement is not None:
+                    lone.result = _fetch(conn.execute(lone.statement, lone.params))
+                    return conn
+                failed = self._attempt(conn, pending)
+            except _CommitUnknown as unknown:
+                for job in pending:
+                    job.error = CommitOutcomeUnknownError(str(unknown.__cause__))
+                return conn
+            except psycopg.Error as exc:  # BEGIN, COMMIT or an autocommit statement failed
+                _rollback(conn)
+                sqlstate = getattr(exc, "sqlstate", None) or ""
+                autocommitted = len(pending) == 1 and pending[0].statement is not None
+                if autocommitted and sqlstate not in TRANSIENT and transient(exc):
+                    # The statement was its own transaction and the connection went with it.
+                    pending[0].error = CommitOutcomeUnknownError(str(exc))
+                    return conn
+                if transient(exc) and retries < RETRIES:
+                    retries += 1
+                    continue
+                for job in pending:
+                    job.error = classify(exc)
+                return conn
+            if failed is None:
+                self.groups_committed += 1
+                self.units_committed += len(pending)
+                committed(pending, self._wakeups)
+                return conn
+            job, error = failed
+            _rollback(conn)
+            if isinstance(error, psycopg.Error) and transient(error) and retries < RETRIES:
+                retries += 1
+                continue
+            job.error = classify(error) if isinstance(error, psycopg.Error) else error
+            pending.remove(job)
+        return conn
+
+    def _attempt(
+        self, conn: psycopg.Connection[Row], pending: list[Job]
+    ) -> tuple[Job, BaseException] | None:
+        """Run every unit in one transaction and commit; the first unit that failed, if any."""
+        conn.execute("BEGIN")
+        for job in pending:
+            tx = PostgresTx(self._queries, conn)
+            try:
+                job.result = job.unit(tx)
+                tx.flush()
+            except BaseException as exc:  # the unit's caller gets it
+                return job, exc
+            job.took(tx)
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            sqlstate = getattr(exc, "sqlstate", None) or ""
+            if conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P":
+                raise _CommitUnknown() from exc
+            raise  # the server answered: the transaction did not commit
+        return None
