@@ -12,9 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
-from tidings.errors import InvalidInputError, TidingsError
+from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
 from tidings.metrics import Gauge
-from tidings.results import MasterKey, MasterKeyError
+from tidings.results import MasterKey
 from tidings.service.auth import Operator
 from tidings.service.problems import HTTPProblem, documented, title_of
 from tidings.service.routes import RuntimeDep

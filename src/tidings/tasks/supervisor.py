@@ -42,7 +42,11 @@ from types import MappingProxyType, TracebackType
 from typing import Self
 
 from tidings.clock import Clock, SystemClock
-from tidings.errors import InvalidInputError, TidingsError
+
+# The supervisor's errors live in tidings.errors; re-exported (``as``) for callers of this module.
+from tidings.errors import DuplicateTaskKeyError as DuplicateTaskKeyError
+from tidings.errors import InvalidInputError
+from tidings.errors import SupervisorClosedError as SupervisorClosedError
 from tidings.tasks.capture import Capture, CaptureBuffer
 
 logger = logging.getLogger(__name__)
@@ -56,22 +60,6 @@ DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=2)
 SAFE_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 OnExit = Callable[["ProcessOutcome"], Awaitable[None] | None]
-
-
-class SupervisorClosedError(TidingsError):
-    """The supervisor is closed; it starts no more processes."""
-
-    code = "supervisor_closed"
-
-
-class DuplicateTaskKeyError(TidingsError):
-    """A process with this task key is already running; nothing was started."""
-
-    code = "duplicate_task_key"
-
-    def __init__(self, task_key: str) -> None:
-        super().__init__(f"a process for task {task_key!r} is already running")
-        self.task_key = task_key
 
 
 class ProcessState(enum.StrEnum):
