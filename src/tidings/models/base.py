@@ -8,7 +8,10 @@ message: runtime facts are observations, not a person's words.
 Every failure an adapter can see is raised as :class:`ModelError` with one of three kinds
 (A4): ``retryable`` (try the same model again after a pause: rate limits, timeouts, 5xx),
 ``unavailable`` (this model cannot answer now: go to the next one in the fallback list) and
-``permanent`` (the request itself is wrong: no other attempt will help).
+``permanent`` (the request itself is wrong: no other attempt will help). The SDK adapters share
+one classifier, :mod:`tidings.models.failures`: a model that cannot be reached at all (refused,
+unresolvable, the connect timed out) is ``unavailable``; an exchange that broke after the
+request went out (a reset, a read timeout, a cut stream) is ``retryable``.
 """
 
 from __future__ import annotations
