@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
 from tidings.metrics import Gauge
@@ -26,7 +27,7 @@ from tidings.service.schemas import (
     Unlock,
 )
 
-PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_MEDIA_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 OPERATOR = documented(401, 403, 422, 500, 503)
 
 router = APIRouter()
