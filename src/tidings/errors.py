@@ -371,11 +371,3 @@ class ModelError(TidingsError):
         """A non-sensitive code for runs and dead letters (``model_retryable`` and so on)."""
         return f"model_{self.kind.value}"
 
-
-# -- the demo ----------------------------------------------------------------------------------
-
-
-class ChildFailed(TidingsError):
-    """The demo's child process failed before it reported."""
-
-    code = "demo_child_failed"

@@ -24,7 +24,7 @@ from tidings.demo.script import (
     STAGING_REQUEST,
     demo_config,
 )
-from tidings.errors import ChildFailed
+from tidings.errors import TidingsError
 from tidings.runtime import Runtime
 
 RESTART_REASON = "demo restart"
@@ -65,6 +65,12 @@ class ChildReport:
 
     facts: dict[str, Any]
     returncode: int | None
+
+
+class ChildFailed(TidingsError):
+    """The demo's child process failed before it reported."""
+
+    code = "demo_child_failed"
 
 
 async def run_child(
