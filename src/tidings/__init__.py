@@ -21,10 +21,14 @@ from tidings.errors import (
     InputQueueFullError,
     InstanceNotRunningError,
     InvalidInputError,
+    MasterKeyError,
+    ModelError,
+    ModelErrorKind,
     OperationSettledError,
     OriginNotAllowedError,
     PairingViolationError,
     PayloadTooLargeError,
+    ResultCorruptError,
     RuntimeLockedError,
     SlotLostError,
     StaleLeaseError,
@@ -33,24 +37,22 @@ from tidings.errors import (
     UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
+    UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
 )
 from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
-from tidings.models.base import Model, ModelError, ModelErrorKind, ModelReply, ModelRequest
+from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig, SweepReport
 from tidings.results import (
     Lifetime,
     MasterKey,
-    MasterKeyError,
-    ResultCorruptError,
     ResultPage,
     ResultRef,
     Results,
     ResultsConfig,
-    UnknownResultError,
 )
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store

@@ -7,6 +7,7 @@ docstring is its default message.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 
@@ -284,3 +285,89 @@ class InputQueueFullError(TidingsError):
         super().__init__(f"conversation {conversation_id!r} already holds {limit} queued inputs")
         self.conversation_id = conversation_id
         self.limit = limit
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+class UnknownResultError(TidingsError):
+    """No such result is visible to this conversation."""
+
+    code = "unknown_result"
+
+    def __init__(self, result_id: str) -> None:
+        # The same words whether the id never existed, expired, or belongs to someone else.
+        super().__init__(f"no result {result_id!r}")
+        self.result_id = result_id
+
+
+class MasterKeyError(TidingsError):
+    """The master key is missing or malformed; results cannot be sealed or opened."""
+
+    code = "master_key_unavailable"
+
+
+class ResultCorruptError(TidingsError):
+    """A stored envelope failed authentication: it was altered or sealed under another key."""
+
+    code = "result_corrupt"
+
+
+# -- background processes ----------------------------------------------------------------------
+
+
+class SupervisorClosedError(TidingsError):
+    """The supervisor is closed; it starts no more processes."""
+
+    code = "supervisor_closed"
+
+
+class DuplicateTaskKeyError(TidingsError):
+    """A process with this task key is already running; nothing was started."""
+
+    code = "duplicate_task_key"
+
+    def __init__(self, task_key: str) -> None:
+        super().__init__(f"a process for task {task_key!r} is already running")
+        self.task_key = task_key
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+class ModelErrorKind(enum.StrEnum):
+    """How a model failure is handled by the turn runner.
+
+    ``retryable``: ask the same model again after a backoff pause. ``unavailable``: this model
+    cannot answer now; go to the next model of the fallback list. ``permanent``: the request
+    itself is wrong; no other attempt will help, and the run fails.
+    """
+
+    RETRYABLE = "retryable"
+    UNAVAILABLE = "unavailable"
+    PERMANENT = "permanent"
+
+
+class ModelError(TidingsError):
+    """The model could not answer."""
+
+    code = "model_error"
+
+    def __init__(
+        self,
+        kind: ModelErrorKind,
+        message: str,
+        *,
+        model: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = ModelErrorKind(kind)
+        self.model = model
+        self.status = status
+
+    @property
+    def failure_code(self) -> str:
+        """A non-sensitive code for runs and dead letters (``model_retryable`` and so on)."""
+        return f"model_{self.kind.value}"
+

@@ -42,17 +42,24 @@ MAX_INT64 = 2**63 - 1
 """The largest integer both databases hold (a signed 64-bit integer)."""
 
 
-def backoff_us(attempt: int, rng: random.Random, *, base: timedelta, cap: timedelta) -> int:
+def backoff(attempt: int, rng: random.Random, *, base: timedelta, cap: timedelta) -> timedelta:
     """Delay before retry number ``attempt`` (1-based): capped exponential, "equal jitter".
 
-    The exponential step is ``base * 2**(attempt-1)`` capped at ``cap``; the delay is drawn
-    uniformly from its upper half, so retries never bunch at zero and never exceed the cap.
+    The one backoff of tidings: a delivery's next claim, a model call asked again, a task's end
+    committed again after a store fault all wait this long. The exponential step is
+    ``base * 2**(attempt-1)`` capped at ``cap``; the delay is drawn uniformly from its upper
+    half, so retries never bunch at zero and never exceed the cap. Exact to the microsecond.
     """
     if attempt < 1:
         raise ValueError("attempt is 1-based")
     step = min(to_us(cap), to_us(base) << min(attempt - 1, 62))
     half = step // 2
-    return half + int(rng.random() * (step - half))
+    return timedelta(microseconds=half + int(rng.random() * (step - half)))
+
+
+def backoff_us(attempt: int, rng: random.Random, *, base: timedelta, cap: timedelta) -> int:
+    """:func:`backoff` in microseconds, for the store's integer clock."""
+    return to_us(backoff(attempt, rng, base=base, cap=cap))
 
 
 def dead_letter_due(attempts: int, *, max_attempts: int, permanent: bool) -> bool:

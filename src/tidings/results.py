@@ -42,7 +42,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tidings.clock import Clock, to_us
-from tidings.errors import InvalidInputError, TidingsError
+from tidings.errors import InvalidInputError
+
+# The results' errors live in tidings.errors; re-exported (``as``) for callers of this module.
+from tidings.errors import MasterKeyError as MasterKeyError
+from tidings.errors import ResultCorruptError as ResultCorruptError
+from tidings.errors import UnknownResultError as UnknownResultError
 from tidings.policy import check_cursor, check_id
 from tidings.store import Row, Store, Tx
 from tidings.types import ConversationId, new_id
@@ -55,29 +60,6 @@ _NONCE_BYTES = 12
 STORED = "stored"
 TRUNCATED = "truncated"
 FAILED = "failed"
-
-
-class UnknownResultError(TidingsError):
-    """No such result is visible to this conversation."""
-
-    code = "unknown_result"
-
-    def __init__(self, result_id: str) -> None:
-        # The same words whether the id never existed, expired, or belongs to someone else.
-        super().__init__(f"no result {result_id!r}")
-        self.result_id = result_id
-
-
-class MasterKeyError(TidingsError):
-    """The master key is missing or malformed; results cannot be sealed or opened."""
-
-    code = "master_key_unavailable"
-
-
-class ResultCorruptError(TidingsError):
-    """A stored envelope failed authentication: it was altered or sealed under another key."""
-
-    code = "result_corrupt"
 
 
 class Lifetime(enum.StrEnum):

@@ -8,7 +8,8 @@ Anthropic messages (``POST /v1/messages``, JSON or named SSE events).
 
 A streamed reply is sent with chunked transfer encoding, one chunk per event, so the client
 sees the pieces arrive separately. A float among the events is a pause (a stalled server); a
-``cut`` reply drops the connection before the stream ends.
+``cut`` reply drops the connection before the stream ends; a ``reset`` reply resets the
+connection (TCP RST) right after reading the request, before any answer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import struct
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -46,6 +48,7 @@ class Scripted:
     events: tuple[bytes | float, ...] = ()
     delay_seconds: float = 0.0
     cut: bool = False
+    reset: bool = False
 
 
 class LoopbackServer:
@@ -159,10 +162,21 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_seconds and not owner._pause(reply.delay_seconds):
             self.close_connection = True
             return
+        if reply.reset:
+            self._reset()
+            return
         if reply.events:
             self._stream(reply)
         else:
             self._json(reply.status, reply.body or {})
+
+    def _reset(self) -> None:
+        # A zero linger makes close() send RST instead of FIN; the socket really closes only
+        # once the reader made from it is closed too (the writer holds no reference).
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.rfile.close()
+        self.connection.close()
 
     def _json(self, status: int, body: JSON) -> None:
         data = json.dumps(body).encode()
@@ -201,6 +215,26 @@ def closed_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[int]:
+    """A loopback port that listens but never accepts, its queue already full: a connect there
+    is neither refused nor answered, it times out."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        fillers = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(3)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+            yield port
+        finally:
+            for filler in fillers:
+                filler.close()
 
 
 def _sse_data(payload: JSON | str) -> bytes:

@@ -25,6 +25,7 @@ from tests.models.loopback import (
     anthropic_tool_block,
     anthropic_tool_use,
     closed_port,
+    silent_port,
 )
 from tidings.models import (
     ModelError,
@@ -330,6 +331,8 @@ async def test_a4_anthropic_non_streamed_reply(
         (503, "api_error", ModelErrorKind.UNAVAILABLE),
         (529, "overloaded_error", ModelErrorKind.UNAVAILABLE),
         (404, "not_found_error", ModelErrorKind.UNAVAILABLE),
+        (402, "billing_error", ModelErrorKind.UNAVAILABLE),
+        (408, "timeout_error", ModelErrorKind.RETRYABLE),
         (400, "invalid_request_error", ModelErrorKind.PERMANENT),
         (401, "authentication_error", ModelErrorKind.PERMANENT),
         (403, "permission_error", ModelErrorKind.PERMANENT),
@@ -391,6 +394,38 @@ async def test_a4_anthropic_connection_refused_is_unavailable() -> None:
         await adapter.aclose()
     assert caught.value.kind is ModelErrorKind.UNAVAILABLE
     assert caught.value.status is None
+
+
+async def test_a4_anthropic_connect_timeout_is_unavailable() -> None:
+    # Nothing answers the connect at all: the model cannot be reached now, like a refusal.
+    with silent_port() as port:
+        adapter = AnthropicModel("served-model", base_url=f"http://127.0.0.1:{port}", timeout=0.5)
+        try:
+            with pytest.raises(ModelError) as caught:
+                await adapter.complete(request())
+        finally:
+            await adapter.aclose()
+    assert caught.value.kind is ModelErrorKind.UNAVAILABLE
+    assert "cannot connect" in caught.value.message
+    assert caught.value.status is None
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+async def test_a4_anthropic_connection_reset_before_the_reply_is_retryable(
+    server: LoopbackServer, stream: bool
+) -> None:
+    # The server was reached and took the request, then reset the connection: try it again.
+    server.push(Scripted(reset=True))
+    adapter = AnthropicModel("served-model", base_url=f"{server.base_url}", stream=stream)
+    try:
+        with pytest.raises(ModelError) as caught:
+            await adapter.complete(request())
+    finally:
+        await adapter.aclose()
+    assert caught.value.kind is ModelErrorKind.RETRYABLE
+    assert "connection broke" in caught.value.message
+    assert caught.value.status is None
+    assert len(server.requests) == 1  # the SDK did not retry: the turn runner does
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])

@@ -21,6 +21,7 @@ from tests.models.loopback import (
     openai_stream,
     openai_tool_call,
     openai_tool_fragment,
+    silent_port,
 )
 from tidings.models import (
     ModelError,
@@ -264,7 +265,10 @@ async def test_a4_openai_non_streamed_reply(
         (500, ModelErrorKind.RETRYABLE),
         (502, ModelErrorKind.RETRYABLE),
         (503, ModelErrorKind.UNAVAILABLE),
+        (529, ModelErrorKind.UNAVAILABLE),
+        (402, ModelErrorKind.UNAVAILABLE),
         (404, ModelErrorKind.UNAVAILABLE),
+        (408, ModelErrorKind.RETRYABLE),
         (400, ModelErrorKind.PERMANENT),
         (401, ModelErrorKind.PERMANENT),
         (403, ModelErrorKind.PERMANENT),
@@ -308,6 +312,40 @@ async def test_a4_openai_connection_refused_is_unavailable() -> None:
         await adapter.aclose()
     assert caught.value.kind is ModelErrorKind.UNAVAILABLE
     assert caught.value.status is None
+
+
+async def test_a4_openai_connect_timeout_is_unavailable() -> None:
+    # Nothing answers the connect at all: the model cannot be reached now, like a refusal.
+    with silent_port() as port:
+        adapter = OpenAIChatModel(
+            "served-model", base_url=f"http://127.0.0.1:{port}/v1", timeout=0.5
+        )
+        try:
+            with pytest.raises(ModelError) as caught:
+                await adapter.complete(request())
+        finally:
+            await adapter.aclose()
+    assert caught.value.kind is ModelErrorKind.UNAVAILABLE
+    assert "cannot connect" in caught.value.message
+    assert caught.value.status is None
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+async def test_a4_openai_connection_reset_before_the_reply_is_retryable(
+    server: LoopbackServer, stream: bool
+) -> None:
+    # The server was reached and took the request, then reset the connection: try it again.
+    server.push(Scripted(reset=True))
+    adapter = OpenAIChatModel("served-model", base_url=f"{server.base_url}/v1", stream=stream)
+    try:
+        with pytest.raises(ModelError) as caught:
+            await adapter.complete(request())
+    finally:
+        await adapter.aclose()
+    assert caught.value.kind is ModelErrorKind.RETRYABLE
+    assert "connection broke" in caught.value.message
+    assert caught.value.status is None
+    assert len(server.requests) == 1  # the SDK did not retry: the turn runner does
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from tidings.metrics import Gauge, Metrics
 
 
@@ -15,26 +18,42 @@ def test_a6_render_counters_histograms_and_gauges_in_prometheus_text() -> None:
         metrics.observe("tidings_turn_seconds", "Turn latency.", seconds, {"trigger": "person"})
     text = metrics.render([Gauge("tidings_signal_backlog", "Unacknowledged signals.", 3)])
     lines = text.splitlines()
+    # prometheus_client writes numbers as floats ("3.0", le="1.0") and "le" first among the
+    # labels: the same samples to any Prometheus parser as the hand-written "3", le="1" were.
     assert "# TYPE tidings_signal_backlog gauge" in lines
-    assert "tidings_signal_backlog 3" in lines
+    assert "tidings_signal_backlog 3.0" in lines
     assert "# TYPE tidings_model_errors_total counter" in lines
-    assert 'tidings_model_errors_total{kind="retryable",model="m"} 2' in lines
+    assert 'tidings_model_errors_total{kind="retryable",model="m"} 2.0' in lines
     assert "# TYPE tidings_turn_seconds histogram" in lines
     # Buckets are cumulative and end with +Inf, which counts every observation.
-    assert 'tidings_turn_seconds_bucket{trigger="person",le="0.01"} 1' in lines
-    assert 'tidings_turn_seconds_bucket{trigger="person",le="0.1"} 2' in lines
-    assert 'tidings_turn_seconds_bucket{trigger="person",le="1"} 3' in lines
-    assert 'tidings_turn_seconds_bucket{trigger="person",le="+Inf"} 4' in lines
-    assert 'tidings_turn_seconds_count{trigger="person"} 4' in lines
+    assert 'tidings_turn_seconds_bucket{le="0.01",trigger="person"} 1.0' in lines
+    assert 'tidings_turn_seconds_bucket{le="0.1",trigger="person"} 2.0' in lines
+    assert 'tidings_turn_seconds_bucket{le="1.0",trigger="person"} 3.0' in lines
+    assert 'tidings_turn_seconds_bucket{le="+Inf",trigger="person"} 4.0' in lines
+    assert 'tidings_turn_seconds_count{trigger="person"} 4.0' in lines
+    assert not any("_created" in line for line in lines)  # only the series recorded
     assert text.endswith("\n")
 
 
 def test_a6_label_values_cannot_break_the_exposition() -> None:
     metrics = Metrics()
     metrics.count("x_total", "X.", labels={"model": 'evil"\nname\\'})
-    line = next(s for s in metrics.render().splitlines() if s.startswith("x_total{"))
+    text = metrics.render()
+    line = next(s for s in text.splitlines() if s.startswith("x_total{"))
     assert "\n" not in line
-    assert line.count('"') == 2
+    # Escaped, not stripped: a parser reads back exactly the value recorded.
+    (family,) = text_string_to_metric_families(text)
+    assert [sample.labels for sample in family.samples] == [{"model": 'evil"\nname\\'}]
+
+
+def test_a6_runtimes_in_one_process_keep_their_metrics_apart() -> None:
+    first, second = Metrics(), Metrics()
+    first.count("tidings_model_errors_total", "Failed model calls.", labels={"kind": "x"})
+    second.count("tidings_model_errors_total", "Failed model calls.", labels={"kind": "x"})
+    second.count("tidings_model_errors_total", "Failed model calls.", labels={"kind": "x"})
+    assert first.counter_value("tidings_model_errors_total", {"kind": "x"}) == 1
+    assert second.counter_value("tidings_model_errors_total", {"kind": "x"}) == 2
+    assert "tidings_model_errors_total" not in generate_latest().decode()  # not the global one
 
 
 def test_l3_only_config_approval_and_job_events_are_passive() -> None:

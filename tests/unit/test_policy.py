@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from tidings.clock import to_us
 from tidings.errors import InvalidInputError, PayloadTooLargeError
+from tidings.outbox import OutboxConfig
 from tidings.policy import (
     MAX_ID_LENGTH,
     MAX_PAYLOAD_DEPTH,
     SECRET_KEYS,
+    backoff,
     backoff_us,
     check_id,
     check_signal_payload,
@@ -24,6 +26,8 @@ from tidings.policy import (
     encode_json,
     is_secret_key,
 )
+from tidings.tasks.service import END_RETRY_BASE, END_RETRY_CAP
+from tidings.turns.plan import TurnConfig
 
 durations = st.integers(min_value=1, max_value=10**12).map(lambda us: timedelta(microseconds=us))
 attempts = st.integers(min_value=1, max_value=200)
@@ -120,6 +124,43 @@ def test_s8_backoff_jitter_spreads_retries() -> None:
         backoff_us(4, rng, base=timedelta(seconds=1), cap=timedelta(minutes=5)) for _ in range(50)
     }
     assert len(delays) > 40  # jittered, not one synchronised retry time
+
+
+@given(attempt=attempts, base=durations | st.just(timedelta(0)), cap=durations, seed=seeds)
+def test_s8_backoff_is_one_policy_in_either_unit(
+    attempt: int, base: timedelta, cap: timedelta, seed: int
+) -> None:
+    delay = backoff(attempt, random.Random(seed), base=base, cap=cap)
+    assert to_us(delay) == backoff_us(attempt, random.Random(seed), base=base, cap=cap)
+    assert timedelta(0) <= delay <= cap
+
+
+def _retry_configs() -> list[tuple[str, timedelta, timedelta]]:
+    outbox, turns = OutboxConfig(), TurnConfig()
+    return [
+        ("delivery", outbox.backoff_base, outbox.backoff_cap),
+        ("model_call", turns.retry_base, turns.retry_cap),
+        ("task_end", END_RETRY_BASE, END_RETRY_CAP),
+    ]
+
+
+@pytest.mark.parametrize(("what", "base", "cap"), _retry_configs(), ids=lambda v: str(v))
+@given(attempt=attempts, seed=seeds)
+def test_s8_every_retry_of_tidings_waits_between_half_a_step_and_a_step(
+    what: str, base: timedelta, cap: timedelta, attempt: int, seed: int
+) -> None:
+    """Delivery retries, model calls asked again and task ends committed again all back off by
+    the one policy: never at once, never past their cap, growing until it."""
+    delay = to_us(backoff(attempt, random.Random(seed), base=base, cap=cap))
+    step = step_us(attempt, base, cap)
+    assert 0 < step // 2 <= delay <= step <= to_us(cap), what
+
+
+def test_a4_model_retries_with_a_zero_base_do_not_wait() -> None:
+    # Tests and benches run model retries with retry_base=0: the policy must not pause them.
+    for attempt in range(1, 10):
+        delay = backoff(attempt, random.Random(attempt), base=timedelta(0), cap=timedelta(8))
+        assert delay == timedelta(0)
 
 
 # -- S8: when a failed delivery becomes a dead letter ----------------------------------------

@@ -42,8 +42,6 @@ from anthropic.types import (
     UserMessageParam,
 )
 
-from tidings.models._wire import detail as _detail
-from tidings.models._wire import malformed, transport_error
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -54,6 +52,7 @@ from tidings.models.base import (
     ToolCall,
     ToolSpec,
 )
+from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -141,10 +140,9 @@ class AnthropicModel:
                 async for event in stream:
                     assembly.add(event, on_delta)
             return self._reply_from_stream(assembly)
-        except anthropic.AnthropicError as exc:
-            raise classify_error(exc, model=self.name) from exc
-        except httpx2.TransportError as exc:  # the SDK does not wrap failures inside a stream
-            raise _transport_error(exc, model=self.name) from exc
+        except (anthropic.AnthropicError, httpx2.TransportError) as exc:
+            # The SDK does not wrap a transport failure inside a stream.
+            raise classify(exc, sdk=SDK, model=self.name) from exc
 
     def _reply_from_message(self, message: Message) -> ModelReply:
         text: list[str] = []
@@ -376,65 +374,23 @@ def _input_tokens(uncached: int | None, written: int | None, read: int | None) -
 # -- failures ----------------------------------------------------------------------------------
 
 
-def status_kind(status: int, *, error_type: str | None = None) -> ModelErrorKind:
-    """How an error from the Messages API is handled (A4).
-
-    ``error_type`` decides when the status does not (an ``error`` event inside a 200 stream).
-    """
-    if status < 400:
-        return _ERROR_TYPE_KINDS.get(error_type or "", ModelErrorKind.PERMANENT)
-    if status in (408, 409, 429):
-        return ModelErrorKind.RETRYABLE
-    if status in (503, 529):
-        return ModelErrorKind.UNAVAILABLE  # overloaded: try the next model rather than wait
-    if status in (402, 404):
-        return ModelErrorKind.UNAVAILABLE  # no such model here, or no credit on this account
-    if status >= 500:
-        return ModelErrorKind.RETRYABLE
-    return ModelErrorKind.PERMANENT  # 400, 401, 403, 413, 422: the request itself is refused
+def _answered(exc: anthropic.APIStatusError) -> Answered:
+    said = detail(exc.api_message or exc.message)
+    if exc.status_code < 400:  # an ``error`` event inside a 200 stream: its type tells
+        kind = _ERROR_TYPE_KINDS.get(exc.type or "", ModelErrorKind.PERMANENT)
+        return kind, None, f"{exc.type or 'an error'}: {said}"
+    return status_kind(exc.status_code), exc.status_code, f"{exc.status_code}: {said}"
 
 
-def classify_error(exc: anthropic.AnthropicError, *, model: str) -> ModelError:
-    """The :class:`ModelError` for an exception the SDK raised."""
-    if isinstance(exc, anthropic.APIStatusError):
-        kind = status_kind(exc.status_code, error_type=exc.type)
-        detail = _detail(exc.api_message or exc.message)
-        shown = exc.status_code if exc.status_code >= 400 else (exc.type or "an error")
-        return ModelError(
-            kind,
-            f"{_PROVIDER} model {model!r} answered {shown}: {detail}",
-            model=model,
-            status=exc.status_code if exc.status_code >= 400 else None,
-        )
-    if isinstance(exc, anthropic.APITimeoutError):
-        return ModelError(
-            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
-        )
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause: BaseException | None = exc.__cause__
-        if isinstance(cause, httpx2.TransportError):
-            return _transport_error(cause, model=model)
-        return ModelError(
-            ModelErrorKind.UNAVAILABLE,
-            f"{_PROVIDER} model {model!r}: cannot connect ({_detail(exc.message)})",
-            model=model,
-        )
-    if isinstance(exc, anthropic.APIError):
-        # A body that does not parse: the server broke off this reply; try again.
-        return ModelError(
-            ModelErrorKind.RETRYABLE,
-            f"{_PROVIDER} model {model!r} broke off its reply: {_detail(exc.message)}",
-            model=model,
-        )
-    return ModelError(
-        ModelErrorKind.PERMANENT,
-        f"{_PROVIDER} client for model {model!r} failed: {_detail(str(exc))}",
-        model=model,
-    )
-
-
-def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
-    return transport_error(exc, provider=_PROVIDER, model=model)
+SDK = Sdk(
+    provider=_PROVIDER,
+    api_error=anthropic.APIError,
+    status_error=anthropic.APIStatusError,
+    connection_error=anthropic.APIConnectionError,
+    timeout_error=anthropic.APITimeoutError,
+    answered=_answered,
+)
+"""How this SDK's failures are told (the rule is :mod:`tidings.models.failures`')."""
 
 
 def _malformed(model: str, what: str) -> ModelError:

@@ -8,49 +8,21 @@ message: runtime facts are observations, not a person's words.
 Every failure an adapter can see is raised as :class:`ModelError` with one of three kinds
 (A4): ``retryable`` (try the same model again after a pause: rate limits, timeouts, 5xx),
 ``unavailable`` (this model cannot answer now: go to the next one in the fallback list) and
-``permanent`` (the request itself is wrong: no other attempt will help).
+``permanent`` (the request itself is wrong: no other attempt will help). The SDK adapters share
+one classifier, :mod:`tidings.models.failures`: a model that cannot be reached at all (refused,
+unresolvable, the connect timed out) is ``unavailable``; an exchange that broke after the
+request went out (a reset, a read timeout, a cut stream) is ``retryable``.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from tidings.errors import TidingsError
-
-
-class ModelErrorKind(enum.StrEnum):
-    """How a model failure is handled by the turn runner."""
-
-    RETRYABLE = "retryable"
-    UNAVAILABLE = "unavailable"
-    PERMANENT = "permanent"
-
-
-class ModelError(TidingsError):
-    """The model could not answer."""
-
-    code = "model_error"
-
-    def __init__(
-        self,
-        kind: ModelErrorKind,
-        message: str,
-        *,
-        model: str | None = None,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.kind = ModelErrorKind(kind)
-        self.model = model
-        self.status = status
-
-    @property
-    def failure_code(self) -> str:
-        """A non-sensitive code for runs and dead letters (``model_retryable`` and so on)."""
-        return f"model_{self.kind.value}"
+# The protocol's errors live in tidings.errors; re-exported (``as``) for callers of this module.
+from tidings.errors import ModelError as ModelError
+from tidings.errors import ModelErrorKind as ModelErrorKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,6 @@ from openai.types.chat import (
 )
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
-from tidings.models._wire import detail as _detail
-from tidings.models._wire import malformed, transport_error
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -46,6 +44,7 @@ from tidings.models.base import (
     ToolCall,
     ToolSpec,
 )
+from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
 
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -132,10 +131,9 @@ class OpenAIChatModel:
                 async for chunk in stream:
                     assembly.add(chunk, on_delta)
             return self._reply_from_stream(assembly)
-        except openai.OpenAIError as exc:
-            raise classify_error(exc, model=self.name) from exc
-        except httpx2.TransportError as exc:  # a transport failure the SDK did not wrap
-            raise _transport_error(exc, model=self.name) from exc
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
+            # A transport failure inside a stream reaches us unwrapped by the SDK.
+            raise classify(exc, sdk=SDK, model=self.name) from exc
 
     def _reply_from_completion(self, completion: ChatCompletion) -> ModelReply:
         choice = next((c for c in completion.choices if c.index == 0), None)
@@ -343,63 +341,21 @@ def _new_call_id() -> str:
 # -- failures ----------------------------------------------------------------------------------
 
 
-def status_kind(status: int, *, code: str | None = None) -> ModelErrorKind:
-    """How an HTTP error status from a chat-completions server is handled (A4)."""
-    if status == 429:
-        # An exhausted quota does not come back after a pause; another model may answer.
-        return (
-            ModelErrorKind.UNAVAILABLE if code == "insufficient_quota" else ModelErrorKind.RETRYABLE
-        )
-    if status in (408, 409):
-        return ModelErrorKind.RETRYABLE
-    if status in (404, 503):
-        return ModelErrorKind.UNAVAILABLE  # no such model here, or the server is down
-    if status >= 500:
-        return ModelErrorKind.RETRYABLE
-    return ModelErrorKind.PERMANENT  # 400, 401, 403, 413, 422: the request itself is refused
+def _answered(exc: openai.APIStatusError) -> Answered:
+    status = exc.status_code
+    kind = status_kind(status, exhausted=exc.code == "insufficient_quota")
+    return kind, status, f"{status}: {detail(exc.message)}"
 
 
-def classify_error(exc: openai.OpenAIError, *, model: str) -> ModelError:
-    """The :class:`ModelError` for an exception the SDK raised."""
-    if isinstance(exc, openai.APIStatusError):
-        kind = status_kind(exc.status_code, code=exc.code)
-        detail = _detail(exc.message)
-        return ModelError(
-            kind,
-            f"{_PROVIDER} model {model!r} answered {exc.status_code}: {detail}",
-            model=model,
-            status=exc.status_code,
-        )
-    if isinstance(exc, openai.APITimeoutError):
-        return ModelError(
-            ModelErrorKind.RETRYABLE, f"{_PROVIDER} model {model!r} timed out", model=model
-        )
-    if isinstance(exc, openai.APIConnectionError):
-        cause: BaseException | None = exc.__cause__
-        if isinstance(cause, httpx2.TransportError):
-            return _transport_error(cause, model=model)
-        return ModelError(
-            ModelErrorKind.RETRYABLE,
-            f"{_PROVIDER} model {model!r}: the connection failed ({_detail(exc.message)})",
-            model=model,
-        )
-    if isinstance(exc, openai.APIError):
-        # An error event inside a 200 stream, or a body that does not parse: the server broke
-        # off this reply; the next attempt may well succeed.
-        return ModelError(
-            ModelErrorKind.RETRYABLE,
-            f"{_PROVIDER} model {model!r} broke off its reply: {_detail(exc.message)}",
-            model=model,
-        )
-    return ModelError(
-        ModelErrorKind.PERMANENT,
-        f"{_PROVIDER} client for model {model!r} failed: {_detail(str(exc))}",
-        model=model,
-    )
-
-
-def _transport_error(exc: httpx2.TransportError, *, model: str) -> ModelError:
-    return transport_error(exc, provider=_PROVIDER, model=model)
+SDK = Sdk(
+    provider=_PROVIDER,
+    api_error=openai.APIError,
+    status_error=openai.APIStatusError,
+    connection_error=openai.APIConnectionError,
+    timeout_error=openai.APITimeoutError,
+    answered=_answered,
+)
+"""How this SDK's failures are told (the rule is :mod:`tidings.models.failures`')."""
 
 
 def _malformed(model: str, what: str) -> ModelError:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from tidings.errors import InvalidInputError, TidingsError
+from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
 from tidings.metrics import Gauge
-from tidings.results import MasterKey, MasterKeyError
+from tidings.results import MasterKey
 from tidings.service.auth import Operator
 from tidings.service.params import Limit
 from tidings.service.problems import HTTPProblem, documented, title_of
@@ -25,7 +26,7 @@ from tidings.service.schemas import (
     Unlock,
 )
 
-PROMETHEUS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_MEDIA_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 OPERATOR = documented(401, 403, 422, 500, 503)
 
 router = APIRouter()

@@ -36,30 +36,33 @@ from tidings.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
     DiskFullError,
+    DuplicateTaskKeyError,
     InputQueueFullError,
     InstanceNotRunningError,
     IntegrityViolationError,
     InvalidInputError,
+    MasterKeyError,
+    ModelError,
     OperationSettledError,
     OriginNotAllowedError,
     PairingViolationError,
     PayloadTooLargeError,
     ReadOnlyDatabaseError,
+    ResultCorruptError,
     RuntimeLockedError,
     SchemaError,
     SlotLostError,
     StaleLeaseError,
     StoreError,
+    SupervisorClosedError,
     TidingsError,
     UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
+    UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
 )
-from tidings.models.base import ModelError
-from tidings.results import MasterKeyError, ResultCorruptError, UnknownResultError
-from tidings.tasks.supervisor import DuplicateTaskKeyError, SupervisorClosedError
 
 log = logging.getLogger("tidings.service")
 

@@ -35,7 +35,7 @@ from tidings.errors import (
     UnknownTaskError,
 )
 from tidings.metrics import Metrics
-from tidings.policy import backoff_us
+from tidings.policy import backoff
 from tidings.results import Results, ResultsConfig
 from tidings.store import Store, Tx
 from tidings.tasks import capture, journal
@@ -295,9 +295,9 @@ class BackgroundTasks:
                 if not _worth_retrying(exc) or left_when_closing <= 0:
                     log.error("could not record the end of task %s: %s", task_key, exc)
                     return False
-                delay = backoff_us(
+                delay = backoff(
                     attempt, self._rng, base=self._end_retry_base, cap=self._end_retry_cap
-                ) / 1e6
+                ).total_seconds()
                 log.warning("could not record the end of task %s (attempt %d): %s; trying "
                             "again in %.2f s", task_key, attempt, exc, delay)
                 with contextlib.suppress(TimeoutError):

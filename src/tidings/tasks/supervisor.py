@@ -39,7 +39,10 @@ from types import TracebackType
 from typing import Self
 
 from tidings.clock import Clock, SystemClock
-from tidings.errors import TidingsError
+
+# The supervisor's errors live in tidings.errors; re-exported (``as``) for callers of this module.
+from tidings.errors import DuplicateTaskKeyError as DuplicateTaskKeyError
+from tidings.errors import SupervisorClosedError as SupervisorClosedError
 from tidings.tasks.capture import CaptureBuffer
 from tidings.tasks.leftover import HOST, kill_left_behind, process_identity
 from tidings.tasks.spawn import (
@@ -69,22 +72,6 @@ __all__ = (
 )
 
 OnExit = Callable[["ProcessOutcome"], Awaitable[None] | None]
-
-
-class SupervisorClosedError(TidingsError):
-    """The supervisor is closed; it starts no more processes."""
-
-    code = "supervisor_closed"
-
-
-class DuplicateTaskKeyError(TidingsError):
-    """A process with this task key is already running; nothing was started."""
-
-    code = "duplicate_task_key"
-
-    def __init__(self, task_key: str) -> None:
-        super().__init__(f"a process for task {task_key!r} is already running")
-        self.task_key = task_key
 
 
 class RunningProcess:

@@ -47,6 +47,7 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.outbox import Outbox
+from tidings.policy import backoff
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.tools.registry import (
@@ -313,9 +314,8 @@ class TurnRunner(TurnObligations, TurnEnding):
         raise TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
 
     def _retry_delay(self, attempt: int) -> float:
-        base = to_us(self.config.retry_base) / 1e6
-        cap = to_us(self.config.retry_cap) / 1e6
-        return float(self._rng.uniform(0, min(cap, base * 2 ** (attempt - 1))))
+        cfg = self.config
+        return backoff(attempt, self._rng, base=cfg.retry_base, cap=cfg.retry_cap).total_seconds()
 
     # -- tools --------------------------------------------------------------------------------
 
