@@ -25,25 +25,23 @@ from datetime import timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from tidings.approvals import Approval, ApprovalConfig, Approvals
-from tidings.clock import Clock, SystemClock, to_us
+from tidings.clock import Clock, SystemClock
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import (
     InvalidInputError,
     RuntimeLockedError,
     TidingsError,
-    UnknownConversationError,
-    UnknownRunError,
-    UnknownTaskError,
 )
 from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
+from tidings.lifetime import Lifetime, Loop
 from tidings.mail import relay
 from tidings.mail.door import Door, DoorConfig
 from tidings.mail.relay import ChildRelay, ChildRequest
+from tidings.mail.stop import StopCascade
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox, OutboxConfig
-from tidings.policy import receipt_profile
 from tidings.results import (
     MasterKey,
     MasterKeyError,
@@ -53,7 +51,7 @@ from tidings.results import (
     ResultsConfig,
 )
 from tidings.store import Store, open_store
-from tidings.tasks import journal
+from tidings.sweeps import RelaySweep, SlowSweep
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
@@ -63,6 +61,7 @@ from tidings.tools.restart import restart_tool
 from tidings.tools.shell import shell_tool
 from tidings.tools.tasks import task_tools
 from tidings.transcript import ConversationTx
+from tidings.turns.retry import admit_retry, receipt_environment
 from tidings.turns.runner import TurnConfig, TurnRunner
 from tidings.types import (
     Author,
@@ -147,40 +146,70 @@ class Runtime:
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
-        self.config = config or RuntimeConfig()
+        self.config = config = config or RuntimeConfig()
         self.models: dict[str, Model] = (
             dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
         )
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
         self.outbox = Outbox(
-            store, clock=self.clock, config=self.config.outbox, on_gone=self._instances_gone
+            store, clock=self.clock, config=config.outbox, on_gone=self._instances_gone
         )
         self.conversations = Conversations(store, self.clock)
-        self.door = Door(store, self.clock, self.config.door)
-        self.runner = TurnRunner(
-            store, self.outbox, self.models, self.tools, self.clock, self.config.turns,
-            door=self.door,
-        )
-        self.coordinator = Coordinator(
-            store, self.outbox, self.runner, self.clock, self.config.coordinator,
-            door=self.door,
-        )
+        self.door = Door(store, self.clock, config.door)
         if master_key is None:
             with contextlib.suppress(MasterKeyError):
                 master_key = MasterKey.from_environment()
         self._results = (
-            None if master_key is None
-            else Results(store, self.clock, master_key, self.config.results)
+            None if master_key is None else Results(store, self.clock, master_key, config.results)
         )
+        # Every start goes through the coordinator (C2), made last: what needs it is given a
+        # way to reach it, not the coordinator itself.
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.outbox.instance_id,
-            results=lambda: self._results,
+            results=lambda: self._results, metrics=self.metrics,
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
             ),
         )
+        self.relay = ChildRelay(
+            store, self.clock, self.door,
+            start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
+                conversation_id, kind, write
+            ),
+            create_child=self._create_child, profile_of=self._profile_of,
+        )
+        self.approvals = Approvals(store, self.clock, config.approvals, metrics=self.metrics)
+        self.runner = TurnRunner(
+            store, self.outbox, self.models, self.tools, self.clock, config.turns,
+            tasks=self.tasks, children=self.relay, approvals=self.approvals,
+            on_child_reply=self.relay.kick if config.relay_kick else None,
+            metrics=self.metrics, door=self.door,
+        )
+        self.coordinator = Coordinator(
+            store, self.outbox, self.runner, self.clock, config.coordinator, door=self.door
+        )
+        self.stops = StopCascade(
+            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner)
+        )
+        self._register_builtin_tools()
+        self.lifetime = Lifetime((  # stopped in this order
+            Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
+            Loop("tidings-supervisor", first=self._close_supervisor),
+            RelaySweep(config.relay_sweep, self.relay),
+            SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
+                      clock=self.clock, tasks=self.tasks, results=lambda: self._results),
+            Loop("tidings-outbox", self.outbox.run, then=self.outbox.close),
+        ))
+        self._owns_store = owns_store
+        self._closed = False
+        self.locked = False
+        """True from a locked boot until :meth:`unlock` (L1)."""
+        self.restart_requested = asyncio.Event()
+        """Set when a restart was accepted: the host should close this runtime and exit (L2)."""
+
+    def _register_builtin_tools(self) -> None:
         async def restart_from_tool(context: ToolContext, reason: str) -> Operation:
             return await self.request_restart(
                 context.conversation_id, reason=reason, run_id=context.run_id,
@@ -189,36 +218,12 @@ class Runtime:
             )
 
         for builtin in (shell_tool(self.supervisor, self.tasks),
-                        *task_tools(store, lambda: self._results),
-                        restart_tool(restart_from_tool)):
+                        *task_tools(self.store, lambda: self._results),
+                        restart_tool(restart_from_tool),
+                        *child_tools(self.relay, lambda parent, key: self.cancel_child(parent,
+                                                                                       key))):
             if builtin.name not in self.tools:  # a host's own tool of that name wins
                 self.tools.register(builtin)
-        self.runner.tasks = self.tasks
-        self.relay = ChildRelay(
-            store, self.clock, self.door,
-            start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
-                conversation_id, kind, write
-            ),
-            create_child=self._create_child,
-            profile_of=self._profile_of,
-        )
-        self.runner.on_child_reply = self.relay.kick if self.config.relay_kick else None
-        self.runner.children = self.relay
-        for builtin in child_tools(self.relay, lambda parent, key: self.cancel_child(parent, key)):
-            if builtin.name not in self.tools:
-                self.tools.register(builtin)
-        self.approvals = Approvals(
-            store, self.clock, self.config.approvals, metrics=self.metrics
-        )
-        self.runner.approvals = self.approvals
-        self.runner.metrics = self.tasks.metrics = self.metrics
-        self._owns_store = owns_store
-        self._tasks: list[asyncio.Task[None]] = []
-        self._closed = False
-        self.locked = False
-        """True from a locked boot until :meth:`unlock` (L1)."""
-        self.restart_requested = asyncio.Event()
-        """Set when a restart was accepted: the host should close this runtime and exit (L2)."""
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -282,14 +287,7 @@ class Runtime:
 
     async def _boot(self) -> None:
         await self.outbox.start()
-        self._tasks = [
-            asyncio.create_task(self.outbox.run(), name="tidings-outbox"),
-            asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
-            asyncio.create_task(self._purge_results(), name="tidings-results"),
-        ]
-        if self.config.relay_sweep is not None:
-            self._tasks.append(asyncio.create_task(self._relay_sweep(self.config.relay_sweep),
-                                                   name="tidings-relay"))
+        self.lifetime.start()
         await self._take_up_left_work()
 
     async def _take_up_left_work(self) -> None:
@@ -312,52 +310,20 @@ class Runtime:
             log.warning("taking up the work of gone instances failed: %s", exc)
 
     async def close(self) -> None:
-        """Stop running turns (committed as stopped), then the outbox, then the store.
-
-        Idempotent.
-        """
+        """Stop running turns (committed as stopped), the processes, the relay and the sweeps,
+        then the outbox (this instance retired), then the store. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
-            await self.coordinator.close()
-            self.tasks.close()  # a process's end is no longer retried for long
-            await self.supervisor.close()
-            await self.relay.close()
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await self.outbox.close()
+            await self.lifetime.shutdown()
         finally:
             if self._owns_store:
                 await self.store.close()
 
-    async def _purge_results(self) -> None:
-        """The slow sweep: expired result envelopes (R1), and the tasks (T9) and restarts (L2)
-        of instances that died while this one runs."""
-        interval = to_us(self.config.results_sweep_interval) / 1e6
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.tasks.reconcile_lost()
-                # A restart whose instance went while this one runs is completed here, not
-                # only by the next instance to boot (one completion: the settle is fenced).
-                await complete_restarts(self.store, self.outbox, self.clock)
-                if self._results is not None:
-                    await self._results.purge()
-            except TidingsError as exc:
-                log.warning("the slow sweep failed: %s", exc)
-
-    async def _relay_sweep(self, every: timedelta) -> None:
-        """Child replies a lost kick, a full parent queue or a gone instance left (M16)."""
-        while True:
-            await asyncio.sleep(to_us(every) / 1e6)
-            try:
-                await self.relay.relay_pending()
-            except TidingsError as exc:
-                log.warning("the relay sweep failed: %s", exc)
+    async def _close_supervisor(self) -> None:
+        self.tasks.close()  # a process's end is no longer retried for long
+        await self.supervisor.close()
 
     # -- conversations ------------------------------------------------------------------------
 
@@ -437,43 +403,15 @@ class Runtime:
         with the same model twice admits it once."""
         conversation = await self.conversations.get(conversation_id, owner=owner)
         run = await self.conversations.run(run_id, owner=owner)
-        if run.conversation_id != conversation_id:
-            raise UnknownRunError(run_id)
-        if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
-            raise InvalidInputError(f"run {run_id!r} is {run.status.value}: only a failed run "
-                                    "or one that needs attention is retried")
-        # A mail run keeps its receipt's frozen environment (M10): the retry runs on it, and
-        # may name only a model that environment allows.
-        environment = next((
-            i.meta["environment"] for i in await self.inputs(conversation_id, owner=owner)
-            if i.run_id == run_id and i.origin.is_kernel
-            and isinstance(i.meta.get("environment"), dict)
-        ), None)
-        allowed = (
-            receipt_profile(conversation.profile, environment).models
-            if environment is not None else conversation.profile.models
-        )
-        if model is not None and model not in allowed:
-            raise InvalidInputError(
-                f"model {model!r} is not one this run may use ({', '.join(allowed)})"
-            )
-        retry: dict[str, Any] = {"run_public_id": run_id, "model": model}
-        if environment is not None:
-            # ...and does not renew the route its first run spent: only an unspent model.
-            spent = await self.conversations.models_spent(conversation_id, run_id)
-            if model in spent:
-                raise InvalidInputError(f"model {model!r} was spent by run {run_id!r}; name "
-                                        "another the run may use")
-            if all(m in spent for m in allowed):
-                raise InvalidInputError(f"every model run {run_id!r} may use is spent "
-                                        f"({', '.join(allowed)})")
-            retry["environment"] = environment
-            retry["spent"] = spent
-        text = "Please retry the request that failed" + (f", with {model}." if model else ".")
+        environment = (receipt_environment(await self.inputs(conversation_id, owner=owner), run_id)
+                       if run.conversation_id == conversation_id else None)
+        spent = (await self.conversations.models_spent(conversation_id, run_id)
+                 if environment is not None else [])
+        retry = admit_retry(run, conversation.profile, conversation_id=conversation_id,
+                            model=model, environment=environment, spent=spent)
         admission = self.door.prepare(
-            conversation_id, text, authored_by=authored_by, owner=owner,
-            idempotency_key=f"retry-{run_id}-{model or 'default'}"[:200],
-            kernel_meta={"retry": retry},
+            conversation_id, retry.text, authored_by=authored_by, owner=owner,
+            idempotency_key=retry.idempotency_key, kernel_meta=retry.kernel_meta,
         )
         return await self.coordinator.start_with(
             conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)
@@ -505,12 +443,7 @@ class Runtime:
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
         """A person's stop of the running turn: it is stopped as :meth:`stop_run` stops a
         source (its mail suppressed, its children's requests cancelled, in cascade)."""
-        runs = await self.coordinator.stop(conversation_id, owner=owner)
-        seen: set[str] = set()
-        for run_id in runs:  # the coordinator stops them already; the rest is the source's
-            await self._stop_run(conversation_id, run_id, owner=owner, seen=seen,
-                                 stopping=False)
-        return runs
+        return await self.stops.stop(conversation_id, owner=owner)
 
     @mutation
     async def stop_run(
@@ -523,7 +456,7 @@ class Runtime:
         is stopped as :meth:`stop` stops it. The cancel cascades (M16): a child turn that was
         answering a cancelled request is stopped the same way, down the tree, and owes its own
         children's replies to no one. Returns the cancelled input ids."""
-        cancelled, _ = await self._stop_run(conversation_id, run_id, owner=owner, seen=set())
+        cancelled, _ = await self.stops.stop_run(conversation_id, run_id, owner=owner, seen=set())
         return cancelled
 
     @mutation
@@ -534,15 +467,7 @@ class Runtime:
         is owed to no one, and the cancel cascades below it (M16). Returns what was cancelled,
         the request first -- the canceller is told, even what lay below. Empty when its reply
         was relayed or consumed already."""
-
-        def unit(cx: ConversationTx) -> list[relay.Cancelled]:
-            if cx.tx.one("child_request_by_key", parent_conversation_id=parent_id,
-                         task_key=task_key) is None:
-                raise UnknownTaskError(task_key)
-            return relay.cancel_request(cx, task_key)
-
-        requests = await self.conversations.change(parent_id, unit, owner=owner)
-        return requests + await self._cascade(requests, set())
+        return await self.stops.cancel_child(parent_id, task_key, owner=owner)
 
     async def children_of(
         self, parent_id: str, *, owner: str | None = None, limit: int = 100
@@ -551,56 +476,6 @@ class Runtime:
         with what became of each: open, replied, cancelled; relayed or consumed in-run."""
         await self.conversations.get(parent_id, owner=owner)  # foreign = unknown
         return await self.relay.requests_of(parent_id, limit=limit)
-
-    async def _stop_run(
-        self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str],
-        stopping: bool = True,
-    ) -> tuple[list[str], list[relay.Cancelled]]:
-        seen.add(run_id)
-
-        def unit(cx: ConversationTx) -> tuple[list[str], list[relay.Cancelled], bool]:
-            row = cx.tx.one("get_run", run_id=run_id)
-            if row is None or row["conversation_id"] != conversation_id:
-                raise UnknownRunError(run_id)
-            cancelled = cx.cancel_supplementary(run_id)  # its tasks' unread notices too
-            requests = relay.cancel_run(cx, run_id)
-            journal.cancel_run(cx, run_id)
-            # A supplementary reply to this source that has started is not delivered (M14).
-            answering = relay.started_reply_to(cx, run_id)
-            cx.record_event("run_stopped", {
-                "run_public_id": run_id, "cancelled_inputs": cancelled,
-                "cancelled_requests": [r.task_key for r in requests],
-            }, run_id)
-            return cancelled, requests, (row["status"] == RunStatus.RUNNING.value
-                                         or answering is not None)
-
-        cancelled, requests, running = await self.conversations.change(
-            conversation_id, unit, owner=owner
-        )
-        if running and stopping:
-            await self.coordinator.stop(conversation_id, owner=owner)
-        return cancelled, requests + await self._cascade(requests, seen)
-
-    async def _cascade(
-        self, requests: list[relay.Cancelled], seen: set[str]
-    ) -> list[relay.Cancelled]:
-        """Below cancelled requests: a request not yet read is withdrawn from the child's
-        queue; the child run that read one is stopped as a source, and so on down."""
-        below: list[relay.Cancelled] = []
-        for request in requests:
-            try:
-                child_run = await self.conversations.change(
-                    request.child_conversation_id,
-                    functools.partial(relay.withdraw, cancelled=request),
-                )
-            except UnknownConversationError:
-                continue  # a child deleted since: nothing below it is owed
-            if child_run is not None and child_run not in seen:
-                _, deeper = await self._stop_run(
-                    request.child_conversation_id, child_run, owner=None, seen=seen
-                )
-                below += deeper
-        return below
 
     @mutation
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
