@@ -130,6 +130,19 @@ class Lifetime:
             await group  # every run() has ended: the group closes
 
 
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Wait until the first of ``waits`` is done; the others are cancelled and reaped."""
+    futures = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in futures:
+            future.cancel()
+        for future in futures:
+            with contextlib.suppress(asyncio.CancelledError):
+                await future
+
+
 async def _guarded(component: Component) -> None:
     # One component's failure is logged and ends that component alone, as a separate task's
     # failure would: the rest of the runtime keeps running.
@@ -139,4 +152,4 @@ async def _guarded(component: Component) -> None:
         log.exception("%s ended on an error", component.name)
 
 
-__all__ = ("Component", "Lifetime", "Loop")
+__all__ = ("Component", "Lifetime", "Loop", "first_of")

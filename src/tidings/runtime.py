@@ -19,54 +19,38 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
-from tidings.approvals import Approval, ApprovalConfig, Approvals
+from tidings.approvals import Approval, Approvals
 from tidings.clock import Clock, SystemClock
+from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
-from tidings.coordinator import Coordinator, CoordinatorConfig
-from tidings.errors import (
-    InvalidInputError,
-    RuntimeLockedError,
-    TidingsError,
-)
-from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
-from tidings.lifetime import Lifetime, Loop
+from tidings.coordinator import Coordinator
+from tidings.errors import InvalidInputError
+from tidings.lifecycle import RestartRequest, accept_restart
+from tidings.lifetime import Lifetime, Loop, first_of
+from tidings.locking import mutation
 from tidings.mail import relay
-from tidings.mail.door import Door, DoorConfig
+from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.mail.stop import StopCascade
 from tidings.metrics import Metrics
 from tidings.models.base import Model
-from tidings.outbox import Outbox, OutboxConfig
-from tidings.results import (
-    MasterKey,
-    MasterKeyError,
-    ResultPage,
-    ResultRef,
-    Results,
-    ResultsConfig,
-)
+from tidings.outbox import Outbox
+from tidings.results import MasterKey, MasterKeyError, ResultPage, ResultRef, Results
 from tidings.store import Store, open_store
-from tidings.sweeps import RelaySweep, SlowSweep
+from tidings.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
-from tidings.tools.children import child_tools
-from tidings.tools.registry import Tool, ToolContext, ToolRegistry
-from tidings.tools.restart import restart_tool
-from tidings.tools.shell import shell_tool
-from tidings.tools.tasks import task_tools
-from tidings.transcript import ConversationTx
-from tidings.turns.retry import admit_retry, receipt_environment
-from tidings.turns.runner import TurnConfig, TurnRunner
+from tidings.tools.builtin import register_builtins
+from tidings.tools.registry import Tool, ToolRegistry
+from tidings.turns.retry import retry as retry_unit
+from tidings.turns.runner import TurnRunner
 from tidings.types import (
     Author,
     Conversation,
-    ConversationId,
     DeadLetter,
     DeliveryMode,
     Event,
@@ -77,7 +61,6 @@ from tidings.types import (
     Origin,
     Profile,
     QueueStats,
-    ReconcileReport,
     Run,
     RunId,
     RunStatus,
@@ -86,62 +69,14 @@ from tidings.types import (
 
 log = logging.getLogger("tidings.runtime")
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def mutation(
-    method: Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]]:
-    """Mark a facade method that changes state: while the runtime is locked it answers
-    :class:`RuntimeLockedError` before it reads or writes anything (L1).
-
-    The one place the lock is checked. Every public method that writes -- for a caller or on
-    a caller's behalf -- carries it; reads do not, and stay allowed while locked. A stop is a
-    mutation too: a locked instance runs nothing, so it has nothing of its own to stop, and
-    work running on another (unlocked) instance of the cluster is stopped through that one.
-    """
-
-    @functools.wraps(method)
-    async def guarded(self: Runtime, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self.locked:
-            raise RuntimeLockedError()
-        return await method(self, *args, **kwargs)
-
-    return guarded
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """Every component's configuration in one place."""
-
-    outbox: OutboxConfig = field(default_factory=OutboxConfig)
-    turns: TurnConfig = field(default_factory=TurnConfig)
-    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
-    door: DoorConfig = field(default_factory=DoorConfig)
-    results: ResultsConfig = field(default_factory=ResultsConfig)
-    results_sweep_interval: timedelta = timedelta(minutes=1)
-    approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
-    relay_kick: bool = True
-    """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
-    reply to the relay sweep (and waits for a reply notice it by polling)."""
-    relay_sweep: timedelta | None = timedelta(minutes=1)
-    """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
-    queue, a crash). None: only the pass at start runs on its own."""
-
 
 class Runtime:
     """One runtime instance over one database."""
 
     def __init__(
-        self,
-        store: Store,
-        *,
-        models: Mapping[str, Model] | Iterable[Model],
-        tools: Iterable[Tool] = (),
-        clock: Clock | None = None,
-        config: RuntimeConfig | None = None,
-        master_key: MasterKey | None = None,
+        self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (), clock: Clock | None = None,
+        config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         owns_store: bool = False,
     ) -> None:
         self.store = store
@@ -153,7 +88,8 @@ class Runtime:
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
         self.outbox = Outbox(
-            store, clock=self.clock, config=config.outbox, on_gone=self._instances_gone
+            store, clock=self.clock, config=config.outbox,
+            on_gone=lambda report: self.takeover.instances_gone(report),
         )
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, config.door)
@@ -178,7 +114,8 @@ class Runtime:
             start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
                 conversation_id, kind, write
             ),
-            create_child=self._create_child, profile_of=self._profile_of,
+            create_child=self.conversations.create_child,
+            profile_of=self.conversations.profile_of,
         )
         self.approvals = Approvals(store, self.clock, config.approvals, metrics=self.metrics)
         self.runner = TurnRunner(
@@ -193,7 +130,14 @@ class Runtime:
         self.stops = StopCascade(
             self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner)
         )
-        self._register_builtin_tools()
+        self.takeover = Takeover(store=store, outbox=self.outbox, clock=self.clock,
+                                 tasks=self.tasks, conversations=self.coordinator.sweep,
+                                 relay=self.relay)
+        register_builtins(
+            self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
+            results=lambda: self._results, restart=self.request_restart, relay=self.relay,
+            cancel_child=lambda parent, key: self.cancel_child(parent, key),
+        )
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-supervisor", first=self._close_supervisor),
@@ -209,35 +153,13 @@ class Runtime:
         self.restart_requested = asyncio.Event()
         """Set when a restart was accepted: the host should close this runtime and exit (L2)."""
 
-    def _register_builtin_tools(self) -> None:
-        async def restart_from_tool(context: ToolContext, reason: str) -> Operation:
-            return await self.request_restart(
-                context.conversation_id, reason=reason, run_id=context.run_id,
-                call_id=context.call_id, idempotency_key=f"restart-{context.run_id}-"
-                f"{context.call_id}"[:200],
-            )
-
-        for builtin in (shell_tool(self.supervisor, self.tasks),
-                        *task_tools(self.store, lambda: self._results),
-                        restart_tool(restart_from_tool),
-                        *child_tools(self.relay, lambda parent, key: self.cancel_child(parent,
-                                                                                       key))):
-            if builtin.name not in self.tools:  # a host's own tool of that name wins
-                self.tools.register(builtin)
-
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
-        cls,
-        database_url: str,
-        *,
-        models: Mapping[str, Model] | Iterable[Model],
-        tools: Iterable[Tool] = (),
-        clock: Clock | None = None,
-        config: RuntimeConfig | None = None,
-        master_key: MasterKey | None = None,
-        store_options: Mapping[str, Any] | None = None,
-        locked: bool = False,
+        cls, database_url: str, *, models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (), clock: Clock | None = None,
+        config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
+        store_options: Mapping[str, Any] | None = None, locked: bool = False,
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -288,26 +210,7 @@ class Runtime:
     async def _boot(self) -> None:
         await self.outbox.start()
         self.lifetime.start()
-        await self._take_up_left_work()
-
-    async def _take_up_left_work(self) -> None:
-        """Take up what gone instances left, at once rather than at a later sweep: their
-        tasks are lost (their processes died with them), their conversations -- whose slots
-        were voided when the instance was known dead, or have expired -- looked at again."""
-        await self.tasks.reconcile_lost()
-        await self.coordinator.sweep()
-        # Fully initialised: restarts that gone instances accepted are completed now (L2).
-        await complete_restarts(self.store, self.outbox, self.clock)
-        await self.relay.relay_pending()  # replies a gone instance did not relay (M16)
-
-    async def _instances_gone(self, report: ReconcileReport) -> None:
-        """The outbox's sweep found instances gone while this one runs (a peer on the same
-        database died): their work is taken up now."""
-        log.info("instances gone: %s", ", ".join(report.gone_instances))
-        try:
-            await self._take_up_left_work()
-        except TidingsError as exc:
-            log.warning("taking up the work of gone instances failed: %s", exc)
+        await self.takeover.take_up()
 
     async def close(self) -> None:
         """Stop running turns (committed as stopped), the processes, the relay and the sweeps,
@@ -354,19 +257,12 @@ class Runtime:
 
     @mutation
     async def post(
-        self,
-        conversation_id: str,
-        content: str,
-        *,
-        origin: Origin | str = Origin.PERSON,
+        self, conversation_id: str, content: str, *, origin: Origin | str = Origin.PERSON,
         authored_by: Author | None = None,
         delivery_mode: DeliveryMode | str = DeliveryMode.QUEUE,
-        sender_conversation_id: str | None = None,
-        run_public_id: str | None = None,
-        task_key: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        owner: str | None = None,
+        sender_conversation_id: str | None = None, run_public_id: str | None = None,
+        task_key: str | None = None, meta: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None, owner: str | None = None,
     ) -> Input:
         """Admit an input through the single door and ask for a turn (M1, C2).
 
@@ -374,17 +270,10 @@ class Runtime:
         one transaction.
         """
         admission = self.door.prepare(
-            conversation_id,
-            content,
-            origin=origin,
-            authored_by=authored_by,
-            delivery_mode=delivery_mode,
-            sender_conversation_id=sender_conversation_id,
-            run_public_id=run_public_id,
-            task_key=task_key,
-            meta=meta,
-            idempotency_key=idempotency_key,
-            owner=owner,
+            conversation_id, content, origin=origin, authored_by=authored_by,
+            delivery_mode=delivery_mode, sender_conversation_id=sender_conversation_id,
+            run_public_id=run_public_id, task_key=task_key, meta=meta,
+            idempotency_key=idempotency_key, owner=owner,
         )
         kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
         return await self.coordinator.start_with(
@@ -401,20 +290,12 @@ class Runtime:
         person's input (so a retry is a direct turn, and read in order); the turn it starts
         sees the whole history, so completed tool calls are not repeated. Retrying the same run
         with the same model twice admits it once."""
-        conversation = await self.conversations.get(conversation_id, owner=owner)
-        run = await self.conversations.run(run_id, owner=owner)
-        environment = (receipt_environment(await self.inputs(conversation_id, owner=owner), run_id)
-                       if run.conversation_id == conversation_id else None)
-        spent = (await self.conversations.models_spent(conversation_id, run_id)
-                 if environment is not None else [])
-        retry = admit_retry(run, conversation.profile, conversation_id=conversation_id,
-                            model=model, environment=environment, spent=spent)
-        admission = self.door.prepare(
-            conversation_id, retry.text, authored_by=authored_by, owner=owner,
-            idempotency_key=retry.idempotency_key, kernel_meta=retry.kernel_meta,
-        )
+        await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.coordinator.start_with(
-            conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)
+            conversation_id, StartKind.PERSON, functools.partial(
+                retry_unit, door=self.door, run_id=run_id, model=model,
+                authored_by=authored_by, owner=owner,
+            ),
         )
 
     async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:
@@ -424,11 +305,7 @@ class Runtime:
 
     @mutation
     async def set_goal(
-        self,
-        conversation_id: str,
-        status: GoalStatus | str,
-        text: str | None = None,
-        *,
+        self, conversation_id: str, status: GoalStatus | str, text: str | None = None, *,
         owner: str | None = None,
     ) -> Conversation:
         return await self.conversations.set_goal(conversation_id, status, text, owner=owner)
@@ -449,13 +326,9 @@ class Runtime:
     async def stop_run(
         self, conversation_id: str, run_id: str, *, owner: str | None = None
     ) -> list[str]:
-        """Stop a source run, running or completed (M14): no more mail for it -- its children's
-        unrelayed replies are cancelled, its supplementary inputs still queued here are
-        removed, a supplementary reply to it that is running is stopped, its tasks'
-        undelivered notifications cancelled. What it already published stays. A running run
-        is stopped as :meth:`stop` stops it. The cancel cascades (M16): a child turn that was
-        answering a cancelled request is stopped the same way, down the tree, and owes its own
-        children's replies to no one. Returns the cancelled input ids."""
+        """Stop a source run, running or completed (M14): no more mail for it, in cascade down
+        its children (M16); what it already published stays. See :mod:`tidings.mail.stop`.
+        Returns the cancelled input ids."""
         cancelled, _ = await self.stops.stop_run(conversation_id, run_id, owner=owner, seen=set())
         return cancelled
 
@@ -463,10 +336,9 @@ class Runtime:
     async def cancel_child(
         self, parent_id: str, task_key: str, *, owner: str | None = None
     ) -> list[relay.Cancelled]:
-        """Cancel one request the parent opened (a spawn or a send, by its task key): its reply
-        is owed to no one, and the cancel cascades below it (M16). Returns what was cancelled,
-        the request first -- the canceller is told, even what lay below. Empty when its reply
-        was relayed or consumed already."""
+        """Cancel one request the parent opened (a spawn or a send, by its task key), in
+        cascade (M16). Returns what was cancelled, the request first -- the canceller is told,
+        even what lay below; empty when its reply was relayed or consumed already."""
         return await self.stops.cancel_child(parent_id, task_key, owner=owner)
 
     async def children_of(
@@ -504,34 +376,19 @@ class Runtime:
 
     # -- restart (L2) -------------------------------------------------------------------------
 
-    async def _profile_of(self, conversation_id: str) -> Profile:
-        return (await self.conversations.get(conversation_id)).profile
-
-    async def _create_child(self, parent_id: str, title: str) -> ConversationId:
-        parent = await self.conversations.get(parent_id)
-        child = await self.conversations.create(parent.owner, parent.profile, title=title[:200])
-        return child.conversation_id
-
     @mutation
     async def request_restart(
-        self,
-        conversation_id: str,
-        *,
-        owner: str | None = None,
-        reason: str = "",
-        input_id: str | None = None,
-        run_id: str | None = None,
-        call_id: str | None = None,
+        self, conversation_id: str, *, owner: str | None = None, reason: str = "",
+        input_id: str | None = None, run_id: str | None = None, call_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> Operation:
         """Commit a restart of this runtime as accepted -- "accepted, not completed" -- and
         ask the host to restart (:attr:`restart_requested`). The next instance, once fully
         initialised, completes it and wakes the conversation with the correlated facts."""
-        request = RestartRequest(reason[:500], input_id, run_id, call_id)
-
-        def unit(cx: ConversationTx) -> Operation:
-            return accept_restart(cx, self.outbox, request, idempotency_key=idempotency_key)
-
+        unit = functools.partial(
+            accept_restart, outbox=self.outbox, idempotency_key=idempotency_key,
+            request=RestartRequest(reason[:500], input_id, run_id, call_id),
+        )
         operation = await self.conversations.change(conversation_id, unit, owner=owner)
         self.restart_requested.set()
         return operation
@@ -602,20 +459,21 @@ class Runtime:
     ) -> QueueStats:
         """Backlog, oldest age, retries, dead letters: of one conversation, or of all (an
         operator's view: without ``owner``)."""
-        if conversation_id is not None:
-            await self.conversations.get(conversation_id, owner=owner)
-        elif owner is not None:
-            raise InvalidInputError("totals over every conversation are for operators")
+        await self._scope(conversation_id, owner, "totals over every conversation")
         return await self.outbox.stats(conversation_id)
 
     async def dead_letters(
         self, conversation_id: str | None = None, *, owner: str | None = None, limit: int = 100
     ) -> list[DeadLetter]:
+        await self._scope(conversation_id, owner, "dead letters of every conversation")
+        return await self.outbox.dead_letters(conversation_id, limit=limit)
+
+    async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
+        """One conversation (``owner``'s, when given), or all of them: for operators only."""
         if conversation_id is not None:
             await self.conversations.get(conversation_id, owner=owner)
         elif owner is not None:
-            raise InvalidInputError("dead letters of every conversation are for operators")
-        return await self.outbox.dead_letters(conversation_id, limit=limit)
+            raise InvalidInputError(f"{what} are for operators")
 
     async def settle(self, conversation_id: str) -> list[Run]:
         """Wait until this process has nothing pending or running for the conversation, or
@@ -629,17 +487,12 @@ class Runtime:
         if self.locked:
             return []
         if not self.approvals.holding(conversation_id):
-            idle = asyncio.ensure_future(self.coordinator.idle(conversation_id))
-            held = asyncio.ensure_future(self.approvals.held(conversation_id))
-            try:
-                await asyncio.wait((idle, held), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in (idle, held):
-                    waiter.cancel()
-                for waiter in (idle, held):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await waiter
+            await first_of(self.coordinator.idle(conversation_id),
+                           self.approvals.held(conversation_id))
             if not self.approvals.holding(conversation_id):
                 return []
         return [r for r in await self.runs(conversation_id)
                 if r.status is RunStatus.AWAITING_APPROVAL]
+
+
+__all__ = ("Runtime", "RuntimeConfig")

@@ -21,6 +21,7 @@ from tidings.outbox import Outbox
 from tidings.results import Results
 from tidings.store import Store
 from tidings.tasks.service import BackgroundTasks
+from tidings.types import ReconcileReport
 
 log = logging.getLogger("tidings.runtime")
 
@@ -91,4 +92,36 @@ class RelaySweep(Sweep):
         await self._relay.relay_pending()
 
 
-__all__ = ("RelaySweep", "SlowSweep", "Sweep")
+class Takeover:
+    """What gone instances left, taken up at once rather than at a later sweep: at boot, and
+    when the outbox's sweep finds a peer on the same database gone while this one runs."""
+
+    def __init__(
+        self, *, store: Store, outbox: Outbox, clock: Clock, tasks: BackgroundTasks,
+        conversations: Callable[[], Awaitable[object]], relay: ChildRelay,
+    ) -> None:
+        self._store, self._outbox, self._clock = store, outbox, clock
+        self._tasks = tasks
+        self._conversations = conversations
+        self._relay = relay
+
+    async def take_up(self) -> None:
+        """Their tasks are lost (their processes died with them); their conversations --
+        whose slots were voided when the instance was known dead, or have expired -- are
+        looked at again; their accepted restarts completed (L2), their replies relayed."""
+        await self._tasks.reconcile_lost()
+        await self._conversations()
+        # Fully initialised: restarts that gone instances accepted are completed now (L2).
+        await complete_restarts(self._store, self._outbox, self._clock)
+        await self._relay.relay_pending()  # replies a gone instance did not relay (M16)
+
+    async def instances_gone(self, report: ReconcileReport) -> None:
+        """The outbox's sweep found instances gone while this one runs: their work now."""
+        log.info("instances gone: %s", ", ".join(report.gone_instances))
+        try:
+            await self.take_up()
+        except TidingsError as exc:
+            log.warning("taking up the work of gone instances failed: %s", exc)
+
+
+__all__ = ("RelaySweep", "SlowSweep", "Sweep", "Takeover")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.waiting import eventually
-from tidings.lifetime import Lifetime, Loop
+from tidings.lifetime import Lifetime, Loop, first_of
 
 
 class Recorder:
@@ -76,3 +76,22 @@ async def test_s9_one_component_failing_leaves_the_others_running(
     await lifetime.shutdown()
     assert outbox.done()
     assert recorder.log[-2:] == ["outbox closes", "outbox closed"]
+
+
+async def test_l5_first_of_returns_with_the_first_wait_and_reaps_the_other() -> None:
+    """What settle waits on: the conversation idle, or a turn held for a person."""
+    done = asyncio.Event()
+    reaped: list[str] = []
+
+    async def idle() -> None:
+        await done.wait()
+
+    async def held() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            reaped.append("held")
+
+    done.set()
+    await first_of(idle(), held())
+    assert reaped == ["held"]

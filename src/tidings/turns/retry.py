@@ -1,20 +1,25 @@
-"""A person's retry of a run, decided as a pure function over records (C8, M10).
+"""A person's retry of a run (C8, M10): a pure decision, and the one unit that admits it.
 
 :func:`admit_retry` says whether a run may be retried, on which model, and what the retry's
-input carries; the runtime reads the records, asks it, and admits the answer through the door
-in the one unit that may also start the turn. :func:`~tidings.turns.request.retry_profile`
-reads what it wrote, when the retry's turn runs.
+input carries. :func:`retry` is the unit over the locked conversation: it reads the run, the
+receipt it read and the models it spent, asks :func:`admit_retry`, and admits the answer
+through the door -- in the unit that may also start the turn.
+:func:`~tidings.turns.request.retry_profile` reads what it wrote, when the retry's turn runs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tidings.errors import InvalidInputError, UnknownRunError
-from tidings.policy import receipt_profile
-from tidings.types import Input, Profile, Run, RunStatus
+from tidings.mail.door import Door
+from tidings.policy import check_id, receipt_profile
+from tidings.records import input_from_row, run_from_row
+from tidings.transcript import ConversationTx
+from tidings.types import Author, Input, Profile, Run, RunStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,4 +85,35 @@ def admit_retry(
     )
 
 
-__all__ = ("RetryInput", "admit_retry", "receipt_environment")
+def retry(
+    cx: ConversationTx, door: Door, run_id: str, *, model: str | None,
+    authored_by: Author | None, owner: str | None,
+) -> Input:
+    """Admit a retry of ``run_id`` as the person's input, on the locked conversation (whose
+    ownership the caller has checked); the same run and model twice is admitted once."""
+    check_id(run_id, "run id")
+    row = cx.tx.one("get_run", run_id=run_id)
+    if row is None:
+        raise UnknownRunError(run_id)
+    run = run_from_row(row)
+    environment: dict[str, Any] | None = None
+    spent: list[str] = []
+    if run.conversation_id == cx.conversation_id:
+        inputs = cx.tx.all("list_inputs", conversation_id=cx.conversation_id, limit=1_000)
+        environment = receipt_environment(map(input_from_row, inputs), run_id)
+    if environment is not None:
+        # The route the run spent is in its final ``turn_status``.
+        status = cx.tx.one("last_turn_status", conversation_id=cx.conversation_id,
+                           run_id=run_id)
+        if status is not None:
+            spent = [str(m) for m in json.loads(status["data"]).get("models_spent", [])]
+    decided = admit_retry(run, cx.conversation.profile, conversation_id=cx.conversation_id,
+                          model=model, environment=environment, spent=spent)
+    admission = door.prepare(
+        cx.conversation_id, decided.text, authored_by=authored_by, owner=owner,
+        idempotency_key=decided.idempotency_key, kernel_meta=decided.kernel_meta,
+    )
+    return door.admit(cx, admission)
+
+
+__all__ = ("RetryInput", "admit_retry", "receipt_environment", "retry")
