@@ -15,7 +15,7 @@ child mail, which wakes the parent into supplementary (MAIL) turns of up to 16 r
 Modes (one runtime, rounds in this order, after an unreported warm-up round):
 
 * ``kick`` (the headline; as the runtime wires it): each reply's commit calls
-  ``runner.on_child_reply`` -> ``relay.kick()``. Figures:
+  ``runner.obligations.on_child_reply`` -> ``relay.kick()``. Figures:
 
   - latency: from the LAST child reply's commit (its ``replied_at`` stamp, taken inside the
     unit that commits it) to the parent's model reading the last ``<task_result>`` it had not
@@ -199,7 +199,7 @@ class Probe:
 
         relay.relay_pending = pending  # type: ignore[method-assign]
         relay._start_with = start_with
-        self.rt.runner.on_child_reply = self.replied
+        self.rt.runner.obligations.on_child_reply = self.replied
 
     def counters(self) -> tuple[int, int]:
         store = self.rt.store
@@ -207,7 +207,7 @@ class Probe:
                 int(getattr(store, "units_committed", 0)))
 
     def replied(self) -> None:
-        """``runner.on_child_reply``: called after a turn that answered a request committed."""
+        """``runner.obligations.on_child_reply``: after a turn that answered a request committed."""
         from_parent = turn_conversation() in self.parents
         if from_parent:
             self.parent_kicks += 1

@@ -25,6 +25,7 @@ from tidings.store import Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.types import (
     Conversation,
+    ConversationId,
     ConversationStatus,
     Event,
     GoalStatus,
@@ -101,6 +102,15 @@ class Conversations:
         ):
             raise UnknownConversationError(conversation_id)
         return conversation
+
+    async def profile_of(self, conversation_id: str) -> Profile:
+        return (await self.get(conversation_id)).profile
+
+    async def create_child(self, parent_id: str, title: str) -> ConversationId:
+        """A conversation for a parent's child request: the parent's owner and profile."""
+        parent = await self.get(parent_id)
+        child = await self.create(parent.owner, parent.profile, title=title[:200])
+        return child.conversation_id
 
     async def list_owned(
         self, owner: str, *, after: str = "", limit: int = 100

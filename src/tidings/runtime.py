@@ -19,56 +19,40 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
-from tidings.approvals import Approval, ApprovalConfig, Approvals
-from tidings.clock import Clock, SystemClock, to_us
+from tidings.approvals import Approval, Approvals
+from tidings.clock import Clock, SystemClock
+from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
-from tidings.coordinator import Coordinator, CoordinatorConfig
-from tidings.errors import (
-    InvalidInputError,
-    RuntimeLockedError,
-    TidingsError,
-    UnknownConversationError,
-    UnknownRunError,
-    UnknownTaskError,
-)
+from tidings.coordinator import Coordinator
+from tidings.errors import InvalidInputError
 from tidings.instances import Instance
-from tidings.lifecycle import RestartRequest, accept_restart, complete_restarts
-from tidings.mail import queue, relay
-from tidings.mail.door import Door, DoorConfig
+from tidings.lifecycle import RestartRequest, accept_restart
+from tidings.lifetime import Lifetime, Loop, first_of
+from tidings.locking import mutation
+from tidings.mail import relay
+from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
+from tidings.mail.stop import StopCascade
 from tidings.metrics import Metrics
 from tidings.models.base import Model
-from tidings.outbox import Outbox, OutboxConfig
-from tidings.policy import check_id, check_position, receipt_profile
-from tidings.results import (
-    MasterKey,
-    MasterKeyError,
-    ResultPage,
-    ResultRef,
-    Results,
-    ResultsConfig,
-)
+from tidings.outbox import Outbox
+from tidings.policy import check_id, check_position
+from tidings.results import MasterKey, MasterKeyError, ResultPage, ResultRef, Results
 from tidings.store import Store, open_store
-from tidings.tasks import journal
+from tidings.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
-from tidings.tools.children import child_tools
-from tidings.tools.registry import Tool, ToolContext, ToolRegistry
-from tidings.tools.restart import restart_tool
-from tidings.tools.shell import shell_tool
-from tidings.tools.tasks import task_tools
-from tidings.transcript import ConversationTx
-from tidings.turns.runner import TurnConfig, TurnRunner
+from tidings.tools.builtin import register_builtins
+from tidings.tools.registry import Tool, ToolRegistry
+from tidings.turns.retry import retry as retry_unit
+from tidings.turns.runner import TurnRunner
 from tidings.types import (
     Author,
     Conversation,
-    ConversationId,
     DeadLetter,
     DeliveryMode,
     Event,
@@ -79,7 +63,6 @@ from tidings.types import (
     Origin,
     Profile,
     QueueStats,
-    ReconcileReport,
     Run,
     RunId,
     RunStatus,
@@ -88,134 +71,89 @@ from tidings.types import (
 
 log = logging.getLogger("tidings.runtime")
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def mutation(
-    method: Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[Runtime, P], Coroutine[Any, Any, R]]:
-    """Mark a facade method that changes state: while the runtime is locked it answers
-    :class:`RuntimeLockedError` before it reads or writes anything (L1).
-
-    The one place the lock is checked. Every public method that writes -- for a caller or on
-    a caller's behalf -- carries it; reads do not, and stay allowed while locked. A stop is a
-    mutation too: a locked instance runs nothing, so it has nothing of its own to stop, and
-    work running on another (unlocked) instance of the cluster is stopped through that one.
-    """
-
-    @functools.wraps(method)
-    async def guarded(self: Runtime, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self.locked:
-            raise RuntimeLockedError()
-        return await method(self, *args, **kwargs)
-
-    return guarded
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """Every component's configuration in one place."""
-
-    outbox: OutboxConfig = field(default_factory=OutboxConfig)
-    turns: TurnConfig = field(default_factory=TurnConfig)
-    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
-    door: DoorConfig = field(default_factory=DoorConfig)
-    results: ResultsConfig = field(default_factory=ResultsConfig)
-    results_sweep_interval: timedelta = timedelta(minutes=1)
-    approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
-    relay_kick: bool = True
-    """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
-    reply to the relay sweep (and waits for a reply notice it by polling)."""
-    relay_sweep: timedelta | None = timedelta(minutes=1)
-    """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
-    queue, a crash). None: only the pass at start runs on its own."""
-
 
 class Runtime:
     """One runtime instance over one database."""
 
     def __init__(
-        self,
-        store: Store,
-        *,
-        models: Mapping[str, Model] | Iterable[Model],
-        tools: Iterable[Tool] = (),
-        clock: Clock | None = None,
-        config: RuntimeConfig | None = None,
-        master_key: MasterKey | None = None,
+        self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (), clock: Clock | None = None,
+        config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         owns_store: bool = False,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
-        self.config = config or RuntimeConfig()
+        self.config = config = config or RuntimeConfig()
         self.models: dict[str, Model] = (
             dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
         )
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
         self.instance = Instance(
-            store, clock=self.clock, config=self.config.outbox, on_gone=self._instances_gone
+            store, clock=self.clock, config=config.outbox,
+            on_gone=lambda report: self.takeover.instances_gone(report),
         )
         self.outbox = Outbox(store, instance=self.instance)
         self.conversations = Conversations(store, self.clock)
-        self.door = Door(store, self.clock, self.config.door)
-        self.runner = TurnRunner(
-            store, self.outbox, self.models, self.tools, self.clock, self.config.turns,
-            door=self.door,
-        )
-        self.coordinator = Coordinator(
-            store, self.outbox, self.runner, self.clock, self.config.coordinator,
-            instance=self.instance, door=self.door,
-        )
+        self.door = Door(store, self.clock, config.door)
         if master_key is None:
             with contextlib.suppress(MasterKeyError):
                 master_key = MasterKey.from_environment()
         self._results = (
-            None if master_key is None
-            else Results(store, self.clock, master_key, self.config.results)
+            None if master_key is None else Results(store, self.clock, master_key, config.results)
         )
+        # Every start goes through the coordinator (C2), made last: what needs it is given a
+        # way to reach it, not the coordinator itself.
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
-            results=lambda: self._results,
+            results=lambda: self._results, metrics=self.metrics,
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
             ),
         )
-        async def restart_from_tool(context: ToolContext, reason: str) -> Operation:
-            return await self.request_restart(
-                context.conversation_id, reason=reason, run_id=context.run_id,
-                call_id=context.call_id, idempotency_key=f"restart-{context.run_id}-"
-                f"{context.call_id}"[:200],
-            )
-
-        for builtin in (shell_tool(self.supervisor, self.tasks),
-                        *task_tools(store, lambda: self._results),
-                        restart_tool(restart_from_tool)):
-            if builtin.name not in self.tools:  # a host's own tool of that name wins
-                self.tools.register(builtin)
-        self.runner.tasks = self.tasks
         self.relay = ChildRelay(
             store, self.clock, self.door,
             start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
                 conversation_id, kind, write
             ),
-            create_child=self._create_child,
-            profile_of=self._profile_of,
+            create_child=self.conversations.create_child,
+            profile_of=self.conversations.profile_of,
         )
-        self.runner.on_child_reply = self.relay.kick if self.config.relay_kick else None
-        self.runner.children = self.relay
-        for builtin in child_tools(self.relay, lambda parent, key: self.cancel_child(parent, key)):
-            if builtin.name not in self.tools:
-                self.tools.register(builtin)
-        self.approvals = Approvals(
-            store, self.clock, self.config.approvals, metrics=self.metrics
+        self.approvals = Approvals(store, self.clock, config.approvals, metrics=self.metrics)
+        self.runner = TurnRunner(
+            store, self.outbox, self.models, self.tools, self.clock, config.turns,
+            tasks=self.tasks, children=self.relay, approvals=self.approvals,
+            on_child_reply=self.relay.kick if config.relay_kick else None,
+            metrics=self.metrics, door=self.door,
         )
-        self.runner.approvals = self.approvals
-        self.runner.metrics = self.tasks.metrics = self.metrics
+        self.coordinator = Coordinator(
+            store, self.outbox, self.runner, self.clock, config.coordinator,
+            instance=self.instance, door=self.door,
+        )
+        self.stops = StopCascade(
+            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner)
+        )
+        self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
+                                 clock=self.clock,
+                                 tasks=self.tasks, conversations=self.coordinator.sweep,
+                                 relay=self.relay)
+        register_builtins(
+            self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
+            results=lambda: self._results, restart=self.request_restart, relay=self.relay,
+            cancel_child=lambda parent, key: self.cancel_child(parent, key),
+        )
+        self.lifetime = Lifetime((  # stopped in this order
+            Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
+            Loop("tidings-supervisor", first=self._close_supervisor),
+            RelaySweep(config.relay_sweep, self.relay),
+            SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
+                      instance=self.instance, clock=self.clock, tasks=self.tasks,
+                      results=lambda: self._results),
+            Loop("tidings-outbox", lambda: self.instance.run(self.outbox.sweep),
+                 then=self.instance.close),
+        ))
         self._owns_store = owns_store
-        self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self.locked = False
         """True from a locked boot until :meth:`unlock` (L1)."""
@@ -225,16 +163,10 @@ class Runtime:
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
-        cls,
-        database_url: str,
-        *,
-        models: Mapping[str, Model] | Iterable[Model],
-        tools: Iterable[Tool] = (),
-        clock: Clock | None = None,
-        config: RuntimeConfig | None = None,
-        master_key: MasterKey | None = None,
-        store_options: Mapping[str, Any] | None = None,
-        locked: bool = False,
+        cls, database_url: str, *, models: Mapping[str, Model] | Iterable[Model],
+        tools: Iterable[Tool] = (), clock: Clock | None = None,
+        config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
+        store_options: Mapping[str, Any] | None = None, locked: bool = False,
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -284,82 +216,24 @@ class Runtime:
 
     async def _boot(self) -> None:
         await self.instance.start()
-        self._tasks = [
-            asyncio.create_task(self.instance.run(self.outbox.sweep), name="tidings-outbox"),
-            asyncio.create_task(self.coordinator.run(), name="tidings-coordinator"),
-            asyncio.create_task(self._purge_results(), name="tidings-results"),
-        ]
-        if self.config.relay_sweep is not None:
-            self._tasks.append(asyncio.create_task(self._relay_sweep(self.config.relay_sweep),
-                                                   name="tidings-relay"))
-        await self._take_up_left_work()
-
-    async def _take_up_left_work(self) -> None:
-        """Take up what gone instances left, at once rather than at a later sweep: their
-        tasks are lost (their processes died with them), their conversations -- whose slots
-        were voided when the instance was known dead, or have expired -- looked at again."""
-        await self.tasks.reconcile_lost()
-        await self.coordinator.sweep()
-        # Fully initialised: restarts that gone instances accepted are completed now (L2).
-        await complete_restarts(self.store, self.outbox, self.instance, self.clock)
-        await self.relay.relay_pending()  # replies a gone instance did not relay (M16)
-
-    async def _instances_gone(self, report: ReconcileReport) -> None:
-        """The outbox's sweep found instances gone while this one runs (a peer on the same
-        database died): their work is taken up now."""
-        log.info("instances gone: %s", ", ".join(report.gone_instances))
-        try:
-            await self._take_up_left_work()
-        except TidingsError as exc:
-            log.warning("taking up the work of gone instances failed: %s", exc)
+        self.lifetime.start()
+        await self.takeover.take_up()
 
     async def close(self) -> None:
-        """Stop running turns (committed as stopped), then the outbox, then the store.
-
-        Idempotent.
-        """
+        """Stop running turns (committed as stopped), the processes, the relay and the sweeps,
+        then the outbox (this instance retired), then the store. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
-            await self.coordinator.close()
-            self.tasks.close()  # a process's end is no longer retried for long
-            await self.supervisor.close()
-            await self.relay.close()
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await self.instance.close()
+            await self.lifetime.shutdown()
         finally:
             if self._owns_store:
                 await self.store.close()
 
-    async def _purge_results(self) -> None:
-        """The slow sweep: expired result envelopes (R1), and the tasks (T9) and restarts (L2)
-        of instances that died while this one runs."""
-        interval = to_us(self.config.results_sweep_interval) / 1e6
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.tasks.reconcile_lost()
-                # A restart whose instance went while this one runs is completed here, not
-                # only by the next instance to boot (one completion: the settle is fenced).
-                await complete_restarts(self.store, self.outbox, self.instance, self.clock)
-                if self._results is not None:
-                    await self._results.purge()
-            except TidingsError as exc:
-                log.warning("the slow sweep failed: %s", exc)
-
-    async def _relay_sweep(self, every: timedelta) -> None:
-        """Child replies a lost kick, a full parent queue or a gone instance left (M16)."""
-        while True:
-            await asyncio.sleep(to_us(every) / 1e6)
-            try:
-                await self.relay.relay_pending()
-            except TidingsError as exc:
-                log.warning("the relay sweep failed: %s", exc)
+    async def _close_supervisor(self) -> None:
+        self.tasks.close()  # a process's end is no longer retried for long
+        await self.supervisor.close()
 
     # -- conversations ------------------------------------------------------------------------
 
@@ -390,19 +264,12 @@ class Runtime:
 
     @mutation
     async def post(
-        self,
-        conversation_id: str,
-        content: str,
-        *,
-        origin: Origin | str = Origin.PERSON,
+        self, conversation_id: str, content: str, *, origin: Origin | str = Origin.PERSON,
         authored_by: Author | None = None,
         delivery_mode: DeliveryMode | str = DeliveryMode.QUEUE,
-        sender_conversation_id: str | None = None,
-        run_public_id: str | None = None,
-        task_key: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        owner: str | None = None,
+        sender_conversation_id: str | None = None, run_public_id: str | None = None,
+        task_key: str | None = None, meta: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None, owner: str | None = None,
     ) -> Input:
         """Admit an input through the single door and ask for a turn (M1, C2).
 
@@ -410,17 +277,10 @@ class Runtime:
         one transaction.
         """
         admission = self.door.prepare(
-            conversation_id,
-            content,
-            origin=origin,
-            authored_by=authored_by,
-            delivery_mode=delivery_mode,
-            sender_conversation_id=sender_conversation_id,
-            run_public_id=run_public_id,
-            task_key=task_key,
-            meta=meta,
-            idempotency_key=idempotency_key,
-            owner=owner,
+            conversation_id, content, origin=origin, authored_by=authored_by,
+            delivery_mode=delivery_mode, sender_conversation_id=sender_conversation_id,
+            run_public_id=run_public_id, task_key=task_key, meta=meta,
+            idempotency_key=idempotency_key, owner=owner,
         )
         kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
         return await self.coordinator.start_with(
@@ -437,48 +297,12 @@ class Runtime:
         person's input (so a retry is a direct turn, and read in order); the turn it starts
         sees the whole history, so completed tool calls are not repeated. Retrying the same run
         with the same model twice admits it once."""
-        conversation = await self.conversations.get(conversation_id, owner=owner)
-        run = await self.conversations.run(run_id, owner=owner)
-        if run.conversation_id != conversation_id:
-            raise UnknownRunError(run_id)
-        if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
-            raise InvalidInputError(f"run {run_id!r} is {run.status.value}: only a failed run "
-                                    "or one that needs attention is retried")
-        # A mail run keeps its receipt's frozen environment (M10): the retry runs on it, and
-        # may name only a model that environment allows.
-        environment = next((
-            i.meta["environment"] for i in await self.inputs(conversation_id, owner=owner)
-            if i.run_id == run_id and i.origin.is_kernel
-            and isinstance(i.meta.get("environment"), dict)
-        ), None)
-        allowed = (
-            receipt_profile(conversation.profile, environment).models
-            if environment is not None else conversation.profile.models
-        )
-        if model is not None and model not in allowed:
-            raise InvalidInputError(
-                f"model {model!r} is not one this run may use ({', '.join(allowed)})"
-            )
-        retry: dict[str, Any] = {"run_public_id": run_id, "model": model}
-        if environment is not None:
-            # ...and does not renew the route its first run spent: only an unspent model.
-            spent = await self.conversations.models_spent(conversation_id, run_id)
-            if model in spent:
-                raise InvalidInputError(f"model {model!r} was spent by run {run_id!r}; name "
-                                        "another the run may use")
-            if all(m in spent for m in allowed):
-                raise InvalidInputError(f"every model run {run_id!r} may use is spent "
-                                        f"({', '.join(allowed)})")
-            retry["environment"] = environment
-            retry["spent"] = spent
-        text = "Please retry the request that failed" + (f", with {model}." if model else ".")
-        admission = self.door.prepare(
-            conversation_id, text, authored_by=authored_by, owner=owner,
-            idempotency_key=f"retry-{run_id}-{model or 'default'}"[:200],
-            kernel_meta={"retry": retry},
-        )
+        await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.coordinator.start_with(
-            conversation_id, StartKind.PERSON, lambda cx: self.door.admit(cx, admission)
+            conversation_id, StartKind.PERSON, functools.partial(
+                retry_unit, door=self.door, run_id=run_id, model=model,
+                authored_by=authored_by, owner=owner,
+            ),
         )
 
     async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:
@@ -488,11 +312,7 @@ class Runtime:
 
     @mutation
     async def set_goal(
-        self,
-        conversation_id: str,
-        status: GoalStatus | str,
-        text: str | None = None,
-        *,
+        self, conversation_id: str, status: GoalStatus | str, text: str | None = None, *,
         owner: str | None = None,
     ) -> Conversation:
         return await self.conversations.set_goal(conversation_id, status, text, owner=owner)
@@ -507,44 +327,26 @@ class Runtime:
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
         """A person's stop of the running turn: it is stopped as :meth:`stop_run` stops a
         source (its mail suppressed, its children's requests cancelled, in cascade)."""
-        runs = await self.coordinator.stop(conversation_id, owner=owner)
-        seen: set[str] = set()
-        for run_id in runs:  # the coordinator stops them already; the rest is the source's
-            await self._stop_run(conversation_id, run_id, owner=owner, seen=seen,
-                                 stopping=False)
-        return runs
+        return await self.stops.stop(conversation_id, owner=owner)
 
     @mutation
     async def stop_run(
         self, conversation_id: str, run_id: str, *, owner: str | None = None
     ) -> list[str]:
-        """Stop a source run, running or completed (M14): no more mail for it -- its children's
-        unrelayed replies are cancelled, its supplementary inputs still queued here are
-        removed, a supplementary reply to it that is running is stopped, its tasks'
-        undelivered notifications cancelled. What it already published stays. A running run
-        is stopped as :meth:`stop` stops it. The cancel cascades (M16): a child turn that was
-        answering a cancelled request is stopped the same way, down the tree, and owes its own
-        children's replies to no one. Returns the cancelled input ids."""
-        cancelled, _ = await self._stop_run(conversation_id, run_id, owner=owner, seen=set())
+        """Stop a source run, running or completed (M14): no more mail for it, in cascade down
+        its children (M16); what it already published stays. See :mod:`tidings.mail.stop`.
+        Returns the cancelled input ids."""
+        cancelled, _ = await self.stops.stop_run(conversation_id, run_id, owner=owner, seen=set())
         return cancelled
 
     @mutation
     async def cancel_child(
         self, parent_id: str, task_key: str, *, owner: str | None = None
     ) -> list[relay.Cancelled]:
-        """Cancel one request the parent opened (a spawn or a send, by its task key): its reply
-        is owed to no one, and the cancel cascades below it (M16). Returns what was cancelled,
-        the request first -- the canceller is told, even what lay below. Empty when its reply
-        was relayed or consumed already."""
-
-        def unit(cx: ConversationTx) -> list[relay.Cancelled]:
-            if cx.tx.one("child_request_by_key", parent_conversation_id=parent_id,
-                         task_key=task_key) is None:
-                raise UnknownTaskError(task_key)
-            return relay.cancel_request(cx, task_key)
-
-        requests = await self.conversations.change(parent_id, unit, owner=owner)
-        return requests + await self._cascade(requests, set())
+        """Cancel one request the parent opened (a spawn or a send, by its task key), in
+        cascade (M16). Returns what was cancelled, the request first -- the canceller is told,
+        even what lay below; empty when its reply was relayed or consumed already."""
+        return await self.stops.cancel_child(parent_id, task_key, owner=owner)
 
     async def children_of(
         self, parent_id: str, *, owner: str | None = None, limit: int = 100
@@ -553,56 +355,6 @@ class Runtime:
         with what became of each: open, replied, cancelled; relayed or consumed in-run."""
         await self.conversations.get(parent_id, owner=owner)  # foreign = unknown
         return await self.relay.requests_of(parent_id, limit=limit)
-
-    async def _stop_run(
-        self, conversation_id: str, run_id: str, *, owner: str | None, seen: set[str],
-        stopping: bool = True,
-    ) -> tuple[list[str], list[relay.Cancelled]]:
-        seen.add(run_id)
-
-        def unit(cx: ConversationTx) -> tuple[list[str], list[relay.Cancelled], bool]:
-            row = cx.tx.one("get_run", run_id=run_id)
-            if row is None or row["conversation_id"] != conversation_id:
-                raise UnknownRunError(run_id)
-            cancelled = queue.cancel_supplementary(cx, run_id)  # its tasks' unread notices too
-            requests = relay.cancel_run(cx, run_id)
-            journal.cancel_run(cx, run_id)
-            # A supplementary reply to this source that has started is not delivered (M14).
-            answering = relay.started_reply_to(cx, run_id)
-            cx.record_event("run_stopped", {
-                "run_public_id": run_id, "cancelled_inputs": cancelled,
-                "cancelled_requests": [r.task_key for r in requests],
-            }, run_id)
-            return cancelled, requests, (row["status"] == RunStatus.RUNNING.value
-                                         or answering is not None)
-
-        cancelled, requests, running = await self.conversations.change(
-            conversation_id, unit, owner=owner
-        )
-        if running and stopping:
-            await self.coordinator.stop(conversation_id, owner=owner)
-        return cancelled, requests + await self._cascade(requests, seen)
-
-    async def _cascade(
-        self, requests: list[relay.Cancelled], seen: set[str]
-    ) -> list[relay.Cancelled]:
-        """Below cancelled requests: a request not yet read is withdrawn from the child's
-        queue; the child run that read one is stopped as a source, and so on down."""
-        below: list[relay.Cancelled] = []
-        for request in requests:
-            try:
-                child_run = await self.conversations.change(
-                    request.child_conversation_id,
-                    functools.partial(relay.withdraw, cancelled=request),
-                )
-            except UnknownConversationError:
-                continue  # a child deleted since: nothing below it is owed
-            if child_run is not None and child_run not in seen:
-                _, deeper = await self._stop_run(
-                    request.child_conversation_id, child_run, owner=None, seen=seen
-                )
-                below += deeper
-        return below
 
     @mutation
     async def compact(self, conversation_id: str, *, owner: str | None = None) -> int:
@@ -631,34 +383,19 @@ class Runtime:
 
     # -- restart (L2) -------------------------------------------------------------------------
 
-    async def _profile_of(self, conversation_id: str) -> Profile:
-        return (await self.conversations.get(conversation_id)).profile
-
-    async def _create_child(self, parent_id: str, title: str) -> ConversationId:
-        parent = await self.conversations.get(parent_id)
-        child = await self.conversations.create(parent.owner, parent.profile, title=title[:200])
-        return child.conversation_id
-
     @mutation
     async def request_restart(
-        self,
-        conversation_id: str,
-        *,
-        owner: str | None = None,
-        reason: str = "",
-        input_id: str | None = None,
-        run_id: str | None = None,
-        call_id: str | None = None,
+        self, conversation_id: str, *, owner: str | None = None, reason: str = "",
+        input_id: str | None = None, run_id: str | None = None, call_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> Operation:
         """Commit a restart of this runtime as accepted -- "accepted, not completed" -- and
         ask the host to restart (:attr:`restart_requested`). The next instance, once fully
         initialised, completes it and wakes the conversation with the correlated facts."""
-        request = RestartRequest(reason[:500], input_id, run_id, call_id)
-
-        def unit(cx: ConversationTx) -> Operation:
-            return accept_restart(cx, self.instance, request, idempotency_key=idempotency_key)
-
+        unit = functools.partial(
+            accept_restart, instance=self.instance, idempotency_key=idempotency_key,
+            request=RestartRequest(reason[:500], input_id, run_id, call_id),
+        )
         operation = await self.conversations.change(conversation_id, unit, owner=owner)
         self.restart_requested.set()
         return operation
@@ -732,20 +469,21 @@ class Runtime:
     ) -> QueueStats:
         """Backlog, oldest age, retries, dead letters: of one conversation, or of all (an
         operator's view: without ``owner``)."""
-        if conversation_id is not None:
-            await self.conversations.get(conversation_id, owner=owner)
-        elif owner is not None:
-            raise InvalidInputError("totals over every conversation are for operators")
+        await self._scope(conversation_id, owner, "totals over every conversation")
         return await self.outbox.stats(conversation_id)
 
     async def dead_letters(
         self, conversation_id: str | None = None, *, owner: str | None = None, limit: int = 100
     ) -> list[DeadLetter]:
+        await self._scope(conversation_id, owner, "dead letters of every conversation")
+        return await self.outbox.dead_letters(conversation_id, limit=limit)
+
+    async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
+        """One conversation (``owner``'s, when given), or all of them: for operators only."""
         if conversation_id is not None:
             await self.conversations.get(conversation_id, owner=owner)
         elif owner is not None:
-            raise InvalidInputError("dead letters of every conversation are for operators")
-        return await self.outbox.dead_letters(conversation_id, limit=limit)
+            raise InvalidInputError(f"{what} are for operators")
 
     async def settle(self, conversation_id: str) -> list[Run]:
         """Wait until this process has nothing pending or running for the conversation, or
@@ -759,17 +497,12 @@ class Runtime:
         if self.locked:
             return []
         if not self.approvals.holding(conversation_id):
-            idle = asyncio.ensure_future(self.coordinator.idle(conversation_id))
-            held = asyncio.ensure_future(self.approvals.held(conversation_id))
-            try:
-                await asyncio.wait((idle, held), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in (idle, held):
-                    waiter.cancel()
-                for waiter in (idle, held):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await waiter
+            await first_of(self.coordinator.idle(conversation_id),
+                           self.approvals.held(conversation_id))
             if not self.approvals.holding(conversation_id):
                 return []
         return [r for r in await self.runs(conversation_id)
                 if r.status is RunStatus.AWAITING_APPROVAL]
+
+
+__all__ = ("Runtime", "RuntimeConfig")

@@ -2,15 +2,16 @@
 goes with it -- the inputs it read, the acknowledgment or release of its signals, what its
 tasks and children are owed, the run's end and the slot's release (S7, T5, M4, M14, M16).
 
-:class:`TurnEnding` is a part of :class:`~tidings.turns.runner.TurnRunner`, kept apart so that
-the loop reads on its own; it uses the runner's commit.
+:class:`TurnEnding` is a collaborator the :class:`~tidings.turns.runner.TurnRunner` holds and
+calls; it writes through the turn's :class:`~tidings.turns.writer.TurnWriter` and settles what
+the turn owes through its :class:`~tidings.turns.obligations.TurnObligations`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from tidings.approvals import Approvals
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
@@ -21,37 +22,33 @@ from tidings.models.base import ModelReply
 from tidings.outbox import Outbox
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
+from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import TurnFailed, TurnPlan, TurnProgress, TurnTasks
+from tidings.turns.writer import TurnWriter
 from tidings.types import Run, RunStatus, StartKind
-
-T = TypeVar("T")
 
 
 class TurnEnding:
     """The end units of a turn (see the module docstring)."""
 
-    outbox: Outbox
-    door: Door
-    tasks: TurnTasks | None
-    approvals: Approvals | None
+    def __init__(
+        self,
+        writer: TurnWriter,
+        obligations: TurnObligations,
+        outbox: Outbox,
+        door: Door,
+        *,
+        tasks: TurnTasks | None = None,
+        approvals: Approvals | None = None,
+    ) -> None:
+        self.writer = writer
+        self.obligations = obligations
+        self.outbox = outbox
+        self.door = door
+        self.tasks = tasks
+        self.approvals = approvals
 
-    if TYPE_CHECKING:
-
-        async def _commit(
-            self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T]
-        ) -> T: ...
-
-        def _materialize_pending(
-            self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress
-        ) -> None: ...
-
-        def _settle_turn_tasks(
-            self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, *, stopped: bool
-        ) -> None: ...
-
-        def _kick_relay(self, progress: TurnProgress) -> None: ...
-
-    async def _finish_refused(
+    async def finish_refused(
         self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
     ) -> Run:
         if len(progress.pending) > 1:
@@ -61,17 +58,17 @@ class TurnEnding:
         received = "\n\n".join(i.content for i in plan.inputs if i.input_id in progress.taken)
         text = (f"(The model refused this input ({failure.code}); it was received as "
                 f"follows.)\n\n{received}")
-        return await self._finish_completed(
+        return await self.finish_completed(
             plan, progress, ModelReply(text), meta={"refused": failure.code,
                                                     "errors": list(failure.errors)[-8:]},
         )
 
-    async def _finish_completed(
+    async def finish_completed(
         self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply,
         meta: dict[str, Any] | None = None,
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
-            self._materialize_pending(cx, plan, progress)
+            self.writer.materialize_pending(cx, plan, progress)
             # Every notification delivered so far was in this turn's request: handled (T5).
             journal.consume(cx, journal.unconsumed(cx))
             cx.append_assistant(reply.text, run_id=plan.run_id,
@@ -79,7 +76,7 @@ class TurnEnding:
                                       **_reply_sources(cx, plan, progress)})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)
-            self._settle_turn_tasks(cx, plan, progress, stopped=False)
+            self.obligations.settle_turn_tasks(cx, plan, progress, stopped=False)
             # A request a parent opened in this (child) conversation is answered (M16).
             answered = [relay.answer(cx, item, status="completed", text=reply.text,
                                      run_id=plan.run_id) for item in plan.inputs]
@@ -92,20 +89,20 @@ class TurnEnding:
             return run
 
         try:
-            run = await self._commit(plan, progress, write)
+            run = await self.writer.commit(plan, progress, write)
         except (SlotLostError, CommitOutcomeUnknownError):
             raise
         except TidingsError as exc:
             # The answer did not commit: give everything back at once (S7).
             raise TurnFailed(RunStatus.FAILED, exc.code, [{"error": exc.message[:200]}]) from exc
-        self._kick_relay(progress)
+        self.obligations.kick_relay(progress)
         return run
 
-    async def _finish_failed(
+    async def finish_failed(
         self, plan: TurnPlan, progress: TurnProgress, failure: TurnFailed
     ) -> Run:
         def write(cx: ConversationTx) -> Run:
-            self._materialize_pending(cx, plan, progress)
+            self.writer.materialize_pending(cx, plan, progress)
             # The database, not memory, says which of this run's calls are still open.
             unanswered = cx.open_tool_calls()
             for call in unanswered:
@@ -134,7 +131,9 @@ class TurnEnding:
                     self.outbox.release_in(cx.tx, plan.lease, _slug(failure.code))
             # Only a person's stop cancels what the run started; a shutdown, a failure or a
             # timeout leaves its tasks to be reported (as they end, or as lost).
-            self._settle_turn_tasks(cx, plan, progress, stopped=failure.code == "stopped")
+            self.obligations.settle_turn_tasks(
+                cx, plan, progress, stopped=failure.code == "stopped"
+            )
             if self.approvals is not None:
                 self.approvals.expire_run(cx, plan.run_id)
             if failure.status is not RunStatus.NEEDS_ATTENTION:
@@ -154,8 +153,8 @@ class TurnEnding:
                 cx.update(awaiting_person=True)
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
-        run = await self._commit(plan, progress, write)
-        self._kick_relay(progress)
+        run = await self.writer.commit(plan, progress, write)
+        self.obligations.kick_relay(progress)
         if failure.code == "stopped" and self.tasks is not None:
             # A turn-lifetime task does not outlive its stopped turn.
             self.tasks.kill(progress.turn_tasks + progress.drained)
@@ -222,7 +221,6 @@ def _reply_sources(cx: ConversationTx, plan: TurnPlan, progress: TurnProgress) -
 def _slug(code: str) -> str:
     cleaned = "".join(ch if ch.isalnum() or ch in "_.:-" else "_" for ch in code.lower())
     return cleaned if cleaned[:1].isalpha() else f"turn_{cleaned}"[:64]
-
 
 
 __all__ = ("TurnEnding",)

@@ -2,8 +2,8 @@
 is final (M4), the tool calls a person must approve first (L5), and the relay it kicks after
 answering a parent's request (M16).
 
-:class:`TurnObligations` is a part of :class:`~tidings.turns.runner.TurnRunner`, kept apart so
-that the loop reads on its own; it uses the runner's commit and tool execution.
+:class:`TurnObligations` is a collaborator the :class:`~tidings.turns.runner.TurnRunner`
+holds and calls; it writes through the turn's :class:`~tidings.turns.writer.TurnWriter`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
 
 from tidings.approvals import Approvals, needs_approval
 from tidings.clock import to_us
@@ -23,37 +22,36 @@ from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolOutput
 from tidings.transcript import ConversationTx
+from tidings.turns.calls import execute
 from tidings.turns.plan import TurnChildren, TurnConfig, TurnPlan, TurnProgress, TurnTasks
+from tidings.turns.writer import TurnWriter
 from tidings.types import Message, Origin, Profile
-
-T = TypeVar("T")
 
 
 class TurnObligations:
     """Task drain, approvals and the relay kick of a turn (see the module docstring)."""
 
-    config: TurnConfig
-    door: Door
-    tasks: TurnTasks | None
-    children: TurnChildren | None
-    approvals: Approvals | None
-    on_child_reply: Callable[[], None] | None
+    def __init__(
+        self,
+        writer: TurnWriter,
+        config: TurnConfig,
+        door: Door,
+        *,
+        tasks: TurnTasks | None = None,
+        children: TurnChildren | None = None,
+        approvals: Approvals | None = None,
+        on_child_reply: Callable[[], None] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.config = config
+        self.door = door
+        self.tasks = tasks
+        self.children = children
+        self.approvals = approvals
+        self.on_child_reply = on_child_reply
+        """Called after a turn that answered a parent's request, or delegated, committed."""
 
-    if TYPE_CHECKING:
-
-        async def _commit(
-            self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T]
-        ) -> T: ...
-
-        async def _execute(
-            self, plan: TurnPlan, offered: Sequence[Tool], call: ToolCall
-        ) -> ToolOutput: ...
-
-        def _materialize_pending(
-            self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress
-        ) -> None: ...
-
-    async def _synthesis_round(
+    async def synthesis_round(
         self, plan: TurnPlan, progress: TurnProgress, reply: ModelReply
     ) -> list[Message] | None:
         """Wait (bounded) for the turn's turn-lifetime tasks and the first reports of its
@@ -70,7 +68,7 @@ class TurnObligations:
         if self.children is not None and children:
             waits.append(self.children.await_replies(children, within))
         await asyncio.gather(*waits)
-        return await self._commit(plan, progress, functools.partial(
+        return await self.writer.commit(plan, progress, functools.partial(
             self._write_synthesis, plan=plan, progress=progress, text=reply.text, keys=keys,
             children=children,
         ))
@@ -84,7 +82,7 @@ class TurnObligations:
         keys: Sequence[str],
         children: Sequence[str],
     ) -> list[Message] | None:
-        self._materialize_pending(cx, plan, progress)
+        self.writer.materialize_pending(cx, plan, progress)
         owed = [
             t for k in keys
             if (t := journal.get(cx, k)) is not None and not t.handed_off
@@ -118,7 +116,7 @@ class TurnObligations:
                                  "sender_conversation_id": request.child_conversation_id})
         return [m for m in cx.appended[joined_from:] if m.role == "user"]
 
-    def _settle_delegation(
+    def settle_delegation(
         self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, output: ToolOutput
     ) -> ToolOutput:
         """In the unit that records a tool's result: a turn-owned spawn becomes an obligation
@@ -143,7 +141,7 @@ class TurnObligations:
                                 if k != "consume_child_request"},
         )
 
-    def _settle_turn_tasks(
+    def settle_turn_tasks(
         self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress, *, stopped: bool
     ) -> None:
         """As the turn ends: a stopped run's tasks owe nothing any more (their notifications
@@ -158,7 +156,7 @@ class TurnObligations:
             if owned is not None:
                 journal.hand_off(cx, owned)
 
-    def _needs_approval(
+    def needs_approval(
         self, profile: Profile, offered: Sequence[Tool], call: ToolCall
     ) -> bool:
         tool = next((t for t in offered if t.name == call.name), None)
@@ -166,7 +164,7 @@ class TurnObligations:
             tool.needs_approval or needs_approval(profile.approval_mode, read_only=tool.read_only)
         )
 
-    async def _execute_approved(
+    async def execute_approved(
         self, plan: TurnPlan, progress: TurnProgress, offered: Sequence[Tool], call: ToolCall,
         approval_id: str,
     ) -> ToolOutput:
@@ -181,17 +179,17 @@ class TurnObligations:
         if approval.status != "approved":
             return ToolOutput(f"approval {approval.status}: the tool was not run",
                               is_error=True, meta=meta)
-        applied = await self._commit(
+        applied = await self.writer.commit(
             plan, progress, lambda cx: approvals.apply(cx, approval_id, plan.run_id)
         )
         if not applied:
             return ToolOutput("this approval was applied already: nothing is applied twice",
                               is_error=True, meta=meta)
-        output = await self._execute(plan, offered, call)
+        output = await execute(plan, offered, call)
         return replace(output, meta={**output.meta, "approval_id": approval_id,
                                      "approval": "applied"})
 
-    def _kick_relay(self, progress: TurnProgress) -> None:
+    def kick_relay(self, progress: TurnProgress) -> None:
         # A turn that delegated leaves what it did not consume to the relay as it ends.
         if (progress.child_replied or progress.delegated) and self.on_child_reply is not None:
             self.on_child_reply()

@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 
 from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
-from tidings.errors import TidingsError
 from tidings.mail import queue
 from tidings.mail.door import Door
 from tidings.metrics import Metrics
@@ -48,16 +47,14 @@ from tidings.models.base import (
 )
 from tidings.outbox import Outbox
 from tidings.policy import backoff
-from tidings.store import Store, Tx
+from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tools.registry import (
-    TOOL_RESULT_LIMIT,
-    Tool,
-    ToolContext,
     ToolOutput,
     ToolRegistry,
 )
 from tidings.transcript import ConversationTx
+from tidings.turns.calls import execute
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.ending import TurnEnding
 from tidings.turns.history import HistoryCache
@@ -72,6 +69,7 @@ from tidings.turns.plan import (
     TurnTasks,
 )
 from tidings.turns.request import fit_history, input_message, retry_profile
+from tidings.turns.writer import TurnWriter
 from tidings.types import (
     Message,
     Profile,
@@ -84,8 +82,13 @@ log = logging.getLogger("tidings.turns")
 T = TypeVar("T")
 
 
-class TurnRunner(TurnObligations, TurnEnding):
-    """Runs turns for the coordinator; holds no per-conversation state between turns."""
+class TurnRunner:
+    """Runs turns for the coordinator; holds no per-conversation state between turns.
+
+    Its collaborators, made from what its constructor is given: the :class:`TurnWriter` every
+    unit of a turn commits through, the :class:`TurnObligations` a turn settles (its tasks,
+    its children, its approvals) and the :class:`TurnEnding` that commits its end.
+    """
 
     def __init__(
         self,
@@ -107,10 +110,7 @@ class TurnRunner(TurnObligations, TurnEnding):
         self.store = store
         self.door = door or Door(store, clock)
         """The door task notifications are delivered through (kernel mail, M1)."""
-        self.tasks = tasks
-        self.children = children
         self.approvals = approvals
-        self.on_child_reply = on_child_reply
         self.metrics = metrics
         self.outbox = outbox
         self.models = models
@@ -119,6 +119,14 @@ class TurnRunner(TurnObligations, TurnEnding):
         self.config = config or TurnConfig()
         self._rng = rng or random.Random()
         self.history = HistoryCache(store, limit=self.config.history_messages)
+        self.writer = TurnWriter(store, clock, self.history)
+        self.obligations = TurnObligations(
+            self.writer, self.config, self.door, tasks=tasks, children=children,
+            approvals=approvals, on_child_reply=on_child_reply,
+        )
+        self.ending = TurnEnding(
+            self.writer, self.obligations, outbox, self.door, tasks=tasks, approvals=approvals
+        )
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -144,7 +152,7 @@ class TurnRunner(TurnObligations, TurnEnding):
         if early is not None and early != "slot_lost":
             # Stopped before it began: end it the way a stopped turn ends.
             stopped = TurnFailed(RunStatus.STOPPED, early, [])
-            return TurnOutcome(await self._finish_failed(plan, progress, stopped),
+            return TurnOutcome(await self.ending.finish_failed(plan, progress, stopped),
                                more_work=progress.more_work)
         try:
             run = await self._loop(plan, progress)
@@ -152,15 +160,15 @@ class TurnRunner(TurnObligations, TurnEnding):
             if plan.trigger is StartKind.MAIL and failed.code == "model_permanent":
                 # The model refused the receipt itself: the mail completes as a message with
                 # what was received, not a retryable run (M10).
-                run = await self._finish_refused(plan, progress, failed)
+                run = await self.ending.finish_refused(plan, progress, failed)
             else:
-                run = await self._finish_failed(plan, progress, failed)
+                run = await self.ending.finish_failed(plan, progress, failed)
         except asyncio.CancelledError:
             reason = stop_reason()
             if reason == "slot_lost":
                 raise  # another holder owns the conversation now; write nothing
             stop = TurnFailed(RunStatus.STOPPED, reason or "shutdown", [])
-            finishing = asyncio.ensure_future(self._finish_failed(plan, progress, stop))
+            finishing = asyncio.ensure_future(self.ending.finish_failed(plan, progress, stop))
             try:
                 await asyncio.shield(finishing)
             except asyncio.CancelledError:
@@ -231,30 +239,32 @@ class TurnRunner(TurnObligations, TurnEnding):
                 if progress.turn_tasks or progress.turn_children:
                     # The reply is not final while its turn-lifetime tasks or its turn-owned
                     # children's first reports are owed (M4, M16).
-                    joined = await self._synthesis_round(plan, progress, reply)
+                    joined = await self.obligations.synthesis_round(plan, progress, reply)
                     if joined is not None:
                         messages.append(PromptMessage("assistant", reply.text))
                         messages += [prompt_message(m) for m in joined]
                         continue
-                return await self._finish_completed(plan, progress, reply)
+                return await self.ending.finish_completed(plan, progress, reply)
             calls = list(reply.tool_calls)
             held = {
                 c.call_id: Approvals.new_id() for c in calls
-                if self._needs_approval(profile, offered, c)
+                if self.obligations.needs_approval(profile, offered, c)
             }
 
-            await self._commit(plan, progress, functools.partial(
+            await self.writer.commit(plan, progress, functools.partial(
                 self._write_calls, plan=plan, progress=progress, text=reply.text, calls=calls,
                 held=held,
             ))
             progress.open_calls = calls
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
+            obligations = self.obligations
             outputs = await asyncio.gather(*(
-                self._execute(plan, offered, call) if call.call_id not in held
-                else self._execute_approved(plan, progress, offered, call, held[call.call_id])
+                execute(plan, offered, call) if call.call_id not in held
+                else obligations.execute_approved(plan, progress, offered, call,
+                                                  held[call.call_id])
                 for call in calls
             ))
-            joined = await self._commit(plan, progress, functools.partial(
+            joined = await self.writer.commit(plan, progress, functools.partial(
                 self._write_results, plan=plan, progress=progress, outputs=outputs
             ))
             progress.open_calls = []
@@ -317,83 +327,7 @@ class TurnRunner(TurnObligations, TurnEnding):
         cfg = self.config
         return backoff(attempt, self._rng, base=cfg.retry_base, cap=cfg.retry_cap).total_seconds()
 
-    # -- tools --------------------------------------------------------------------------------
-
-    async def _execute(self, plan: TurnPlan, offered: Sequence[Tool], call: ToolCall) -> ToolOutput:
-        tool = next((t for t in offered if t.name == call.name), None)
-        if tool is None:
-            return ToolOutput(f"error: no tool named {call.name!r} is available", is_error=True)
-        context = ToolContext(plan.conversation_id, plan.run_id, call.call_id)
-        try:
-            result = await tool.handler(context, call.arguments)
-        except asyncio.CancelledError:
-            raise
-        except TidingsError as exc:
-            return ToolOutput(f"error ({exc.code}): {exc.message}", is_error=True)
-        except Exception as exc:
-            log.info("tool %s failed: %r", call.name, exc)
-            return ToolOutput(f"error: {type(exc).__name__}: {exc}", is_error=True)
-        output = result if isinstance(result, ToolOutput) else ToolOutput(str(result))
-        encoded = output.content.encode("utf-8", "replace")
-        if len(encoded) > TOOL_RESULT_LIMIT:
-            text = encoded[:TOOL_RESULT_LIMIT].decode("utf-8", "ignore")
-            cut = len(encoded) - len(text.encode("utf-8"))
-            output = replace(output, content=(
-                f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes: the last {cut:,} of "
-                f"{len(encoded):,} bytes of this result were cut]"))
-        return output
-
     # -- commits ------------------------------------------------------------------------------
-
-    async def _commit(
-        self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T]
-    ) -> T:
-        """Run ``write`` fenced by the slot; once durable, the pending inputs are written."""
-
-        def unit(tx: Tx) -> tuple[T, list[Message]]:
-            cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
-            cx.require_slot(plan.slot_token)
-            result = write(cx)
-            cx.save()
-            return result, cx.appended
-
-        submitted = asyncio.ensure_future(self.store.transact(unit, route=plan.conversation_id))
-        try:
-            result, appended = await asyncio.shield(submitted)
-        except asyncio.CancelledError:
-            # A stop cannot recall a submitted unit: learn whether it committed, so that the
-            # stopped turn's own commit builds on what is durable, then stop.
-            try:
-                _, appended = await submitted
-            except Exception:
-                pass  # it did not commit
-            else:
-                self._committed(plan, progress, appended)
-            raise
-        self._committed(plan, progress, appended)
-        return result
-
-    def _committed(self, plan: TurnPlan, progress: TurnProgress, appended: list[Message]) -> None:
-        self.history.extend(
-            plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
-        )
-        progress.pending = []
-        progress.trim_recorded = progress.trim_recorded or progress.trimmed is not None
-        progress.notice_written = progress.notice_written or plan.notice is not None
-
-    def _materialize_pending(
-        self, cx: ConversationTx, plan: TurnPlan, progress: TurnProgress
-    ) -> None:
-        """Write the inputs read so far, and the turn's own notice, once."""
-        # A unit may run more than once before it commits: it reads progress and leaves it
-        # alone; :meth:`_commit` records what became durable once it is.
-        for item in progress.pending:
-            queue.materialize(cx, item, plan.run_id)
-        if progress.trimmed is not None and not progress.trim_recorded:
-            cx.record_event("context_trimmed",
-                            {"run_public_id": plan.run_id, **progress.trimmed}, plan.run_id)
-        if plan.notice is not None and not progress.notice_written:
-            cx.append_user(plan.notice, run_id=plan.run_id, meta=dict(plan.notice_meta))
 
     def _write_calls(
         self,
@@ -404,7 +338,7 @@ class TurnRunner(TurnObligations, TurnEnding):
         calls: Sequence[ToolCall],
         held: Mapping[str, str],
     ) -> None:
-        self._materialize_pending(cx, plan, progress)
+        self.writer.materialize_pending(cx, plan, progress)
         cx.append_assistant(text, tool_calls=calls, run_id=plan.run_id,
                             meta={"model": progress.model})
         cx.record_event(
@@ -436,7 +370,7 @@ class TurnRunner(TurnObligations, TurnEnding):
     ) -> list[Message]:
         """The step's results, then -- the safe point -- the task notifications that are due
         and the steers (M3, T4). Returns the user-role messages that joined."""
-        outputs = [self._settle_delegation(cx, plan, progress, o) for o in outputs]
+        outputs = [self.obligations.settle_delegation(cx, plan, progress, o) for o in outputs]
         for call, output in zip(progress.open_calls, outputs, strict=True):
             cx.append_tool_result(
                 call.call_id, output.content, tool_name=call.name, run_id=plan.run_id,

@@ -1,0 +1,35 @@
+"""The runtime's configuration: every component's, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from tidings.approvals import ApprovalConfig
+from tidings.coordinator import CoordinatorConfig
+from tidings.mail.door import DoorConfig
+from tidings.outbox import OutboxConfig
+from tidings.results import ResultsConfig
+from tidings.turns.plan import TurnConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """Every component's configuration in one place."""
+
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    turns: TurnConfig = field(default_factory=TurnConfig)
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    door: DoorConfig = field(default_factory=DoorConfig)
+    results: ResultsConfig = field(default_factory=ResultsConfig)
+    results_sweep_interval: timedelta = timedelta(minutes=1)
+    approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
+    relay_kick: bool = True
+    """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
+    reply to the relay sweep (and waits for a reply notice it by polling)."""
+    relay_sweep: timedelta | None = timedelta(minutes=1)
+    """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
+    queue, a crash). None: only the pass at start runs on its own."""
+
+
+__all__ = ("RuntimeConfig",)

@@ -1,0 +1,155 @@
+"""Long-lived components, and the one task group the composition root runs them in.
+
+Each component has ``async run()`` -- it runs until it is shut down -- and an idempotent
+``async shutdown()``. :class:`Lifetime` starts every component's ``run()`` in one
+:class:`asyncio.TaskGroup` and, on shutdown, stops them one after the other in the order it
+was given: what is stopped first can still rely on what is stopped after it (running turns
+commit as stopped while the outbox still heartbeats; the outbox retires the instance last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+log = logging.getLogger("tidings.lifetime")
+
+
+class Component(Protocol):
+    """A part of the runtime with a lifetime of its own."""
+
+    @property
+    def name(self) -> str:
+        """The name of the task its ``run()`` runs in."""
+        ...
+
+    async def run(self) -> None:
+        """Work until :meth:`shutdown`."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop, and return once :meth:`run` has ended. Idempotent."""
+        ...
+
+
+class Loop:
+    """A component whose work is one coroutine (``serve``), cancelled at shutdown.
+
+    ``first`` runs at shutdown before the work is cancelled (an owner's close that lets the
+    work end well: turns commit as stopped), ``then`` after it has ended (what the work needed
+    to the last: the outbox retires its instance). Both run even when the work never started
+    (a runtime closed while locked). A ``run()`` that begins after shutdown returns at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        serve: Callable[[], Awaitable[None]] | None = None,
+        *,
+        first: Callable[[], Awaitable[None]] | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._name = name
+        self._serve = serve
+        self._first = first
+        self._then = then
+        self._task: asyncio.Task[object] | None = None
+        self._ended = asyncio.Event()
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def serve(self) -> None:
+        """The work; without ``serve`` it holds nothing but its place in the shutdown order."""
+        if self._serve is None:
+            await asyncio.Event().wait()
+        else:
+            await self._serve()
+
+    async def run(self) -> None:
+        if self._stopping:
+            return
+        self._task = asyncio.current_task()
+        try:
+            await self.serve()
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise  # cancelled from outside: not ours to swallow
+        finally:
+            self._ended.set()
+
+    async def shutdown(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._first is not None:
+            await self._first()
+        if self._task is not None:
+            self._task.cancel()
+            await self._ended.wait()
+        if self._then is not None:
+            await self._then()
+
+
+class Lifetime:
+    """The composition root's task group: every component's ``run()`` in one
+    :class:`asyncio.TaskGroup`, stopped in the order given."""
+
+    def __init__(self, components: Sequence[Component]) -> None:
+        self.components = tuple(components)
+        self._group: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start every component (once)."""
+        if self._group is None:
+            self._group = asyncio.create_task(self._run_all(), name="tidings-lifetime")
+
+    async def _run_all(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for component in self.components:
+                group.create_task(_guarded(component), name=component.name)
+
+    async def shutdown(self) -> None:
+        """Shut every component down, in order -- started or not. Idempotent."""
+        group, self._group = self._group, None
+        try:
+            for component in self.components:
+                await component.shutdown()
+        except BaseException:
+            if group is not None:  # a shutdown failed: what still runs is cancelled
+                group.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await group
+            raise
+        if group is not None:
+            await group  # every run() has ended: the group closes
+
+
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Wait until the first of ``waits`` is done; the others are cancelled and reaped."""
+    futures = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in futures:
+            future.cancel()
+        for future in futures:
+            with contextlib.suppress(asyncio.CancelledError):
+                await future
+
+
+async def _guarded(component: Component) -> None:
+    # One component's failure is logged and ends that component alone, as a separate task's
+    # failure would: the rest of the runtime keeps running.
+    try:
+        await component.run()
+    except Exception:
+        log.exception("%s ended on an error", component.name)
+
+
+__all__ = ("Component", "Lifetime", "Loop", "first_of")

@@ -1,0 +1,97 @@
+"""S9: the runtime's components run in one task group and stop in order -- what stops first
+(running turns) can rely on what stops last (the outbox retiring the instance). No database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from tests.waiting import eventually
+from tidings.lifetime import Lifetime, Loop, first_of
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def loop(self, name: str, *, fail: bool = False) -> Loop:
+        async def serve() -> None:
+            self.log.append(f"{name} runs")
+            if fail:
+                raise RuntimeError(f"{name} broke")
+            await asyncio.Event().wait()
+
+        async def first() -> None:
+            self.log.append(f"{name} closes")
+
+        async def then() -> None:
+            self.log.append(f"{name} closed")
+
+        return Loop(name, serve, first=first, then=then)
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, what=what)
+
+
+async def test_s9_components_stop_in_order_and_a_second_shutdown_does_nothing() -> None:
+    recorder = Recorder()
+    lifetime = Lifetime([recorder.loop("turns"), recorder.loop("outbox")])
+    lifetime.start()
+    await wait_for(lambda: len(recorder.log) == 2, "both running")
+    assert sorted(recorder.log) == ["outbox runs", "turns runs"]
+    recorder.log.clear()
+    await lifetime.shutdown()
+    assert recorder.log == ["turns closes", "turns closed", "outbox closes", "outbox closed"]
+    await lifetime.shutdown()
+    assert len(recorder.log) == 4
+    assert all(task.get_name() != "turns" for task in asyncio.all_tasks())
+
+
+async def test_s9_a_runtime_never_started_still_closes_each_component_once() -> None:
+    recorder = Recorder()
+    turns, outbox = recorder.loop("turns"), recorder.loop("outbox")
+    await Lifetime([turns, outbox]).shutdown()
+    assert recorder.log == ["turns closes", "turns closed", "outbox closes", "outbox closed"]
+    await turns.run()  # shut down before it ran: it never runs
+    assert "turns runs" not in recorder.log
+
+
+async def test_s9_one_component_failing_leaves_the_others_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = Recorder()
+    lifetime = Lifetime([recorder.loop("sweep", fail=True), recorder.loop("outbox")])
+    with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
+        lifetime.start()
+        await wait_for(lambda: "sweep broke" in caplog.text, "the failure logged")
+    outbox = next(t for t in asyncio.all_tasks() if t.get_name() == "outbox")
+    assert not outbox.done()
+    await lifetime.shutdown()
+    assert outbox.done()
+    assert recorder.log[-2:] == ["outbox closes", "outbox closed"]
+
+
+async def test_l5_first_of_returns_with_the_first_wait_and_reaps_the_other() -> None:
+    """What settle waits on: the conversation idle, or a turn held for a person."""
+    done = asyncio.Event()
+    reaped: list[str] = []
+
+    async def idle() -> None:
+        await done.wait()
+
+    async def held() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            reaped.append("held")
+
+    done.set()
+    await first_of(idle(), held())
+    assert reaped == ["held"]
