@@ -168,6 +168,10 @@ class ConversationTx:
     # -- the transcript -----------------------------------------------------------------------
 
     def _insert(self, role: str, content: str, **fields: Any) -> int:
+        # Model and tool text may carry NUL (a process printing '\0'), which PostgreSQL's text
+        # cannot hold: it is written as U+FFFD on both backends, so such a turn commits like
+        # any other instead of failing its write.
+        content = content.replace("\x00", "\ufffd")
         seq = int(self.row["last_message_seq"]) + 1
         params: dict[str, Any] = {
             "conversation_id": self.conversation_id,

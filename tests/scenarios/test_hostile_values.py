@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import RuntimeFactory
-from tidings import InvalidInputError, Profile, ScriptedModel, StoreError, TidingsError
+from tidings import InvalidInputError, Profile, Rule, ScriptedModel, StoreError, TidingsError
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
+from tidings.types import RunStatus
 
 OWNER = "alice"
 Call = Callable[[Runtime, str, str], Awaitable[Any]]
@@ -92,3 +93,26 @@ async def test_h4_the_python_api_looks_up_a_nul_id_without_a_store_error(
     assert not isinstance(caught.value, StoreError)
     assert caught.value.code.startswith("unknown_") or caught.value.code == "invalid_input"
     assert await _seen(rt, conv) == before
+
+
+async def test_h4_a_tool_output_with_nul_commits_its_turn_on_both_backends(
+    runtimes: RuntimeFactory,
+) -> None:
+    """A foreground process printing NUL: the turn completes, its tool result keeps the text
+    around the NUL (shown as U+FFFD), the same on both backends -- never a run stuck running."""
+    model = ScriptedModel([
+        Rule({"text_contains": "print"}, {"tool_calls": [
+            {"name": "shell", "arguments": {"command": "printf 'a\\000b'"}}]}),
+        Rule({"tool_result": "shell"}, {"text": "Printed."}),
+    ])
+    rt = await runtimes(models=[model])
+    conv = (await rt.create_conversation(OWNER, Profile(model="scripted", tools=("shell",)))
+            ).conversation_id
+    await rt.post(conv, "print it", owner=OWNER)
+    await rt.settle(conv)
+    [run] = await rt.runs(conv)
+    assert run.status is RunStatus.COMPLETED
+    messages = await rt.transcript(conv)
+    [result] = [m for m in messages if m.role == "tool"]
+    assert "a\ufffdb" in result.content
+    assert messages[-1].content == "Printed."
