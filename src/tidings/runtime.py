@@ -43,6 +43,7 @@ from tidings.policy import check_id, check_position
 from tidings.results import MasterKey, MasterKeyError, ResultPage, ResultRef, Results
 from tidings.store import Store, open_store
 from tidings.sweeps import RelaySweep, SlowSweep, Takeover
+from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
@@ -132,7 +133,8 @@ class Runtime:
             instance=self.instance, door=self.door,
         )
         self.stops = StopCascade(
-            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner)
+            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner),
+            journal.cancel_run,
         )
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
                                  clock=self.clock,
