@@ -29,8 +29,9 @@ from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
 from tidings.errors import InvalidInputError
 from tidings.instances import Instance
+from tidings.keyring import Keyring
 from tidings.lifecycle import RestartRequest, accept_restart
-from tidings.lifetime import Lifetime, Loop, first_of
+from tidings.lifetime import Lifetime, Loop
 from tidings.locking import mutation
 from tidings.mail import relay
 from tidings.mail.door import Door
@@ -40,9 +41,11 @@ from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox
 from tidings.policy import check_id, check_position
-from tidings.results import MasterKey, MasterKeyError, ResultPage, ResultRef, Results
+from tidings.results import MasterKey, ResultPage, ResultRef, Results
+from tidings.settling import settle
 from tidings.store import Store, open_store
 from tidings.sweeps import RelaySweep, SlowSweep, Takeover
+from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
@@ -65,7 +68,6 @@ from tidings.types import (
     QueueStats,
     Run,
     RunId,
-    RunStatus,
     StartKind,
 )
 
@@ -96,18 +98,13 @@ class Runtime:
         self.outbox = Outbox(store, instance=self.instance)
         self.conversations = Conversations(store, self.clock)
         self.door = Door(store, self.clock, config.door)
-        if master_key is None:
-            with contextlib.suppress(MasterKeyError):
-                master_key = MasterKey.from_environment()
-        self._results = (
-            None if master_key is None else Results(store, self.clock, master_key, config.results)
-        )
+        self.keyring = Keyring(store, self.clock, config.results, master_key)
         # Every start goes through the coordinator (C2), made last: what needs it is given a
         # way to reach it, not the coordinator itself.
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
-            results=lambda: self._results, metrics=self.metrics,
+            results=self.keyring.known, metrics=self.metrics,
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
             ),
@@ -132,7 +129,8 @@ class Runtime:
             instance=self.instance, door=self.door,
         )
         self.stops = StopCascade(
-            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner)
+            self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner),
+            journal.cancel_run,
         )
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
                                  clock=self.clock,
@@ -140,7 +138,7 @@ class Runtime:
                                  relay=self.relay)
         register_builtins(
             self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
-            results=lambda: self._results, restart=self.request_restart, relay=self.relay,
+            results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
         )
         self.lifetime = Lifetime((  # stopped in this order
@@ -149,7 +147,7 @@ class Runtime:
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
-                      results=lambda: self._results),
+                      results=self.keyring.known),
             Loop("tidings-outbox", lambda: self.instance.run(self.outbox.sweep),
                  then=self.instance.close),
         ))
@@ -187,11 +185,7 @@ class Runtime:
     @property
     def results(self) -> Results:
         """Result envelopes; they need the master key (``master_key=`` or the environment)."""
-        if self._results is None:
-            self._results = Results(
-                self.store, self.clock, MasterKey.from_environment(), self.config.results
-            )
-        return self._results
+        return self.keyring.results()
 
     @property
     def instance_id(self) -> str:
@@ -210,7 +204,7 @@ class Runtime:
         """Give a locked runtime its master key; it then boots fully. Idempotent."""
         if not self.locked or self._closed:
             return
-        self._results = Results(self.store, self.clock, master_key, self.config.results)
+        self.keyring.unlock(master_key)
         self.locked = False
         await self._boot()
 
@@ -486,23 +480,17 @@ class Runtime:
             raise InvalidInputError(f"{what} are for operators")
 
     async def settle(self, conversation_id: str) -> list[Run]:
-        """Wait until this process has nothing pending or running for the conversation, or
-        until what runs there waits for a person: a turn holding on a call that needs
-        approval ends the wait too (L5). Returns the runs that are ``awaiting_approval`` then
-        (empty when the conversation settled).
+        """Wait until the conversation is settled (see :mod:`tidings.settling`): nothing
+        pending or running here, or what runs there waits for a person. Returns the runs that
+        are ``awaiting_approval`` then (empty when the conversation settled).
 
         A locked runtime runs nothing, so there is nothing to wait for: it returns at once
         (and starts nothing, L1).
         """
         if self.locked:
             return []
-        if not self.approvals.holding(conversation_id):
-            await first_of(self.coordinator.idle(conversation_id),
-                           self.approvals.held(conversation_id))
-            if not self.approvals.holding(conversation_id):
-                return []
-        return [r for r in await self.runs(conversation_id)
-                if r.status is RunStatus.AWAITING_APPROVAL]
+        return await settle(conversation_id, coordinator=self.coordinator,
+                            approvals=self.approvals, conversations=self.conversations)
 
 
 __all__ = ("Runtime", "RuntimeConfig")

@@ -24,10 +24,17 @@ from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import PairingViolationError, SlotLostError, UnknownConversationError
-from tidings.models.base import ToolCall
 from tidings.records import conversation_from_row, encode_profile, message_from_row
 from tidings.store import Row, Tx
-from tidings.types import Conversation, ConversationId, Input, Message, Origin, new_id
+from tidings.types import (
+    Conversation,
+    ConversationId,
+    Input,
+    Message,
+    Origin,
+    ToolCall,
+    new_id,
+)
 
 
 def _json(value: Any) -> str:

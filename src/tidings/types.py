@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NewType
@@ -385,3 +386,26 @@ class Event:
     run_id: RunId | None
     data: dict[str, Any]
     at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for; ``call_id`` pairs it with its result.
+
+    Shared by the model protocol (which returns it) and the transcript (which keeps it), so it
+    lives here, below both."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling a tool: the conversation, the run, and the call id the model gave.
+
+    Shared by the tool registry and the background tasks a tool starts, so it lives here."""
+
+    conversation_id: ConversationId
+    run_id: RunId
+    call_id: str

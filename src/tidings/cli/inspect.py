@@ -1,7 +1,8 @@
 """``tidings status`` and ``tidings dead-letters``: read a database directly.
 
-Read only: no instance is registered and nothing is reconciled. What is shown comes through the
-store's read API (:mod:`tidings.store.status`) and the outbox's reads, never a query of its own.
+Read only: no instance is registered and nothing is reconciled. What is shown comes through
+:mod:`tidings.inspection` (the store's read API and the outbox's reads), never a query of its
+own and never the store itself.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ from rich.table import Table
 from tidings.cli.app import console, main, redact
 from tidings.cli.app import run as run_async
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
-from tidings.outbox import Outbox, OutboxConfig
-from tidings.records import run_status
-from tidings.store import Store, open_store
-from tidings.store.status import read_status
+from tidings.inspection import Inspection, shown_status
 from tidings.types import QueueStats, RunStatus
 
 
@@ -29,18 +26,6 @@ def _check_database(database: str) -> None:
     path = database.removeprefix("sqlite:///") if database.startswith("sqlite://") else database
     if path and not Path(path).is_file():
         raise click.ClickException(f"invalid_input: no database at {path}")
-
-
-async def _open_for_reading(database: str, conversation: str | None) -> Store:
-    """Open the store (no instance is registered) and check that the conversation exists."""
-    store = await open_store(database)
-    if conversation is not None:
-        try:
-            await Conversations(store, SystemClock()).get(conversation)
-        except BaseException:
-            await store.close()
-            raise
-    return store
 
 
 def _age(us: int | None, now_us: int) -> str:
@@ -82,14 +67,9 @@ def status(database: str, conversation: str | None) -> None:
     _check_database(database)
 
     async def run() -> None:
-        store = await _open_for_reading(database, conversation)
-        try:
-            outbox = Outbox(store)  # never started: it registers nothing, reconciles nothing
-            stats = await outbox.stats(conversation)
-            timeout_us = int(OutboxConfig().instance_timeout.total_seconds() * 1e6)
-            report = await read_status(store, conversation)
-        finally:
-            await store.close()
+        async with await Inspection.open(database, conversation) as inspection:
+            seen = await inspection.status(conversation)
+        stats, report, timeout_us = seen.stats, seen.report, seen.instance_timeout_us
         now = SystemClock().now_us()
         _print(_stats_table("signals", [stats]))
 
@@ -113,7 +93,7 @@ def status(database: str, conversation: str | None) -> None:
 
         table = _table("open runs", "conversation", "run", "status", "trigger", "age")
         for r in report.open_runs:
-            shown = run_status(r.status, awaiting_approval=r.awaiting_approval)
+            shown = shown_status(r)
             label = shown.value + (" (see its approvals)"
                                    if shown is RunStatus.AWAITING_APPROVAL else "")
             table.add_row(r.conversation_id, r.run_id, label, r.trigger.value,
@@ -136,11 +116,8 @@ def dead_letters(database: str, conversation: str | None, limit: int) -> None:
     _check_database(database)
 
     async def run() -> None:
-        store = await _open_for_reading(database, conversation)
-        try:
-            letters = await Outbox(store).dead_letters(conversation, limit=limit)
-        finally:
-            await store.close()
+        async with await Inspection.open(database, conversation) as inspection:
+            letters = await inspection.dead_letters(conversation, limit=limit)
         table = _table(f"dead letters ({len(letters)})", "delivery", "event", "conversation",
                        "type", "attempts", "code", "dead since")
         now = SystemClock().now_us()

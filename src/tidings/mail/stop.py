@@ -22,12 +22,17 @@ from tidings.conversations import Conversations
 from tidings.errors import UnknownConversationError, UnknownRunError, UnknownTaskError
 from tidings.mail import queue, relay
 from tidings.mail.relay import Cancelled
-from tidings.tasks import journal
 from tidings.transcript import ConversationTx
 from tidings.types import RunId, RunStatus
 
 StopRunning = Callable[[str, str | None], Awaitable[list[RunId]]]
 """Stops what runs in a conversation (``conversation_id, owner``); returns the runs stopped."""
+
+CancelTasks = Callable[[ConversationTx, str], None]
+"""Cancels the undelivered notifications of a run's tasks, in the unit that holds the lock.
+
+Passed in (the runtime gives ``tasks.journal.cancel_run``) because tasks deliver through the
+mail: the mail does not import them back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +45,14 @@ class SourceStopped:
     """The run, or a supplementary reply to it, was running: its turn must be stopped too."""
 
 
-def stop_source(cx: ConversationTx, run_id: str) -> SourceStopped:
+def stop_source(cx: ConversationTx, run_id: str, cancel_tasks: CancelTasks) -> SourceStopped:
     """Stop ``run_id`` as a source, in the unit that holds its conversation's lock."""
     row = cx.tx.one("get_run", run_id=run_id)
     if row is None or row["conversation_id"] != cx.conversation_id:
         raise UnknownRunError(run_id)
     cancelled = queue.cancel_supplementary(cx, run_id)  # its tasks' unread notices too
     requests = relay.cancel_run(cx, run_id)
-    journal.cancel_run(cx, run_id)
+    cancel_tasks(cx, run_id)
     # A supplementary reply to this source that has started is not delivered (M14).
     answering = relay.started_reply_to(cx, run_id)
     cx.record_event("run_stopped", {
@@ -73,6 +78,7 @@ class StopCascade:
 
     conversations: Conversations
     stop_running: StopRunning
+    cancel_tasks: CancelTasks
 
     async def stop(self, conversation_id: str, *, owner: str | None) -> list[RunId]:
         """A person's stop of the running turn: it is stopped as a source is (in cascade)."""
@@ -89,9 +95,8 @@ class StopCascade:
         """Stop one source and everything below it; returns the cancelled input ids and every
         request cancelled on the way."""
         seen.add(run_id)
-        stopped = await self.conversations.change(
-            conversation_id, functools.partial(stop_source, run_id=run_id), owner=owner
-        )
+        unit = functools.partial(stop_source, run_id=run_id, cancel_tasks=self.cancel_tasks)
+        stopped = await self.conversations.change(conversation_id, unit, owner=owner)
         if stopped.running and stopping:
             await self.stop_running(conversation_id, owner)
         requests = stopped.cancelled_requests
@@ -126,4 +131,7 @@ class StopCascade:
         return below
 
 
-__all__ = ("SourceStopped", "StopCascade", "StopRunning", "cancel_child_request", "stop_source")
+__all__ = (
+    "CancelTasks", "SourceStopped", "StopCascade", "StopRunning", "cancel_child_request",
+    "stop_source",
+)

@@ -23,15 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 # The protocol's errors live in tidings.errors; re-exported (``as``) for callers of this module.
 from tidings.errors import ModelError as ModelError
 from tidings.errors import ModelErrorKind as ModelErrorKind
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One tool call the model asked for; ``call_id`` pairs it with its result."""
-
-    call_id: str
-    name: str
-    arguments: Mapping[str, Any]
+from tidings.types import ToolCall as ToolCall
 
 
 @dataclass(frozen=True, slots=True)

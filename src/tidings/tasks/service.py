@@ -49,9 +49,8 @@ from tidings.tasks.supervisor import (
     kill_left_behind,
     process_identity,
 )
-from tidings.tools.registry import ToolContext
 from tidings.transcript import ConversationTx
-from tidings.types import ConversationId
+from tidings.types import ConversationId, ToolContext
 
 log = logging.getLogger("tidings.tasks")
 

@@ -15,22 +15,13 @@ from typing import Any
 
 from tidings.errors import InvalidInputError
 from tidings.models.base import ToolSpec
-from tidings.types import ConversationId, RunId
+from tidings.types import ToolContext as ToolContext
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 TOOL_RESULT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
 says where and how much. Tools that page (results, task output) size their pages to fit."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Who is calling: the conversation, the run, and the call id the model gave."""
-
-    conversation_id: ConversationId
-    run_id: RunId
-    call_id: str
 
 
 @dataclass(frozen=True, slots=True)
