@@ -18,7 +18,7 @@ import asyncio
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -59,22 +59,18 @@ def load_migrations(dialect: str) -> list[Migration]:
     return found
 
 
-_INT64 = range(-(2**63), 2**63)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def bound_values(params: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """Each parameter's values (a list's items one by one), with the parameter's name."""
-    for name, value in params.items():
-        for item in value if isinstance(value, list | tuple) else (value,):
-            yield name, item
-
-
-def check_integers(params: dict[str, Any]) -> None:
-    """Refuse integers outside the signed 64-bit range: neither backend holds them (SQLite's
-    driver overflows; PostgreSQL's bigint is out of range, or compares them as numeric)."""
-    for name, item in bound_values(params):
-        if isinstance(item, int) and item not in _INT64:
+def _check_value(name: str, value: Any, refuse_nul: bool) -> None:
+    """Refuse a value the database cannot hold: an integer outside the signed 64-bit range
+    (SQLite's driver overflows; PostgreSQL's bigint is out of range, or compares it as
+    numeric), and, where ``refuse_nul``, text holding NUL (PostgreSQL's text cannot)."""
+    if isinstance(value, int):
+        if not _INT64_MIN <= value <= _INT64_MAX:
             raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
+    elif refuse_nul and isinstance(value, str) and "\x00" in value:
+        raise InvalidInputError(f"{name} must not contain NUL characters")
 
 
 class Tx(ABC):
@@ -153,15 +149,38 @@ class Tx(ABC):
         """Run one statement of a migration file (no parameters)."""
         self._run(statement, {})
 
+    refuses_nul = False
+    """Whether this dialect's text cannot hold NUL (PostgreSQL's cannot; SQLite's can)."""
+
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
         """Adapt parameters to the driver once per query (the dict is the caller's own).
 
         A value the database cannot hold is refused first, as the caller's bad input
         (:class:`InvalidInputError`): never a database error (a 503) or a driver's crash (a
-        500). A dialect refuses what only it cannot hold.
+        500). One pass over the values: this runs for every statement of every unit.
         """
-        check_integers(params)
+        refuse_nul = self.refuses_nul
+        for name, value in params.items():
+            cls = value.__class__
+            if cls is str:
+                if refuse_nul and "\x00" in value:
+                    raise InvalidInputError(f"{name} must not contain NUL characters")
+            elif cls is int:
+                if not _INT64_MIN <= value <= _INT64_MAX:
+                    raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
+            elif value is None or cls is float or cls is bytes:
+                continue
+            elif cls is list or cls is tuple:
+                for item in value:
+                    _check_value(name, item, refuse_nul)
+                params[name] = self._adapt_list(value)
+            else:
+                _check_value(name, value, refuse_nul)  # enums, bools and other subclasses
         return params
+
+    def _adapt_list(self, value: list[Any] | tuple[Any, ...]) -> Any:
+        """A list parameter as the driver takes it (checked already)."""
+        return value
 
     @abstractmethod
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]: ...

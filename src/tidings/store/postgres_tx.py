@@ -23,11 +23,10 @@ from tidings.errors import (
     DatabaseBusyError,
     DiskFullError,
     IntegrityViolationError,
-    InvalidInputError,
     ReadOnlyDatabaseError,
     StoreError,
 )
-from tidings.store.base import Query, Row, Tx, bound_values
+from tidings.store.base import Query, Row, Tx
 
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 RETRIES = 3
@@ -84,6 +83,8 @@ class PostgresTx(Tx):
     together, in one pipeline (one round trip), before the next statement that needs an
     answer or at the end of the unit."""
 
+    refuses_nul = True  # PostgreSQL's text cannot hold NUL: refused as bad input, not a 503
+
     def __init__(
         self, queries: dict[str, Query], conn: psycopg.Connection[Row], *, binary: bool = False
     ) -> None:
@@ -97,14 +98,6 @@ class PostgresTx(Tx):
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
-
-    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        # PostgreSQL's text cannot hold NUL (SQLite's can): refused as bad input, before the
-        # driver refuses it as a database error.
-        for name, item in bound_values(super()._bind(params)):
-            if isinstance(item, str) and "\x00" in item:
-                raise InvalidInputError(f"{name} must not contain NUL characters")
-        return params
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         self.flush()

@@ -73,13 +73,9 @@ class SqliteTx(Tx):
         super().__init__(queries)
         self._conn = conn
 
-    def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        super()._bind(params)
+    def _adapt_list(self, value: list[Any] | tuple[Any, ...]) -> Any:
         # Lists travel as JSON text and are opened in SQL with json_each().
-        for key, value in params.items():
-            if isinstance(value, list | tuple):
-                params[key] = json.dumps(list(value))
-        return params
+        return json.dumps(list(value))
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         cursor = self._conn.execute(statement, params)
