@@ -85,6 +85,11 @@ class Span:
         self._token: Any = None
         self._ended = False
 
+    @property
+    def traced(self) -> bool:
+        """False for :data:`NO_SPAN`: callers can skip building what they would record."""
+        return self._span is not None
+
     def set(self, attributes: Attributes) -> None:
         """Set these attributes (``None`` values are skipped)."""
         if self._span is None:

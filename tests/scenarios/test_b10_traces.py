@@ -414,3 +414,25 @@ async def test_b10_task_lost_with_its_runtime_gets_a_root_span_after_restart(
         })
         assert task.status.status_code is StatusCode.ERROR
         await settled_runs(rt, started["conversation_id"], 2)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
+
+
+async def test_b10_the_console_example_of_the_docs_prints_the_spans_of_a_turn(
+    backend: Backend, tmp_path: Path
+) -> None:
+    text = DOCS.read_text("utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'tidings.open("sqlite:///agent.db"' in example
+    example = example.replace("sqlite:///agent.db", backend.url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", example, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    printed = out.decode()
+    for name in ("tidings.turn", "chat scripted"):
+        assert f'"name": "{name}"' in printed, printed
+    assert '"service.name": "my-agent"' in printed

@@ -96,15 +96,20 @@ def _task_span(
 
 
 def _task_ended(span: Span, outcome: ProcessOutcome) -> None:
-    """How the process ended; anything but a zero exit is the task's failure."""
+    """How the process ended; anything but a zero exit is the task's failure. The command is
+    not told (a task's reason for not starting names it)."""
+    if not span.traced:
+        return
     span.set({
         "tidings.task.state": _STATES[outcome.state].value,
         "process.pid": outcome.pid,
         "process.exit.code": outcome.exit_code,
         "tidings.task.signal": outcome.signal_name,
     })
-    if not outcome.succeeded:
-        span.fail(outcome.reason or f"{outcome.state.value}, exit code {outcome.exit_code}",
+    if outcome.state is ProcessState.FAILED:
+        span.fail("the process could not start", error_type=outcome.state.value)
+    elif not outcome.succeeded:
+        span.fail(outcome.reason or f"exit code {outcome.exit_code}",
                   error_type=outcome.state.value)
     span.end()
 

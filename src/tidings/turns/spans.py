@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
 from tidings.tools.registry import ToolOutput
-from tidings.tracing import CONVERSATION_ID, RUN_ID, Span, SpanScope, Tracing
+from tidings.tracing import CONVERSATION_ID, NO_SCOPE, RUN_ID, Span, SpanScope, Tracing
 from tidings.turns.plan import TurnPlan
 from tidings.types import Run, RunStatus
 
@@ -20,6 +20,8 @@ _FAILED = (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)
 
 def turn(tracing: Tracing, plan: TurnPlan) -> SpanScope:
     """The span of one turn, current while it runs."""
+    if not tracing.enabled:
+        return NO_SCOPE
     return tracing.span("tidings.turn", {
         CONVERSATION_ID: plan.conversation_id,
         RUN_ID: plan.run_id,
@@ -30,6 +32,8 @@ def turn(tracing: Tracing, plan: TurnPlan) -> SpanScope:
 
 def turn_ended(span: Span, run: Run) -> None:
     """The run's final status; a failed run (or one that needs attention) is an error."""
+    if not span.traced:
+        return
     span.set({"tidings.run.status": run.status.value, "tidings.run.steps": run.steps,
               "tidings.run.failure_code": run.failure_code, "tidings.run.model": run.model})
     if run.status in _FAILED:
@@ -40,6 +44,8 @@ def model_call(
     tracing: Tracing, parent: Span, request: ModelRequest, *, model: str, attempt: int
 ) -> SpanScope:
     """The span of one call of ``model`` (each attempt is one), a child of its turn."""
+    if not tracing.enabled:
+        return NO_SCOPE
     return tracing.span(f"chat {model}", {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
@@ -49,6 +55,8 @@ def model_call(
 
 
 def model_replied(span: Span, reply: ModelReply) -> None:
+    if not span.traced:
+        return
     span.set({
         "gen_ai.response.model": reply.model or None,
         "gen_ai.response.finish_reasons": (
@@ -62,6 +70,8 @@ def model_replied(span: Span, reply: ModelReply) -> None:
 
 def tool_call(tracing: Tracing, plan: TurnPlan, call: ToolCall) -> SpanScope:
     """The span of one tool call, current while the tool runs (what it starts is its child)."""
+    if not tracing.enabled:
+        return NO_SCOPE
     return tracing.span(f"execute_tool {call.name}", {
         CONVERSATION_ID: plan.conversation_id,
         RUN_ID: plan.run_id,
@@ -72,7 +82,10 @@ def tool_call(tracing: Tracing, plan: TurnPlan, call: ToolCall) -> SpanScope:
 
 
 def tool_ended(span: Span, output: ToolOutput) -> None:
-    """A result the model reads as an error is the tool call's failure."""
+    """A result the model reads as an error is the tool call's failure (its first
+    characters are the span's description)."""
+    if not span.traced:
+        return
     task_key = output.meta.get("task_key")
     span.set({"tidings.task_key": task_key if isinstance(task_key, str) else None})
     if output.is_error:
