@@ -10,6 +10,7 @@ from tidings.coordinator import CoordinatorConfig
 from tidings.mail.door import DoorConfig
 from tidings.outbox import OutboxConfig
 from tidings.results import ResultsConfig
+from tidings.tracing import TracerSource
 from tidings.turns.plan import TurnConfig
 
 
@@ -30,6 +31,9 @@ class RuntimeConfig:
     relay_sweep: timedelta | None = timedelta(minutes=1)
     """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
     queue, a crash). None: only the pass at start runs on its own."""
+    tracer_provider: TracerSource | None = None
+    """The OpenTelemetry ``TracerProvider`` tidings' spans come from; None: the global one.
+    Without the ``otel`` extra there are no spans either way."""
 
 
 __all__ = ("RuntimeConfig",)

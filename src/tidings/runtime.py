@@ -51,6 +51,7 @@ from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
 from tidings.tools.registry import Tool, ToolRegistry
+from tidings.tracing import Tracing
 from tidings.turns.retry import retry as retry_unit
 from tidings.turns.runner import TurnRunner
 from tidings.types import (
@@ -91,6 +92,7 @@ class Runtime:
         )
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
+        self.tracing = Tracing(config.tracer_provider)
         self.instance = Instance(
             store, clock=self.clock, config=config.outbox,
             on_gone=lambda report: self.takeover.instances_gone(report),
@@ -104,7 +106,7 @@ class Runtime:
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
-            results=self.keyring.known, metrics=self.metrics,
+            results=self.keyring.known, metrics=self.metrics, tracing=self.tracing,
             start_with=lambda conversation_id, write: self.coordinator.start_with(
                 conversation_id, StartKind.WAKE, write, record=False
             ),
@@ -122,7 +124,7 @@ class Runtime:
             store, self.outbox, self.models, self.tools, self.clock, config.turns,
             tasks=self.tasks, children=self.relay, approvals=self.approvals,
             on_child_reply=self.relay.kick if config.relay_kick else None,
-            metrics=self.metrics, door=self.door,
+            metrics=self.metrics, door=self.door, tracing=self.tracing,
         )
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, config.coordinator,

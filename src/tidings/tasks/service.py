@@ -49,6 +49,7 @@ from tidings.tasks.supervisor import (
     kill_left_behind,
     process_identity,
 )
+from tidings.tracing import CONVERSATION_ID, RUN_ID, Span, Tracing
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, ToolContext
 
@@ -78,6 +79,41 @@ def _worth_retrying(exc: StoreError) -> bool:
     return not isinstance(exc, IntegrityViolationError | CorruptDatabaseError)
 
 
+def _task_span(
+    tracing: Tracing, conversation_id: str, run_id: str | None, task_key: str, *,
+    call_id: str | None, lifetime: str, start_time_us: int | None = None,
+) -> Span:
+    """A background task's span. Started inside the tool call that starts the task, it is that
+    call's child: in the trace of the turn, though it may end long after the turn did. The
+    parent is held in memory only; a task found lost after a restart gets a root span."""
+    return tracing.start("tidings.task", {
+        CONVERSATION_ID: conversation_id,
+        RUN_ID: run_id,
+        "tidings.task_key": task_key,
+        "tidings.task.lifetime": lifetime,
+        "gen_ai.tool.call.id": call_id,
+    }, root=start_time_us is not None, start_time_us=start_time_us)
+
+
+def _task_ended(span: Span, outcome: ProcessOutcome) -> None:
+    """How the process ended; anything but a zero exit is the task's failure. The command is
+    not told (a task's reason for not starting names it)."""
+    if not span.traced:
+        return
+    span.set({
+        "tidings.task.state": _STATES[outcome.state].value,
+        "process.pid": outcome.pid,
+        "process.exit.code": outcome.exit_code,
+        "tidings.task.signal": outcome.signal_name,
+    })
+    if outcome.state is ProcessState.FAILED:
+        span.fail("the process could not start", error_type=outcome.state.value)
+    elif not outcome.succeeded:
+        span.fail(outcome.reason or f"exit code {outcome.exit_code}",
+                  error_type=outcome.state.value)
+    span.end()
+
+
 @dataclass(frozen=True, slots=True)
 class StartedTask:
     task_key: str
@@ -100,8 +136,11 @@ class BackgroundTasks:
         end_retry_base: timedelta = END_RETRY_BASE,
         end_retry_cap: timedelta = END_RETRY_CAP,
         rng: random.Random | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing or Tracing()
+        """A span per task, from its process's start to its end (see :func:`_task_span`)."""
         self._end_retry_base = end_retry_base
         self._end_retry_cap = end_retry_cap
         self._rng = rng or random.Random()
@@ -150,8 +189,11 @@ class BackgroundTasks:
 
         await self.store.transact(record, route=conversation_id)
         self._journalled[task_key] = asyncio.get_running_loop().create_future()
+        span = _task_span(self.tracing, context.conversation_id, context.run_id, task_key,
+                          call_id=context.call_id, lifetime=lifetime)
 
         async def ended(outcome: ProcessOutcome) -> None:
+            _task_ended(span, outcome)
             try:
                 await self._ended(conversation_id, task_key, outcome)
             finally:
@@ -159,7 +201,12 @@ class BackgroundTasks:
                 if done is not None and not done.done():
                     done.set_result(None)
 
-        running = await self.supervisor.start(spec, task_key=task_key, on_exit=ended)
+        try:
+            running = await self.supervisor.start(spec, task_key=task_key, on_exit=ended)
+        except BaseException as exc:
+            span.record(exc)
+            span.end()
+            raise
         if running.pid is not None and running.outcome is None:
             pid, identity = running.pid, process_identity(running.pid)
 
@@ -331,10 +378,16 @@ class BackgroundTasks:
             ):
                 log.info("killed the process left behind by task %s", task_key)
 
-            def lose(cx: ConversationTx, task_key: str = task_key) -> bool:
+            lost: list[journal.TaskRecord] = []
+
+            def lose(
+                cx: ConversationTx, task_key: str = task_key,
+                lost: list[journal.TaskRecord] = lost,
+            ) -> bool:
                 task = journal.get(cx, task_key)
                 if task is None or task.state is not TaskState.RUNNING:
                     return False
+                lost.append(task)
                 # A turn-lifetime task's turn is over: its notification goes to the
                 # conversation.
                 task = journal.hand_off(cx, task)
@@ -343,4 +396,15 @@ class BackgroundTasks:
 
             if await self._start_with(conversation_id, lose):
                 marked += 1
+                self._lost_span(lost[-1])
         return marked
+
+    def _lost_span(self, task: journal.TaskRecord) -> None:
+        """The span of a task found lost: the span its gone runtime started went with it, so
+        this one is a root, from the task's start to now, with the same attributes."""
+        span = _task_span(self.tracing, task.conversation_id, task.run_id, task.task_key,
+                          call_id=task.call_id, lifetime=task.lifetime,
+                          start_time_us=task.started_at_us)
+        span.set({"tidings.task.state": TaskState.LOST.value})
+        span.fail("the runtime that ran it is gone: its outcome is unknown", error_type="lost")
+        span.end()

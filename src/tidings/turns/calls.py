@@ -10,14 +10,26 @@ from dataclasses import replace
 from tidings.errors import TidingsError
 from tidings.models.base import ToolCall
 from tidings.tools.registry import TOOL_RESULT_LIMIT, Tool, ToolContext, ToolOutput
+from tidings.tracing import Tracing
+from tidings.turns import spans
 from tidings.turns.plan import TurnPlan
 
 log = logging.getLogger("tidings.turns")
 
 
-async def execute(plan: TurnPlan, offered: Sequence[Tool], call: ToolCall) -> ToolOutput:
+async def execute(
+    plan: TurnPlan, offered: Sequence[Tool], call: ToolCall, tracing: Tracing
+) -> ToolOutput:
     """Run ``call`` on the tool offered under its name; an error, or a result past
-    ``TOOL_RESULT_LIMIT`` bytes (cut, and said so), is what the model reads."""
+    ``TOOL_RESULT_LIMIT`` bytes (cut, and said so), is what the model reads. The call is a
+    span, current while the tool runs: what the tool starts (a background task) is its child."""
+    with spans.tool_call(tracing, plan, call) as span:
+        output = await _run(plan, offered, call)
+        spans.tool_ended(span, output)
+        return output
+
+
+async def _run(plan: TurnPlan, offered: Sequence[Tool], call: ToolCall) -> ToolOutput:
     tool = next((t for t in offered if t.name == call.name), None)
     if tool is None:
         return ToolOutput(f"error: no tool named {call.name!r} is available", is_error=True)

@@ -21,6 +21,7 @@ from tidings.models.base import ModelReply, ToolCall
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolOutput
+from tidings.tracing import Tracing
 from tidings.transcript import ConversationTx
 from tidings.turns.calls import execute
 from tidings.turns.plan import TurnChildren, TurnConfig, TurnPlan, TurnProgress, TurnTasks
@@ -41,8 +42,10 @@ class TurnObligations:
         children: TurnChildren | None = None,
         approvals: Approvals | None = None,
         on_child_reply: Callable[[], None] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.writer = writer
+        self.tracing = tracing or Tracing()
         self.config = config
         self.door = door
         self.tasks = tasks
@@ -185,7 +188,7 @@ class TurnObligations:
         if not applied:
             return ToolOutput("this approval was applied already: nothing is applied twice",
                               is_error=True, meta=meta)
-        output = await execute(plan, offered, call)
+        output = await execute(plan, offered, call, self.tracing)
         return replace(output, meta={**output.meta, "approval_id": approval_id,
                                      "approval": "applied"})
 

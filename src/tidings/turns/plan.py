@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from tidings.models.base import ToolCall
+from tidings.tracing import NO_SPAN, Span
 from tidings.types import (
     ConversationId,
     Input,
@@ -119,6 +120,8 @@ class TurnProgress:
     """The turn opened turn-owned requests: what it leaves unconsumed becomes mail at its end."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
+    span: Span = NO_SPAN
+    """The turn's span: the parent of its model calls (none for a compaction's)."""
 
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

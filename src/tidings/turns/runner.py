@@ -53,7 +53,9 @@ from tidings.tools.registry import (
     ToolOutput,
     ToolRegistry,
 )
+from tidings.tracing import Span, Tracing
 from tidings.transcript import ConversationTx
+from tidings.turns import spans
 from tidings.turns.calls import execute
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.ending import TurnEnding
@@ -106,8 +108,11 @@ class TurnRunner:
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
         door: Door | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing or Tracing()
+        """Spans of turns, model calls and tool calls (the global tracer provider's by default)."""
         self.door = door or Door(store, clock)
         """The door task notifications are delivered through (kernel mail, M1)."""
         self.approvals = approvals
@@ -122,7 +127,7 @@ class TurnRunner:
         self.writer = TurnWriter(store, clock, self.history)
         self.obligations = TurnObligations(
             self.writer, self.config, self.door, tasks=tasks, children=children,
-            approvals=approvals, on_child_reply=on_child_reply,
+            approvals=approvals, on_child_reply=on_child_reply, tracing=self.tracing,
         )
         self.ending = TurnEnding(
             self.writer, self.obligations, outbox, self.door, tasks=tasks, approvals=approvals
@@ -139,7 +144,16 @@ class TurnRunner:
         by a person, ``shutdown``, ``slot_lost``); None means the caller's own cancellation,
         which is re-raised after the turn's state is committed.
         """
+        with spans.turn(self.tracing, plan) as span:
+            outcome = await self._run_turn(plan, stop_reason, span)
+            spans.turn_ended(span, outcome.run)
+            return outcome
+
+    async def _run_turn(
+        self, plan: TurnPlan, stop_reason: Callable[[], str | None], span: Span
+    ) -> TurnOutcome:
         progress = TurnProgress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
+        progress.span = span
         if self.metrics is not None and plan.lease is not None and plan.lease.deliveries:
             # From the oldest fact's publication to the turn that reads it (A6).
             oldest = min(d.published_at_us for d in plan.lease.deliveries)
@@ -259,7 +273,7 @@ class TurnRunner:
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
             obligations = self.obligations
             outputs = await asyncio.gather(*(
-                execute(plan, offered, call) if call.call_id not in held
+                execute(plan, offered, call, self.tracing) if call.call_id not in held
                 else obligations.execute_approved(plan, progress, offered, call,
                                                   held[call.call_id])
                 for call in calls
@@ -295,8 +309,13 @@ class TurnRunner:
                 continue
             for attempt in range(1, cfg.model_attempts + 1):
                 try:
-                    async with asyncio.timeout(to_us(cfg.model_timeout) / 1e6):
+                    async with (
+                        spans.model_call(self.tracing, progress.span, request, model=name,
+                                         attempt=attempt) as span,
+                        asyncio.timeout(to_us(cfg.model_timeout) / 1e6),
+                    ):
                         reply = await model.complete(replace(request, model=name))
+                        spans.model_replied(span, reply)
                     progress.model = name
                     return reply
                 except TimeoutError:
