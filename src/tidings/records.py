@@ -30,6 +30,7 @@ from tidings.types import (
     RunId,
     RunStatus,
     StartKind,
+    Usage,
 )
 
 APPROVAL_MODES = ("never", "writes", "always")
@@ -131,6 +132,18 @@ def run_from_row(row: Row) -> Run:
         created_at_us=int(row["created_at_us"]),
         started_at_us=row["started_at_us"],
         ended_at_us=row["ended_at_us"],
+        usage=usage_from_row(row),
+    )
+
+
+def usage_from_row(row: Row) -> Usage:
+    """The usage columns of a run row, or of a conversation's sums (``conversation_usage``)."""
+    return Usage(
+        model_calls=int(row["model_calls"]),
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
     )
 
 

@@ -22,6 +22,7 @@ from tidings.types import (
     RunId,
     RunStatus,
     StartKind,
+    Usage,
 )
 
 
@@ -119,6 +120,8 @@ class TurnProgress:
     """The turn opened turn-owned requests: what it leaves unconsumed becomes mail at its end."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
+    usage: Usage = Usage()
+    """What the turn's model calls spent so far, answered or failed (written with its end)."""
 
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

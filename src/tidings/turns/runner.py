@@ -69,6 +69,7 @@ from tidings.turns.plan import (
     TurnTasks,
 )
 from tidings.turns.request import fit_history, input_message, retry_profile
+from tidings.turns.usage import spend
 from tidings.turns.writer import TurnWriter
 from tidings.types import (
     Message,
@@ -297,6 +298,7 @@ class TurnRunner:
                 try:
                     async with asyncio.timeout(to_us(cfg.model_timeout) / 1e6):
                         reply = await model.complete(replace(request, model=name))
+                    spend(progress, self.metrics, name, reply)
                     progress.model = name
                     return reply
                 except TimeoutError:
@@ -306,6 +308,7 @@ class TurnRunner:
                 except Exception as exc:  # an adapter bug must not take the runtime down
                     log.exception("model %s raised an unclassified error", name)
                     error = ModelError(ModelErrorKind.UNAVAILABLE, type(exc).__name__, model=name)
+                spend(progress, self.metrics, name, error)  # a failed call may have spent too
                 errors.append(
                     {"model": name, "kind": error.kind.value, "attempt": attempt,
                      "error": error.message[:200]}

@@ -253,10 +253,23 @@ VALUES (:run_id, :conversation_id, :trigger, :status, :instance_id, :now_us, :no
 RETURNING *;
 
 -- finish_run --
+-- The run's end, with what its model calls spent (B8): summed in the turn, written once here.
 UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
-                steps = :steps, ended_at_us = :now_us
+                steps = :steps, ended_at_us = :now_us, model_calls = :model_calls,
+                input_tokens = :input_tokens, output_tokens = :output_tokens,
+                cache_read_tokens = :cache_read_tokens, cache_write_tokens = :cache_write_tokens
  WHERE run_id = :run_id AND status IN ('queued', 'running')
 RETURNING *;
+
+-- conversation_usage --
+-- A conversation's usage (B8): the sums over its runs, read at read time, never stored on the
+-- conversation (a turn writes nothing more for it).
+SELECT CAST(coalesce(sum(model_calls), 0) AS bigint) AS model_calls,
+       CAST(coalesce(sum(input_tokens), 0) AS bigint) AS input_tokens,
+       CAST(coalesce(sum(output_tokens), 0) AS bigint) AS output_tokens,
+       CAST(coalesce(sum(cache_read_tokens), 0) AS bigint) AS cache_read_tokens,
+       CAST(coalesce(sum(cache_write_tokens), 0) AS bigint) AS cache_write_tokens
+  FROM runs WHERE conversation_id = :conversation_id;
 
 -- get_run --
 -- ``awaiting_approval``: the run holds on a call a person has not decided yet; a running run

@@ -148,7 +148,14 @@ CREATE TABLE IF NOT EXISTS runs (
     stop_requested integer NOT NULL DEFAULT 0,
     created_at_us bigint NOT NULL,
     started_at_us bigint,
-    ended_at_us bigint
+    ended_at_us bigint,
+    -- What the run's model calls spent, written with its end (B8); input_tokens counts the
+    -- cached prompt tokens too.
+    model_calls bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_write_tokens bigint NOT NULL DEFAULT 0
 );
 
 CREATE INDEX IF NOT EXISTS runs_conversation ON runs (conversation_id, created_at_us);

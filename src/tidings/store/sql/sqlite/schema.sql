@@ -161,7 +161,14 @@ CREATE TABLE IF NOT EXISTS runs (
     stop_requested INTEGER NOT NULL DEFAULT 0,
     created_at_us INTEGER NOT NULL,
     started_at_us INTEGER,
-    ended_at_us INTEGER
+    ended_at_us INTEGER,
+    -- What the run's model calls spent, written with its end (B8); input_tokens counts the
+    -- cached prompt tokens too.
+    model_calls INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0
 );
 
 CREATE INDEX IF NOT EXISTS runs_conversation ON runs (conversation_id, created_at_us);
