@@ -119,7 +119,8 @@ def run_status(stored: str, *, awaiting_approval: bool) -> RunStatus:
 
 
 def run_from_row(row: Row) -> Run:
-    """A run; rows that carry ``awaiting_approval`` (the run reads) give the derived status."""
+    """A run; rows that carry ``awaiting_approval`` and the usage columns (the run reads) give
+    the derived status and the run's usage."""
     return Run(
         run_id=RunId(row["run_id"]),
         conversation_id=ConversationId(row["conversation_id"]),
@@ -132,7 +133,9 @@ def run_from_row(row: Row) -> Run:
         created_at_us=int(row["created_at_us"]),
         started_at_us=row["started_at_us"],
         ended_at_us=row["ended_at_us"],
-        usage=usage_from_row(row),
+        # A row written back by an insert or an update carries no usage: the run has not
+        # ended, or its usage is written beside it (the reads join it in).
+        usage=usage_from_row(row) if "model_calls" in row else Usage(),
     )
 
 

@@ -309,9 +309,6 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
     row = cx.tx.one(
         "finish_run", run_id=run_id, status=RunStatus.FAILED.value, failure_code="interrupted",
         model=None, steps=0, now_us=cx.now_us,
-        # What its calls spent was summed in the process that died: not known here.
-        model_calls=0, input_tokens=0, output_tokens=0, cache_read_tokens=0,
-        cache_write_tokens=0,
     )
     if row is not None:
         run = run_from_row(row)

@@ -148,17 +148,24 @@ CREATE TABLE IF NOT EXISTS runs (
     stop_requested integer NOT NULL DEFAULT 0,
     created_at_us bigint NOT NULL,
     started_at_us bigint,
-    ended_at_us bigint,
-    -- What the run's model calls spent, written with its end (B8); input_tokens counts the
-    -- cached prompt tokens too.
-    model_calls bigint NOT NULL DEFAULT 0,
-    input_tokens bigint NOT NULL DEFAULT 0,
-    output_tokens bigint NOT NULL DEFAULT 0,
-    cache_read_tokens bigint NOT NULL DEFAULT 0,
-    cache_write_tokens bigint NOT NULL DEFAULT 0
+    ended_at_us bigint
 );
 
 CREATE INDEX IF NOT EXISTS runs_conversation ON runs (conversation_id, created_at_us);
+
+-- What a run's model calls spent, written with its end (a row only for a run that called a
+-- model); input_tokens counts the cached prompt tokens too. A conversation's usage is the sum
+-- of its rows.
+CREATE TABLE IF NOT EXISTS run_usage (
+    conversation_id text NOT NULL,
+    run_id text NOT NULL REFERENCES runs (run_id),
+    model_calls bigint NOT NULL,
+    input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cache_read_tokens bigint NOT NULL,
+    cache_write_tokens bigint NOT NULL,
+    PRIMARY KEY (conversation_id, run_id)
+);
 
 CREATE TABLE IF NOT EXISTS messages (
     conversation_id text NOT NULL REFERENCES conversations (conversation_id),
