@@ -72,7 +72,8 @@ async def test_b8_two_step_turn_stores_summed_usage_and_the_conversation_sums_it
     assert first.usage == TWO_STEPS
     assert (await rt.run(first.run_id)).usage == TWO_STEPS
     assert second.usage.model_calls == 1
-    assert second.usage.input_tokens > 0 and second.usage.output_tokens == 2  # "hello": 5 chars
+    assert second.usage.input_tokens > 0
+    assert second.usage.output_tokens == 2  # "hello": 5 characters
     assert (second.usage.cache_read_tokens, second.usage.cache_write_tokens) == (0, 0)
 
     assert (await rt.conversation(conv)).usage == first.usage + second.usage

@@ -120,7 +120,7 @@ class TurnProgress:
     """The turn opened turn-owned requests: what it leaves unconsumed becomes mail at its end."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     """What the turn's model calls spent so far, answered or failed (written with its end)."""
 
 
