@@ -84,6 +84,7 @@ from tidings.types import (
     RunStatus,
     Signal,
     StartKind,
+    Usage,
 )
 
 __version__ = "0.1.0"
@@ -183,6 +184,7 @@ __all__ = (
     "UnknownResultError",
     "UnknownRunError",
     "UnknownTaskError",
+    "Usage",
     "__version__",
     "open",
     "open_store",

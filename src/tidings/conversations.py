@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from tidings.clock import Clock
@@ -20,8 +21,9 @@ from tidings.records import (
     event_from_row,
     message_from_row,
     run_from_row,
+    usage_from_row,
 )
-from tidings.store import Store, Tx
+from tidings.store import Row, Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.types import (
     Conversation,
@@ -88,12 +90,23 @@ class Conversations:
 
         return await self.store.transact(unit, route=conversation_id)
 
-    async def get(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
-        """The conversation, if it exists, is not tombstoned and (when given) is ``owner``'s."""
+    async def get(
+        self, conversation_id: str, *, owner: str | None = None, with_usage: bool = False
+    ) -> Conversation:
+        """The conversation, if it exists, is not tombstoned and (when given) is ``owner``'s.
+
+        ``with_usage`` sums its runs' usage in the same read (a conversation's own read; the
+        many ownership checks do without).
+        """
         check_id(conversation_id, "conversation id")
-        row = await self.store.read(
-            lambda tx: tx.one("get_conversation", conversation_id=conversation_id)
-        )
+
+        def read(tx: Tx) -> tuple[Row | None, Row | None]:
+            row = tx.one("get_conversation", conversation_id=conversation_id)
+            if row is None or not with_usage:
+                return row, None
+            return row, tx.one("conversation_usage", conversation_id=conversation_id)
+
+        row, usage = await self.store.read(read)
         if row is None:
             raise UnknownConversationError(conversation_id)
         conversation = conversation_from_row(row)
@@ -101,6 +114,8 @@ class Conversations:
             owner is not None and conversation.owner != owner
         ):
             raise UnknownConversationError(conversation_id)
+        if usage is not None:
+            conversation = replace(conversation, usage=usage_from_row(usage))
         return conversation
 
     async def profile_of(self, conversation_id: str) -> Profile:

@@ -349,7 +349,12 @@ class ModelErrorKind(enum.StrEnum):
 
 
 class ModelError(TidingsError):
-    """The model could not answer."""
+    """The model could not answer.
+
+    A call can fail after the provider counted tokens (a stream cut after its start, a reply
+    that came whole but could not be read): the adapter then sets the counts it saw, named as
+    on a reply, and the run adds them to its usage. None means none was reported.
+    """
 
     code = "model_error"
 
@@ -365,6 +370,10 @@ class ModelError(TidingsError):
         self.kind = ModelErrorKind(kind)
         self.model = model
         self.status = status
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.cache_read_tokens: int | None = None
+        self.cache_write_tokens: int | None = None
 
     @property
     def failure_code(self) -> str:

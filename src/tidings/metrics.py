@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from tidings.types import Usage
+
+MODEL_CALLS = "tidings_model_calls_total"
+MODEL_TOKENS = "tidings_model_tokens_total"
+
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     120.0,
@@ -57,6 +62,26 @@ class Metrics:
     ) -> None:
         counter = self._counter(_counter_name(name), help, labels)
         (counter.labels(**labels) if labels else counter).inc(amount)
+
+    def count_model_call(self, model: str, usage: Usage) -> None:
+        """One model call (answered or failed) and the tokens it spent, by model and kind.
+
+        ``tidings_model_calls_total{model}`` and ``tidings_model_tokens_total{model,kind}``,
+        ``kind`` one of ``input`` (every prompt token, cached ones included), ``output``,
+        ``cache_read`` and ``cache_write`` (the parts of ``input`` the provider's prompt cache
+        read or wrote). A kind the provider did not report adds zero.
+        """
+        self.count(
+            MODEL_CALLS, "Model calls made, answered or failed, by model.",
+            usage.model_calls, {"model": model},
+        )
+        for kind, amount in usage.tokens().items():
+            self.count(
+                MODEL_TOKENS,
+                "Tokens spent by model calls, by model and kind (input includes the cached "
+                "prompt tokens; cache_read and cache_write are parts of it).",
+                amount, {"model": model, "kind": kind},
+            )
 
     def observe(
         self, name: str, help: str, seconds: float, labels: Mapping[str, str] | None = None
@@ -124,4 +149,4 @@ class _Exposition:
             yield metric
 
 
-__all__ = ("LATENCY_BUCKETS_S", "Gauge", "Metrics")
+__all__ = ("LATENCY_BUCKETS_S", "MODEL_CALLS", "MODEL_TOKENS", "Gauge", "Metrics")

@@ -30,6 +30,7 @@ from tidings.types import (
     RunId,
     RunStatus,
     StartKind,
+    Usage,
 )
 
 APPROVAL_MODES = ("never", "writes", "always")
@@ -118,7 +119,8 @@ def run_status(stored: str, *, awaiting_approval: bool) -> RunStatus:
 
 
 def run_from_row(row: Row) -> Run:
-    """A run; rows that carry ``awaiting_approval`` (the run reads) give the derived status."""
+    """A run; rows that carry ``awaiting_approval`` and the usage columns (the run reads) give
+    the derived status and the run's usage."""
     return Run(
         run_id=RunId(row["run_id"]),
         conversation_id=ConversationId(row["conversation_id"]),
@@ -131,6 +133,20 @@ def run_from_row(row: Row) -> Run:
         created_at_us=int(row["created_at_us"]),
         started_at_us=row["started_at_us"],
         ended_at_us=row["ended_at_us"],
+        # A row written back by an insert or an update carries no usage: the run has not
+        # ended, or its usage is written beside it (the reads join it in).
+        usage=usage_from_row(row) if "model_calls" in row else Usage(),
+    )
+
+
+def usage_from_row(row: Row) -> Usage:
+    """The usage columns of a run row, or of a conversation's sums (``conversation_usage``)."""
+    return Usage(
+        model_calls=int(row["model_calls"]),
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
     )
 
 

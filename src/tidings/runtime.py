@@ -240,7 +240,8 @@ class Runtime:
         return await self.conversations.create(owner, profile, title=title)
 
     async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
-        return await self.conversations.get(conversation_id, owner=owner)
+        """The conversation, with its usage: the sums over its runs."""
+        return await self.conversations.get(conversation_id, owner=owner, with_usage=True)
 
     @mutation
     async def archive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:

@@ -306,6 +306,42 @@ class Profile:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """What model calls spent, summed: calls made and tokens, as the providers reported them.
+
+    ``input_tokens`` counts every prompt token, cached ones included; ``cache_read_tokens`` and
+    ``cache_write_tokens`` are the parts of it the provider read from, or wrote to, its prompt
+    cache. A count a provider does not report adds nothing. ``model_calls`` counts every call
+    made, answered or failed; a failed call adds the tokens its provider reported before it
+    failed, if any.
+    """
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def tokens(self) -> dict[str, int]:
+        """The token counts by kind: ``input``, ``output``, ``cache_read``, ``cache_write``."""
+        return {
+            "input": self.input_tokens,
+            "output": self.output_tokens,
+            "cache_read": self.cache_read_tokens,
+            "cache_write": self.cache_write_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Conversation:
     """A conversation's durable state (its transcript and inputs are read separately)."""
 
@@ -319,6 +355,9 @@ class Conversation:
     suppressed: bool
     awaiting_person: bool
     created_at_us: int
+    usage: Usage | None = None
+    """The sums of its runs' usage, on a read that sums them (a conversation's own read); None
+    where it was not summed (lists, the conversation as a unit of work holds it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +394,9 @@ class Run:
     created_at_us: int
     started_at_us: int | None
     ended_at_us: int | None
+    usage: Usage = Usage()
+    """What the run's model calls spent, written with its end (zero while it runs, and for a
+    run whose process died before its end)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,6 +260,7 @@ def openai_completion(
     finish_reason: str = "stop",
     prompt_tokens: int = 11,
     completion_tokens: int = 7,
+    cached_tokens: int | None = None,
     model: str = "served-model",
 ) -> Scripted:
     message: JSON = {"role": "assistant", "content": text}
@@ -272,13 +273,22 @@ def openai_completion(
             "created": 1,
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": _openai_usage(prompt_tokens, completion_tokens, cached_tokens),
         }
     )
+
+
+def _openai_usage(prompt: int, completion: int, cached: int | None) -> JSON:
+    """A ``usage`` object; ``cached`` is reported in ``prompt_tokens_details``, a part of
+    ``prompt_tokens``, as the API does."""
+    usage: JSON = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+    return usage
 
 
 def openai_chunk(
@@ -287,9 +297,11 @@ def openai_chunk(
     tool_calls: Sequence[JSON] = (),
     finish_reason: str | None = None,
     usage: tuple[int, int] | None = None,
+    cached_tokens: int | None = None,
     role: bool = False,
 ) -> JSON:
-    """One ``chat.completion.chunk``; ``usage`` alone makes the final, choiceless chunk."""
+    """One ``chat.completion.chunk``; ``usage`` alone makes the final, choiceless chunk
+    (``cached_tokens`` its part of the prompt read from the cache)."""
     chunk: JSON = {
         "id": "chatcmpl-1",
         "object": "chat.completion.chunk",
@@ -298,11 +310,7 @@ def openai_chunk(
     }
     if usage is not None:
         chunk["choices"] = []
-        chunk["usage"] = {
-            "prompt_tokens": usage[0],
-            "completion_tokens": usage[1],
-            "total_tokens": usage[0] + usage[1],
-        }
+        chunk["usage"] = _openai_usage(usage[0], usage[1], cached_tokens)
         return chunk
     delta: JSON = {}
     if role:
@@ -355,10 +363,13 @@ def anthropic_message(
     input_tokens: int = 11,
     output_tokens: int = 7,
     cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
 ) -> Scripted:
     usage: JSON = {"input_tokens": input_tokens, "output_tokens": output_tokens}
     if cache_read_input_tokens is not None:
         usage["cache_read_input_tokens"] = cache_read_input_tokens
+    if cache_creation_input_tokens is not None:
+        usage["cache_creation_input_tokens"] = cache_creation_input_tokens
     return Scripted(
         body={
             "id": "msg_1",
@@ -385,10 +396,17 @@ def anthropic_event(name: str, **payload: Any) -> bytes:
     return _sse_event(name, {"type": name, **payload})
 
 
-def anthropic_start(*, input_tokens: int = 11, cache_read_input_tokens: int | None = None) -> bytes:
+def anthropic_start(
+    *,
+    input_tokens: int = 11,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
+) -> bytes:
     usage: JSON = {"input_tokens": input_tokens, "output_tokens": 1}
     if cache_read_input_tokens is not None:
         usage["cache_read_input_tokens"] = cache_read_input_tokens
+    if cache_creation_input_tokens is not None:
+        usage["cache_creation_input_tokens"] = cache_creation_input_tokens
     message: JSON = {
         "id": "msg_1",
         "type": "message",
@@ -424,12 +442,16 @@ def anthropic_tool_block(
     yield anthropic_event("content_block_stop", index=index)
 
 
-def anthropic_end(stop_reason: str = "end_turn", *, output_tokens: int = 7) -> list[bytes]:
+def anthropic_end(
+    stop_reason: str = "end_turn", *, output_tokens: int = 7, **usage: int | None
+) -> list[bytes]:
+    """``message_delta`` and ``message_stop``; ``usage`` adds counts to the delta's (the API
+    may repeat there the cumulative ``input_tokens`` and cache counts, or send them null)."""
     return [
         anthropic_event(
             "message_delta",
             delta={"stop_reason": stop_reason, "stop_sequence": None},
-            usage={"output_tokens": output_tokens},
+            usage={"output_tokens": output_tokens, **usage},
         ),
         anthropic_event("message_stop"),
     ]

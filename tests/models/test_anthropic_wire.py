@@ -515,3 +515,62 @@ async def test_a4_anthropic_key_from_environment_or_placeholder(
     # This SDK sends the key as a bearer token.
     assert server.requests[0].headers["authorization"] == "Bearer not-needed"
     assert server.requests[1].headers["authorization"] == "Bearer sk-ant-from-env"
+
+
+# -- B8: usage ----------------------------------------------------------------------------------
+
+
+async def test_b8_anthropic_streamed_usage_from_message_start_and_message_delta(
+    server: LoopbackServer, model: AnthropicModel
+) -> None:
+    server.push(anthropic_stream([
+        anthropic_start(input_tokens=5, cache_read_input_tokens=100,
+                        cache_creation_input_tokens=20),
+        *anthropic_text_block(0, ["ok"]),
+        # The delta's counts are cumulative; one it sends null keeps message_start's value.
+        *anthropic_end(output_tokens=9, input_tokens=5, cache_read_input_tokens=None,
+                       cache_creation_input_tokens=20),
+    ]))
+    reply = await model.complete(request())
+    # input_tokens is every prompt token: uncached, read from the cache and written to it.
+    assert (reply.input_tokens, reply.output_tokens) == (125, 9)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (100, 20)
+
+
+async def test_b8_anthropic_message_delta_may_bring_the_cache_counts(
+    server: LoopbackServer, model: AnthropicModel
+) -> None:
+    server.push(anthropic_stream([
+        anthropic_start(input_tokens=5),
+        *anthropic_text_block(0, ["ok"]),
+        *anthropic_end(output_tokens=2, cache_read_input_tokens=40,
+                       cache_creation_input_tokens=0),
+    ]))
+    reply = await model.complete(request())
+    assert (reply.input_tokens, reply.output_tokens) == (45, 2)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (40, 0)
+
+
+async def test_b8_anthropic_non_streamed_usage_with_cache_tokens(
+    server: LoopbackServer, plain_model: AnthropicModel
+) -> None:
+    server.push(anthropic_message([anthropic_text("ok")], input_tokens=30, output_tokens=5,
+                                  cache_read_input_tokens=70, cache_creation_input_tokens=10))
+    reply = await plain_model.complete(request())
+    assert (reply.input_tokens, reply.output_tokens) == (110, 5)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (70, 10)
+
+
+async def test_b8_anthropic_stream_cut_after_message_start_reports_what_it_spent(
+    server: LoopbackServer, model: AnthropicModel
+) -> None:
+    server.push(anthropic_stream(
+        [anthropic_start(input_tokens=5, cache_read_input_tokens=100),
+         *anthropic_text_block(0, ["Hel"])],
+        cut=True,
+    ))
+    with pytest.raises(ModelError) as caught:
+        await model.complete(request())
+    assert caught.value.kind is ModelErrorKind.RETRYABLE
+    assert (caught.value.input_tokens, caught.value.cache_read_tokens) == (105, 100)
+    assert caught.value.output_tokens == 1  # what message_start counted

@@ -489,3 +489,54 @@ async def test_a4_openai_hosted_default_uses_max_completion_tokens() -> None:
     adapter = OpenAIChatModel("gpt-test", api_key="sk-test")
     await adapter.aclose()
     assert adapter.token_limit_field == "max_completion_tokens"
+
+
+# -- B8: usage ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+async def test_b8_openai_reply_reports_tokens_and_cached_tokens(
+    server: LoopbackServer, stream: bool
+) -> None:
+    if stream:
+        server.push(openai_stream([
+            openai_chunk(content="ok", role=True), openai_chunk(finish_reason="stop"),
+            openai_chunk(usage=(120, 9), cached_tokens=100),
+        ]))
+    else:
+        server.push(openai_completion(text="ok", prompt_tokens=120, completion_tokens=9,
+                                      cached_tokens=100))
+    adapter = OpenAIChatModel("served-model", base_url=f"{server.base_url}/v1", timeout=5.0,
+                              stream=stream)
+    try:
+        reply = await adapter.complete(request())
+    finally:
+        await adapter.aclose()
+    # prompt_tokens already counts the cached ones; OpenAI reports no cache writes.
+    assert (reply.input_tokens, reply.output_tokens) == (120, 9)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (100, None)
+
+
+async def test_b8_openai_without_cache_details_reports_no_cache_tokens(
+    server: LoopbackServer, plain_model: OpenAIChatModel
+) -> None:
+    server.push(openai_completion(text="ok", prompt_tokens=12, completion_tokens=3))
+    reply = await plain_model.complete(request())
+    assert (reply.input_tokens, reply.output_tokens) == (12, 3)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (None, None)
+
+
+async def test_b8_openai_unreadable_reply_still_reports_what_it_spent(
+    server: LoopbackServer, model: OpenAIChatModel
+) -> None:
+    server.push(openai_stream([
+        openai_chunk(tool_calls=[openai_tool_fragment(0, call_id="c", name="shell",
+                                                      arguments='{"cmd": ')]),
+        openai_chunk(finish_reason="tool_calls"),
+        openai_chunk(usage=(50, 8), cached_tokens=30),
+    ]))
+    with pytest.raises(ModelError) as caught:
+        await model.complete(request())
+    assert caught.value.kind is ModelErrorKind.RETRYABLE
+    assert (caught.value.input_tokens, caught.value.output_tokens) == (50, 8)
+    assert caught.value.cache_read_tokens == 30

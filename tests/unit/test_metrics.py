@@ -6,6 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidings.metrics import Gauge, Metrics
+from tidings.types import Usage
 
 
 def test_a6_render_counters_histograms_and_gauges_in_prometheus_text() -> None:
@@ -64,3 +65,21 @@ def test_l3_only_config_approval_and_job_events_are_passive() -> None:
     assert not wakes("config.changed")
     assert not wakes("approval.decided")
     assert not wakes("job.progress")
+
+
+def test_b8_a_model_call_counts_the_call_and_its_tokens_by_model_and_kind() -> None:
+    metrics = Metrics()
+    metrics.count_model_call("m", Usage(model_calls=1, input_tokens=120, output_tokens=9,
+                                        cache_read_tokens=100))
+    metrics.count_model_call("m", Usage(model_calls=1, input_tokens=30))
+    metrics.count_model_call("other", Usage(model_calls=1))
+    lines = metrics.render().splitlines()
+    assert "# TYPE tidings_model_calls_total counter" in lines
+    assert 'tidings_model_calls_total{model="m"} 2.0' in lines
+    assert 'tidings_model_calls_total{model="other"} 1.0' in lines
+    assert "# TYPE tidings_model_tokens_total counter" in lines
+    assert 'tidings_model_tokens_total{kind="input",model="m"} 150.0' in lines
+    assert 'tidings_model_tokens_total{kind="output",model="m"} 9.0' in lines
+    assert 'tidings_model_tokens_total{kind="cache_read",model="m"} 100.0' in lines
+    assert 'tidings_model_tokens_total{kind="cache_write",model="m"} 0.0' in lines
+    assert 'tidings_model_tokens_total{kind="input",model="other"} 0.0' in lines

@@ -120,3 +120,42 @@ def test_history_window_never_opens_inside_a_tool_exchange() -> None:
     assert history_window([_message(1, "assistant"), _message(2, "tool")]) == []
     whole = [_message(1, "user"), _message(2, "assistant")]
     assert history_window(whole) == whole
+
+
+# -- B8: the scripted model's usage ----------------------------------------------------------------
+
+
+async def test_b8_scripted_model_reports_its_estimate_of_four_characters_a_token() -> None:
+    model = ScriptedModel(rules=[
+        Rule({"text_equals": "go"}, {"tool_calls": [{"name": "shell", "arguments": {"c": 1}}]}),
+    ])
+    # system "s" (1) + "go" (2) = 3 characters in: 1 token; the call: 'shell{"c": 1}' (13): 4.
+    called = await model.complete(request(user("go")))
+    assert (called.input_tokens, called.output_tokens) == (1, 4)
+    assert (called.cache_read_tokens, called.cache_write_tokens) == (None, None)
+    # 1 + 9 characters in ("s" and "abcdefghi"): 3 tokens; the echo's 9 out: 3.
+    echoed = await model.complete(request(user("abcdefghi")))
+    assert (echoed.input_tokens, echoed.output_tokens) == (3, 3)
+    again = await model.complete(request(user("abcdefghi")))
+    assert (again.input_tokens, again.output_tokens) == (3, 3)  # the same on every run
+
+
+async def test_b8_scripted_reply_sets_its_own_usage_also_on_a_failure() -> None:
+    model = ScriptedModel(rules=[
+        Rule({"text_equals": "cached"},
+             {"text": "ok", "usage": {"input_tokens": 100, "cache_read_tokens": 80}}),
+        Rule({"text_equals": "fail"},
+             {"error": "retryable", "usage": {"input_tokens": 40, "output_tokens": 2}}),
+    ])
+    reply = await model.complete(request(user("cached")))
+    assert (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens,
+            reply.cache_write_tokens) == (100, 1, 80, None)  # output still estimated: "ok"
+    with pytest.raises(ModelError) as failed:
+        await model.complete(request(user("fail")))
+    assert (failed.value.input_tokens, failed.value.output_tokens) == (40, 2)
+
+
+@pytest.mark.parametrize("usage", [{"tokens": 3}, {"input_tokens": -1}, {"input_tokens": "3"}])
+def test_b8_scripted_usage_refuses_unknown_or_negative_counts(usage: object) -> None:
+    with pytest.raises(InvalidInputError):
+        ScriptedModel(default={"text": "x", "usage": usage})

@@ -112,6 +112,9 @@ class Timeline:
             self._turns += 1
             took = ("" if run.ended_at_us is None
                     else f" in {(run.ended_at_us - run.started_at_us) / 1000:.0f} ms")
+            if run.usage.model_calls:
+                took += (f", {run.usage.model_calls} model call(s), "
+                         f"{run.usage.input_tokens} tokens in, {run.usage.output_tokens} out")
             items.append((run.started_at_us, 0, "turn",
                           f"[dim]turn {self._turns} starts ({run.trigger.value}) → "
                           f"{run.status.value}{took}[/]"))

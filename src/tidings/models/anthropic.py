@@ -25,6 +25,7 @@ from anthropic.types import (
     AssistantMessageParam,
     InputJSONDelta,
     Message,
+    MessageDeltaUsage,
     MessageParam,
     RawContentBlockDeltaEvent,
     RawContentBlockStartEvent,
@@ -39,6 +40,7 @@ from anthropic.types import (
     ToolResultBlockParam,
     ToolUseBlock,
     ToolUseBlockParam,
+    Usage,
     UserMessageParam,
 )
 
@@ -51,6 +53,7 @@ from tidings.models.base import (
     PromptMessage,
     ToolCall,
     ToolSpec,
+    spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
 
@@ -117,6 +120,7 @@ class AnthropicModel:
         if tools and not request.system:
             # No stable prompt to carry the cache breakpoint: the tools are the whole prefix.
             tools[-1]["cache_control"] = {"type": "ephemeral"}
+        assembly = _StreamAssembly()
         try:
             if not self.stream:
                 message = await self._client.messages.create(
@@ -135,14 +139,18 @@ class AnthropicModel:
                 tools=tools or anthropic.omit,
                 stream=True,
             )
-            assembly = _StreamAssembly()
             async with stream:
                 async for event in stream:
                     assembly.add(event, on_delta)
             return self._reply_from_stream(assembly)
         except (anthropic.AnthropicError, httpx2.TransportError) as exc:
-            # The SDK does not wrap a transport failure inside a stream.
-            raise classify(exc, sdk=SDK, model=self.name) from exc
+            # The SDK does not wrap a transport failure inside a stream. What the stream had
+            # counted before it broke was spent all the same.
+            raise spent(classify(exc, sdk=SDK, model=self.name), assembly.counts) from exc
+        except ModelError as exc:
+            # A reply that could not be read (cut, malformed) still spent its tokens.
+            spent(exc, assembly.counts)
+            raise
 
     def _reply_from_message(self, message: Message) -> ModelReply:
         text: list[str] = []
@@ -152,16 +160,11 @@ class AnthropicModel:
                 text.append(block.text)
             elif isinstance(block, ToolUseBlock):
                 calls.append(ToolCall(call_id=block.id, name=block.name, arguments=block.input))
-        usage = message.usage
-        return ModelReply(
-            text="".join(text),
-            tool_calls=tuple(calls),
-            model=self.name,
+        counts = _Counts()
+        counts.read(message.usage)
+        return counts.reply(
+            text="".join(text), tool_calls=tuple(calls), model=self.name,
             stop_reason=message.stop_reason,
-            input_tokens=_input_tokens(
-                usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens
-            ),
-            output_tokens=usage.output_tokens,
         )
 
     def _reply_from_stream(self, assembly: _StreamAssembly) -> ModelReply:
@@ -180,13 +183,9 @@ class AnthropicModel:
                     else block.initial_input
                 )
                 calls.append(ToolCall(call_id=block.call_id, name=block.name, arguments=arguments))
-        return ModelReply(
-            text="".join(text),
-            tool_calls=tuple(calls),
-            model=self.name,
+        return assembly.counts.reply(
+            text="".join(text), tool_calls=tuple(calls), model=self.name,
             stop_reason=assembly.stop_reason,
-            input_tokens=assembly.input_tokens,
-            output_tokens=assembly.output_tokens,
         )
 
 
@@ -290,22 +289,57 @@ class _ToolUseParts:
 
 
 @dataclass
+class _Counts:
+    """A call's token counts as the API reports them: the prompt in three parts (uncached,
+    read from the cache, written to it) and the output."""
+
+    uncached: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    output_tokens: int | None = None
+
+    @property
+    def input_tokens(self) -> int | None:
+        # The API counts cache writes and reads apart from ``input_tokens``; the reply reports
+        # every prompt token, as the chat-completions ``prompt_tokens`` does.
+        if self.uncached is None:
+            return None
+        return self.uncached + (self.cache_read_tokens or 0) + (self.cache_write_tokens or 0)
+
+    def read(self, usage: Usage | MessageDeltaUsage) -> None:
+        """Take the counts ``usage`` reports. A ``message_delta``'s are cumulative, and a count
+        it leaves out keeps the value ``message_start`` gave."""
+        if usage.input_tokens is not None:
+            self.uncached = usage.input_tokens
+        if usage.cache_read_input_tokens is not None:
+            self.cache_read_tokens = usage.cache_read_input_tokens
+        if usage.cache_creation_input_tokens is not None:
+            self.cache_write_tokens = usage.cache_creation_input_tokens
+        if usage.output_tokens is not None:
+            self.output_tokens = usage.output_tokens
+
+    def reply(
+        self, *, text: str, tool_calls: tuple[ToolCall, ...], model: str, stop_reason: str | None
+    ) -> ModelReply:
+        return ModelReply(
+            text=text, tool_calls=tool_calls, model=model, stop_reason=stop_reason,
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
+        )
+
+
+@dataclass
 class _StreamAssembly:
     """The pieces of a streamed reply, gathered event by event, by content-block index."""
 
     blocks: dict[int, _TextParts | _ToolUseParts] = field(default_factory=dict)
     stopped: bool = False
     stop_reason: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    counts: _Counts = field(default_factory=_Counts)
 
     def add(self, event: RawMessageStreamEvent, on_delta: DeltaCallback | None) -> None:
         if isinstance(event, RawMessageStartEvent):
-            usage = event.message.usage
-            self.input_tokens = _input_tokens(
-                usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens
-            )
-            self.output_tokens = usage.output_tokens
+            self.counts.read(event.message.usage)
         elif isinstance(event, RawContentBlockStartEvent):
             block = event.content_block
             if isinstance(block, TextBlock):
@@ -325,14 +359,7 @@ class _StreamAssembly:
         elif isinstance(event, RawMessageDeltaEvent):
             if event.delta.stop_reason is not None:
                 self.stop_reason = event.delta.stop_reason
-            final = event.usage
-            self.output_tokens = final.output_tokens
-            if final.input_tokens is not None:
-                self.input_tokens = _input_tokens(
-                    final.input_tokens,
-                    final.cache_creation_input_tokens,
-                    final.cache_read_input_tokens,
-                )
+            self.counts.read(event.usage)
         elif isinstance(event, RawMessageStopEvent):
             self.stopped = True
 
@@ -361,14 +388,6 @@ def parse_arguments(raw: str, *, model: str, tool: str) -> dict[str, Any]:
             f"the input of tool call {tool!r} is a JSON {type(arguments).__name__}, not an object",
         )
     return arguments
-
-
-def _input_tokens(uncached: int | None, written: int | None, read: int | None) -> int | None:
-    # The API counts cache writes and reads apart from ``input_tokens``; the reply reports
-    # every prompt token, as the chat-completions ``prompt_tokens`` does.
-    if uncached is None:
-        return None
-    return uncached + (written or 0) + (read or 0)
 
 
 # -- failures ----------------------------------------------------------------------------------

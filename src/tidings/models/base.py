@@ -77,7 +77,37 @@ class ModelReply:
     model: str = ""
     stop_reason: str | None = None
     input_tokens: int | None = None
+    """Every prompt token of the call, cached ones included (None: not reported)."""
     output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    """The part of ``input_tokens`` read from the provider's prompt cache."""
+    cache_write_tokens: int | None = None
+    """The part of ``input_tokens`` written to the provider's prompt cache."""
+
+
+class TokenCounts(Protocol):
+    """What a call reported spending, as a reply (or a failed call's error) carries it."""
+
+    @property
+    def input_tokens(self) -> int | None: ...
+
+    @property
+    def output_tokens(self) -> int | None: ...
+
+    @property
+    def cache_read_tokens(self) -> int | None: ...
+
+    @property
+    def cache_write_tokens(self) -> int | None: ...
+
+
+def spent(error: ModelError, counts: TokenCounts) -> ModelError:
+    """``error``, carrying the tokens ``counts`` says the failed call spent; returns it."""
+    error.input_tokens = counts.input_tokens
+    error.output_tokens = counts.output_tokens
+    error.cache_read_tokens = counts.cache_read_tokens
+    error.cache_write_tokens = counts.cache_write_tokens
+    return error
 
 
 DeltaCallback = Callable[[str], None]

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import httpx2
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
@@ -43,6 +44,7 @@ from tidings.models.base import (
     PromptMessage,
     ToolCall,
     ToolSpec,
+    spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
 
@@ -107,6 +109,7 @@ class OpenAIChatModel:
         max_completion_tokens = (
             limit if self.token_limit_field == "max_completion_tokens" else openai.omit
         )
+        assembly = _StreamAssembly()
         try:
             if not self.stream:
                 completion = await self._client.chat.completions.create(
@@ -116,7 +119,7 @@ class OpenAIChatModel:
                     max_tokens=max_tokens,
                     max_completion_tokens=max_completion_tokens,
                 )
-                return self._reply_from_completion(completion)
+                return self._reply_from_completion(completion, assembly.counts)
             stream = await self._client.chat.completions.create(
                 model=self.name,
                 messages=messages,
@@ -126,16 +129,24 @@ class OpenAIChatModel:
                 stream=True,
                 stream_options={"include_usage": True},
             )
-            assembly = _StreamAssembly()
             async with stream:
                 async for chunk in stream:
                     assembly.add(chunk, on_delta)
             return self._reply_from_stream(assembly)
         except (openai.OpenAIError, httpx2.TransportError) as exc:
-            # A transport failure inside a stream reaches us unwrapped by the SDK.
-            raise classify(exc, sdk=SDK, model=self.name) from exc
+            # A transport failure inside a stream reaches us unwrapped by the SDK. What the
+            # stream had counted before it broke was spent all the same.
+            raise spent(classify(exc, sdk=SDK, model=self.name), assembly.counts) from exc
+        except ModelError as exc:
+            # A reply that could not be read (cut, malformed) still spent its tokens.
+            spent(exc, assembly.counts)
+            raise
 
-    def _reply_from_completion(self, completion: ChatCompletion) -> ModelReply:
+    def _reply_from_completion(
+        self, completion: ChatCompletion, counts: _Counts
+    ) -> ModelReply:
+        if completion.usage is not None:
+            counts.read(completion.usage)
         choice = next((c for c in completion.choices if c.index == 0), None)
         if choice is None:
             raise _malformed(self.name, "the reply holds no choice")
@@ -153,14 +164,9 @@ class OpenAIChatModel:
                     ),
                 )
             )
-        usage = completion.usage
-        return ModelReply(
-            text=message.content or message.refusal or "",
-            tool_calls=tuple(calls),
-            model=self.name,
-            stop_reason=choice.finish_reason,
-            input_tokens=usage.prompt_tokens if usage else None,
-            output_tokens=usage.completion_tokens if usage else None,
+        return counts.reply(
+            text=message.content or message.refusal or "", tool_calls=tuple(calls),
+            model=self.name, stop_reason=choice.finish_reason,
         )
 
     def _reply_from_stream(self, assembly: _StreamAssembly) -> ModelReply:
@@ -177,13 +183,9 @@ class OpenAIChatModel:
         )
         if any(not call.name for call in calls):
             raise _malformed(self.name, "a streamed tool call has no name")
-        return ModelReply(
-            text="".join(assembly.text),
-            tool_calls=calls,
-            model=self.name,
+        return assembly.counts.reply(
+            text="".join(assembly.text), tool_calls=calls, model=self.name,
             stop_reason=assembly.finish_reason,
-            input_tokens=assembly.input_tokens,
-            output_tokens=assembly.output_tokens,
         )
 
 
@@ -259,19 +261,47 @@ class _CallParts:
 
 
 @dataclass
+class _Counts:
+    """A call's token counts as the server reports them (``prompt_tokens`` includes the
+    cached ones)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+    def read(self, usage: CompletionUsage) -> None:
+        self.input_tokens = usage.prompt_tokens
+        self.output_tokens = usage.completion_tokens
+        details = usage.prompt_tokens_details
+        if details is not None:
+            self.cache_read_tokens = details.cached_tokens
+            # Reported by some compatible gateways, never by hosted OpenAI (its cache is free
+            # to write).
+            self.cache_write_tokens = details.cache_write_tokens
+
+    def reply(
+        self, *, text: str, tool_calls: tuple[ToolCall, ...], model: str, stop_reason: str | None
+    ) -> ModelReply:
+        return ModelReply(
+            text=text, tool_calls=tool_calls, model=model, stop_reason=stop_reason,
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
+        )
+
+
+@dataclass
 class _StreamAssembly:
     """The pieces of a streamed reply, gathered chunk by chunk (only choice 0 is read)."""
 
     text: list[str] = field(default_factory=list)
     tool_calls: dict[int, _CallParts] = field(default_factory=dict)
     finish_reason: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    counts: _Counts = field(default_factory=_Counts)
 
     def add(self, chunk: ChatCompletionChunk, on_delta: DeltaCallback | None) -> None:
         if chunk.usage is not None:
-            self.input_tokens = chunk.usage.prompt_tokens
-            self.output_tokens = chunk.usage.completion_tokens
+            self.counts.read(chunk.usage)
         for choice in chunk.choices:
             if choice.index != 0:
                 continue

@@ -18,6 +18,14 @@ Rules load from JSON, so the command line and the HTTP service can use them::
 
 Tool call ids are derived from the request (its message count and the call's index), so the
 same conversation gives the same ids on every run.
+
+Every reply reports usage by a simple estimate, the same on every run: one token for every
+four characters, rounded up (:func:`estimate_tokens`). Input counts the system prompt, the
+tools offered (name, description, JSON schema), the history's text and tool calls and the
+dynamic suffix; output counts the reply's text and tool calls. No cache tokens are reported. A
+reply's ``usage`` sets counts of its own instead (``input_tokens``, ``output_tokens``,
+``cache_read_tokens``, ``cache_write_tokens``); with ``error`` they are what the failed call
+spent.
 """
 
 from __future__ import annotations
@@ -53,7 +61,10 @@ _WHEN_KEYS = frozenset(
         "suffix_contains",
     }
 )
-_REPLY_KEYS = frozenset({"text", "tool_calls", "echo", "error", "delay_seconds"})
+_REPLY_KEYS = frozenset({"text", "tool_calls", "echo", "error", "delay_seconds", "usage"})
+_USAGE_KEYS = frozenset(
+    {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,31 @@ def _check_reply(reply: Mapping[str, Any], where: str) -> None:
     for call in reply.get("tool_calls", ()):
         if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
             raise InvalidInputError(f"{where}: every tool call needs a name")
+    usage = reply.get("usage", {})
+    if not isinstance(usage, Mapping) or set(usage) - _USAGE_KEYS:
+        raise InvalidInputError(f"{where}: usage holds only {sorted(_USAGE_KEYS)}")
+    if any(type(v) is not int or v < 0 for v in usage.values()):
+        raise InvalidInputError(f"{where}: usage counts are integers from 0")
+
+
+def estimate_tokens(text: str) -> int:
+    """The scripted model's token estimate: one for every four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
+def _calls_text(calls: Sequence[ToolCall]) -> str:
+    return "".join(
+        c.name + json.dumps(dict(c.arguments), sort_keys=True, default=str) for c in calls
+    )
+
+
+def _request_text(request: ModelRequest) -> str:
+    tools = "".join(
+        t.name + t.description + json.dumps(dict(t.parameters), sort_keys=True, default=str)
+        for t in request.tools
+    )
+    history = "".join(m.content + _calls_text(m.tool_calls) for m in request.messages)
+    return request.system + tools + history + "".join(request.suffix)
 
 
 @dataclass
@@ -152,12 +188,18 @@ class ScriptedModel:
         delay = float(reply.get("delay_seconds", 0))
         if delay > 0:
             await asyncio.sleep(delay)
+        usage: Mapping[str, int] = reply.get("usage", {})
         if "error" in reply:
-            raise ModelError(
+            error = ModelError(
                 ModelErrorKind(reply["error"]),
                 f"scripted {reply['error']} failure",
                 model=self.name,
             )
+            error.input_tokens = usage.get("input_tokens")
+            error.output_tokens = usage.get("output_tokens")
+            error.cache_read_tokens = usage.get("cache_read_tokens")
+            error.cache_write_tokens = usage.get("cache_write_tokens")
+            raise error
         text = str(reply.get("text", ""))
         if reply.get("echo"):
             text = newest.content if newest is not None else ""
@@ -173,4 +215,8 @@ class ScriptedModel:
             tool_calls=calls,
             model=request.model,
             stop_reason="tool_use" if calls else "end_turn",
+            input_tokens=usage.get("input_tokens", estimate_tokens(_request_text(request))),
+            output_tokens=usage.get("output_tokens", estimate_tokens(text + _calls_text(calls))),
+            cache_read_tokens=usage.get("cache_read_tokens"),
+            cache_write_tokens=usage.get("cache_write_tokens"),
         )

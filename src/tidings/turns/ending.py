@@ -174,11 +174,20 @@ class TurnEnding:
             model=progress.model, steps=progress.steps, now_us=cx.now_us,
             expect=1, mismatch=lambda: SlotLostError(plan.conversation_id),
         )
+        usage = progress.usage
+        if usage.model_calls:
+            # Whatever the end: a failed or stopped run's calls were spent all the same (B8).
+            cx.tx.run_later(
+                "record_run_usage", conversation_id=plan.conversation_id, run_id=plan.run_id,
+                model_calls=usage.model_calls, input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+            )
         run = Run(
             run_id=plan.run_id, conversation_id=plan.conversation_id, trigger=plan.trigger,
             status=status, model=progress.model, failure_code=code, steps=progress.steps,
             created_at_us=plan.started_at_us, started_at_us=plan.started_at_us,
-            ended_at_us=cx.now_us,
+            ended_at_us=cx.now_us, usage=usage,
         )
         data: dict[str, Any] = {"run_public_id": plan.run_id, "status": status.value}
         if code is not None:

@@ -23,6 +23,7 @@ from tidings.types import (
     RunId,
     RunStatus,
     StartKind,
+    Usage,
 )
 
 
@@ -122,6 +123,8 @@ class TurnProgress:
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
     span: Span = NO_SPAN
     """The turn's span: the parent of its model calls (none for a compaction's)."""
+    usage: Usage = field(default_factory=Usage)
+    """What the turn's model calls spent so far, answered or failed (written with its end)."""
 
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

@@ -71,6 +71,7 @@ from tidings.turns.plan import (
     TurnTasks,
 )
 from tidings.turns.request import fit_history, input_message, retry_profile
+from tidings.turns.usage import spend
 from tidings.turns.writer import TurnWriter
 from tidings.types import (
     Message,
@@ -316,6 +317,7 @@ class TurnRunner:
                     ):
                         reply = await model.complete(replace(request, model=name))
                         spans.model_replied(span, reply)
+                    spend(progress, self.metrics, name, reply)
                     progress.model = name
                     return reply
                 except TimeoutError:
@@ -325,6 +327,7 @@ class TurnRunner:
                 except Exception as exc:  # an adapter bug must not take the runtime down
                     log.exception("model %s raised an unclassified error", name)
                     error = ModelError(ModelErrorKind.UNAVAILABLE, type(exc).__name__, model=name)
+                spend(progress, self.metrics, name, error)  # a failed call may have spent too
                 errors.append(
                     {"model": name, "kind": error.kind.value, "attempt": attempt,
                      "error": error.message[:200]}

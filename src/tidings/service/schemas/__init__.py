@@ -37,6 +37,7 @@ from tidings.types import (
     QueueStats,
     Run,
     RunStatus,
+    Usage,
 )
 
 # -- requests ----------------------------------------------------------------------------------
@@ -121,6 +122,25 @@ class ProfileOut(BaseModel):
                    automatic_tools=p.automatic_tools)
 
 
+class UsageOut(BaseModel):
+    """What model calls spent, as the providers reported it."""
+
+    model_calls: int = Field(description="Model calls made, answered or failed.")
+    input_tokens: int = Field(description="Every prompt token, cached ones included.")
+    output_tokens: int
+    cache_read_tokens: int = Field(
+        description="The part of input_tokens read from the provider's prompt cache.")
+    cache_write_tokens: int = Field(
+        description="The part of input_tokens written to the provider's prompt cache.")
+
+    @classmethod
+    def of(cls, u: Usage) -> UsageOut:
+        return cls(
+            model_calls=u.model_calls, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+        )
+
+
 class ConversationOut(BaseModel):
     conversation_id: str
     owner: str
@@ -132,6 +152,9 @@ class ConversationOut(BaseModel):
     suppressed: bool
     awaiting_person: bool
     created_at_us: int
+    usage: UsageOut | None = Field(description=(
+        "The sums of its runs' usage, on GET of the conversation; null in lists and in the "
+        "answers of changes."))
 
     @classmethod
     def of(cls, c: Conversation) -> ConversationOut:
@@ -140,6 +163,7 @@ class ConversationOut(BaseModel):
             profile=ProfileOut.of(c.profile), status=c.status.value, goal_status=c.goal_status,
             goal_text=c.goal_text, suppressed=c.suppressed, awaiting_person=c.awaiting_person,
             created_at_us=c.created_at_us,
+            usage=None if c.usage is None else UsageOut.of(c.usage),
         )
 
 
@@ -232,6 +256,9 @@ class RunOut(BaseModel):
     created_at_us: int
     started_at_us: int | None
     ended_at_us: int | None
+    usage: UsageOut = Field(description=(
+        "What the run's model calls spent, written with its end (zero while it runs); a "
+        "failed or stopped run keeps what it spent."))
 
     @classmethod
     def of(cls, r: Run) -> RunOut:
@@ -239,7 +266,7 @@ class RunOut(BaseModel):
             run_id=r.run_id, conversation_id=r.conversation_id, trigger=r.trigger.value,
             status=r.status, model=r.model, failure_code=r.failure_code, steps=r.steps,
             created_at_us=r.created_at_us, started_at_us=r.started_at_us,
-            ended_at_us=r.ended_at_us,
+            ended_at_us=r.ended_at_us, usage=UsageOut.of(r.usage),
         )
 
 

@@ -258,17 +258,48 @@ UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
  WHERE run_id = :run_id AND status IN ('queued', 'running')
 RETURNING *;
 
+-- record_run_usage --
+-- What an ending run's model calls spent (B8): summed in the turn, written in its final unit.
+INSERT INTO run_usage (conversation_id, run_id, model_calls, input_tokens, output_tokens,
+                       cache_read_tokens, cache_write_tokens)
+VALUES (:conversation_id, :run_id, :model_calls, :input_tokens, :output_tokens,
+        :cache_read_tokens, :cache_write_tokens);
+
+-- {run_usage} --
+-- A run's usage columns, for a read of ``runs r LEFT JOIN run_usage u``: zero for a run that
+-- has not ended, or called no model.
+coalesce(u.model_calls, 0) AS model_calls, coalesce(u.input_tokens, 0) AS input_tokens,
+coalesce(u.output_tokens, 0) AS output_tokens,
+coalesce(u.cache_read_tokens, 0) AS cache_read_tokens,
+coalesce(u.cache_write_tokens, 0) AS cache_write_tokens
+
+-- conversation_usage --
+-- A conversation's usage (B8): the sums over its runs, read at read time, never stored on the
+-- conversation (a turn writes nothing more for it).
+SELECT CAST(coalesce(sum(model_calls), 0) AS bigint) AS model_calls,
+       CAST(coalesce(sum(input_tokens), 0) AS bigint) AS input_tokens,
+       CAST(coalesce(sum(output_tokens), 0) AS bigint) AS output_tokens,
+       CAST(coalesce(sum(cache_read_tokens), 0) AS bigint) AS cache_read_tokens,
+       CAST(coalesce(sum(cache_write_tokens), 0) AS bigint) AS cache_write_tokens
+  FROM run_usage WHERE conversation_id = :conversation_id;
+
 -- get_run --
 -- ``awaiting_approval``: the run holds on a call a person has not decided yet; a running run
 -- reads as ``awaiting_approval`` then (the status is derived, never stored).
 SELECT r.*, EXISTS (SELECT 1 FROM approvals a
-                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
-  FROM runs r WHERE r.run_id = :run_id;
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval,
+       {run_usage}
+  FROM runs r
+  LEFT JOIN run_usage u ON u.conversation_id = r.conversation_id AND u.run_id = r.run_id
+ WHERE r.run_id = :run_id;
 
 -- list_runs --
 SELECT r.*, EXISTS (SELECT 1 FROM approvals a
-                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval
-  FROM runs r WHERE r.conversation_id = :conversation_id
+                     WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval,
+       {run_usage}
+  FROM runs r
+  LEFT JOIN run_usage u ON u.conversation_id = r.conversation_id AND u.run_id = r.run_id
+ WHERE r.conversation_id = :conversation_id
  ORDER BY r.created_at_us, r.run_id LIMIT :limit;
 
 -- open_runs --

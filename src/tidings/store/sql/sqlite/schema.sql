@@ -166,6 +166,20 @@ CREATE TABLE IF NOT EXISTS runs (
 
 CREATE INDEX IF NOT EXISTS runs_conversation ON runs (conversation_id, created_at_us);
 
+-- What a run's model calls spent, written with its end (a row only for a run that called a
+-- model); input_tokens counts the cached prompt tokens too. A conversation's usage is the sum
+-- of its rows.
+CREATE TABLE IF NOT EXISTS run_usage (
+    conversation_id TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    model_calls INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, run_id)
+);
+
 CREATE TABLE IF NOT EXISTS messages (
     conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
     seq INTEGER NOT NULL,
