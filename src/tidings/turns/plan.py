@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from tidings.feed import Draft
 from tidings.models.base import ToolCall
 from tidings.tracing import NO_SPAN, Span
 from tidings.types import (
@@ -125,6 +126,9 @@ class TurnProgress:
     """The turn's span: the parent of its model calls (none for a compaction's)."""
     usage: Usage = field(default_factory=Usage)
     """What the turn's model calls spent so far, answered or failed (written with its end)."""
+    draft: Draft | None = None
+    """The answer of the step being asked or committed, as streamed to watchers: set
+    while the model writes it and until it commits (then None) or is discarded."""
 
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")
