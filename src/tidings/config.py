@@ -30,6 +30,9 @@ class RuntimeConfig:
     relay_sweep: timedelta | None = timedelta(minutes=1)
     """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
     queue, a crash). None: only the pass at start runs on its own."""
+    answer_poll: timedelta = timedelta(milliseconds=500)
+    """How often a wait for an input's answer looks again by itself: what this process commits
+    wakes it at once, what another process of a cluster commits is seen at the next look."""
 
 
 __all__ = ("RuntimeConfig",)

@@ -27,11 +27,13 @@ class Job:
     error: BaseException | None = None
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     woken: set[str] = field(default_factory=set)
+    changed: set[str] = field(default_factory=set)
 
     def took(self, tx: Tx) -> None:
         """Keep what the unit asked for after its commit."""
         self.after_commit = tx._take_after_commit()
         self.woken = tx._woken
+        self.changed = tx._changed
 
 
 def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[Job], bool]:
@@ -56,14 +58,19 @@ def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[
 
 
 def committed(jobs: list[Job], wakeups: Wakeups) -> None:
-    """Run the after-commit work of committed jobs; wake listeners once for the group."""
+    """Run the after-commit work of committed jobs; wake listeners (and watchers) once for
+    the group."""
     woken: set[str] = set()
+    changed: set[str] = set()
     for job in jobs:
         woken |= job.woken
+        changed |= job.changed
         for callback in job.after_commit:
             callback()
     if woken:
         wakeups.notify_many(woken)
+    if changed:
+        wakeups.changed_many(changed)
 
 
 def _deliver(jobs: list[Job]) -> None:
