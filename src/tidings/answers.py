@@ -98,6 +98,11 @@ class Answers:
         self._idle = asyncio.Event()
         self._idle.set()
 
+    @property
+    def waiting(self) -> int:
+        """How many waits are in progress here."""
+        return len(self._waiting)
+
     async def read(self, item: Input) -> Answer:
         """The input's answer as it stands now."""
         return await self.store.read(lambda tx: read_answer(tx, item))
