@@ -59,6 +59,7 @@ from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.turns.runner import TurnConfig
 from tidings.types import (
+    Answer,
     Author,
     AuthorKind,
     Conversation,
@@ -96,6 +97,7 @@ open the database (migrating it), boot a runtime with a new instance id, reconci
 instances, and shut down gracefully on exit (see :meth:`Runtime.open`)."""
 
 __all__ = (
+    "Answer",
     "ApprovalDecidedError",
     "Author",
     "AuthorKind",

@@ -37,6 +37,9 @@ class RuntimeConfig:
     tracer_provider: TracerSource | None = None
     """The OpenTelemetry ``TracerProvider`` tidings' spans come from; None: the global one.
     Without the ``otel`` extra there are no spans either way."""
+    answer_poll: timedelta = timedelta(milliseconds=500)
+    """How often a wait for an input's answer looks again by itself: what this process commits
+    wakes it at once, what another process of a cluster commits is seen at the next look."""
 
 
 __all__ = ("RuntimeConfig",)

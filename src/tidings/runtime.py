@@ -20,14 +20,15 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, overload
 
+from tidings.answers import DEFAULT_TIMEOUT, Answers, timeout_seconds
 from tidings.approvals import Approval, Approvals
 from tidings.clock import Clock, SystemClock
 from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
-from tidings.errors import InvalidInputError
 from tidings.feed import FeedHub
 from tidings.instances import Instance
 from tidings.keyring import Keyring
@@ -41,13 +42,11 @@ from tidings.mail.stop import StopCascade
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox
-from tidings.policy import check_id, check_position
-from tidings.results import MasterKey, ResultPage, ResultRef, Results
+from tidings.results import MasterKey, Results
 from tidings.settling import settle
 from tidings.store import Store, open_store
 from tidings.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.tasks import journal
-from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
@@ -56,9 +55,9 @@ from tidings.tracing import Tracing
 from tidings.turns.retry import retry as retry_unit
 from tidings.turns.runner import TurnRunner
 from tidings.types import (
+    Answer,
     Author,
     Conversation,
-    DeadLetter,
     DeliveryMode,
     Event,
     FeedEvent,
@@ -68,17 +67,18 @@ from tidings.types import (
     Operation,
     Origin,
     Profile,
-    QueueStats,
     Run,
     RunId,
     StartKind,
 )
+from tidings.views import BackgroundViews
 
 log = logging.getLogger("tidings.runtime")
 
 
-class Runtime:
-    """One runtime instance over one database."""
+class Runtime(BackgroundViews):
+    """One runtime instance over one database; its views of tasks, results and signals are
+    :class:`~tidings.views.BackgroundViews`."""
 
     def __init__(
         self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
@@ -133,6 +133,7 @@ class Runtime:
             store, self.outbox, self.runner, self.clock, config.coordinator,
             instance=self.instance, door=self.door,
         )
+        self.answers = Answers(store, poll=config.answer_poll)
         self.stops = StopCascade(
             self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner),
             journal.cancel_run,
@@ -147,6 +148,7 @@ class Runtime:
         )
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
+            Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
             Loop("tidings-supervisor", first=self._close_supervisor),
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
@@ -259,20 +261,59 @@ class Runtime:
 
     # -- the door -----------------------------------------------------------------------------
 
+    # ``self, /``: as the lock check (:func:`mutation`) passes it, positionally.
+    @overload
+    async def post(
+        self, /, conversation_id: str, content: str, *, wait: Literal[False] = False,
+        origin: Origin | str = ..., authored_by: Author | None = ...,
+        delivery_mode: DeliveryMode | str = ..., sender_conversation_id: str | None = ...,
+        run_public_id: str | None = ..., task_key: str | None = ...,
+        meta: Mapping[str, Any] | None = ..., idempotency_key: str | None = ...,
+        owner: str | None = ...,
+    ) -> Input: ...
+
+    @overload
+    async def post(
+        self, /, conversation_id: str, content: str, *, wait: Literal[True],
+        timeout: timedelta | float = ..., origin: Origin | str = ...,  # noqa: ASYNC109
+        authored_by: Author | None = ..., delivery_mode: DeliveryMode | str = ...,
+        sender_conversation_id: str | None = ..., run_public_id: str | None = ...,
+        task_key: str | None = ..., meta: Mapping[str, Any] | None = ...,
+        idempotency_key: str | None = ..., owner: str | None = ...,
+    ) -> Answer: ...
+
+    @overload
+    async def post(
+        self, /, conversation_id: str, content: str, *, wait: bool,
+        timeout: timedelta | float = ..., origin: Origin | str = ...,  # noqa: ASYNC109
+        authored_by: Author | None = ..., delivery_mode: DeliveryMode | str = ...,
+        sender_conversation_id: str | None = ..., run_public_id: str | None = ...,
+        task_key: str | None = ..., meta: Mapping[str, Any] | None = ...,
+        idempotency_key: str | None = ..., owner: str | None = ...,
+    ) -> Input | Answer: ...
+
     @mutation
     async def post(
-        self, conversation_id: str, content: str, *, origin: Origin | str = Origin.PERSON,
+        self, conversation_id: str, content: str, *, wait: bool = False,
+        # A timeout here answers as it stands; asyncio.timeout around the call would raise and
+        # lose the answer (the input is committed either way).
+        timeout: timedelta | float = DEFAULT_TIMEOUT,  # noqa: ASYNC109
+        origin: Origin | str = Origin.PERSON,
         authored_by: Author | None = None,
         delivery_mode: DeliveryMode | str = DeliveryMode.QUEUE,
         sender_conversation_id: str | None = None, run_public_id: str | None = None,
         task_key: str | None = None, meta: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None, owner: str | None = None,
-    ) -> Input:
+    ) -> Input | Answer:
         """Admit an input through the single door and ask for a turn (M1, C2).
 
         When the conversation is idle here, the input and the start of its turn commit in
-        one transaction.
+        one transaction. With ``wait``, return instead the input's :class:`Answer` once the
+        run that read it ended or awaits approval, or once ``timeout`` (seconds, or a
+        timedelta) passed: then as it stands (:mod:`tidings.answers`).
         """
+        if wait:
+            timeout_seconds(timeout)  # a bad bound is refused before anything is written
         admission = self.door.prepare(
             conversation_id, content, origin=origin, authored_by=authored_by,
             delivery_mode=delivery_mode, sender_conversation_id=sender_conversation_id,
@@ -280,9 +321,10 @@ class Runtime:
             idempotency_key=idempotency_key, owner=owner,
         )
         kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
-        return await self.coordinator.start_with(
+        item = await self.coordinator.start_with(
             conversation_id, kind, lambda cx: self.door.admit(cx, admission)
         )
+        return await self.answers.wait(item, timeout) if wait else item
 
     @mutation
     async def retry(
@@ -427,63 +469,6 @@ class Runtime:
     ) -> list[Conversation]:
         """The owner's conversations, by id (page with the last id)."""
         return await self.conversations.list_owned(owner, after=after, limit=limit)
-
-    # -- tasks and results (owner-scoped) -----------------------------------------------------
-
-    async def task_list(
-        self, conversation_id: str, *, owner: str | None = None, before_us: int | None = None,
-        limit: int = 100,
-    ) -> list[TaskRecord]:
-        if before_us is not None:
-            check_position(before_us, "before_us")
-        await self.conversations.get(conversation_id, owner=owner)
-        return await self.tasks.list(conversation_id, before_us=before_us, limit=limit)
-
-    async def task(
-        self, conversation_id: str, task_key: str, *, owner: str | None = None
-    ) -> TaskRecord:
-        check_id(task_key, "task key")
-        await self.conversations.get(conversation_id, owner=owner)
-        return await self.tasks.get(conversation_id, task_key)
-
-    async def result_list(
-        self, conversation_id: str, *, owner: str | None = None, after: str = "",
-        limit: int = 100,
-    ) -> list[ResultRef]:
-        await self.conversations.get(conversation_id, owner=owner)
-        return await self.results.list(conversation_id, after=after, limit=limit)
-
-    async def result_page(
-        self, conversation_id: str, result_id: str, *, owner: str | None = None,
-        offset: int = 0, limit_bytes: int | None = None,
-    ) -> ResultPage:
-        """One page of a result; a foreign conversation or result reads as unknown (R2)."""
-        await self.conversations.get(conversation_id, owner=owner)
-        return await self.results.page(
-            conversation_id, result_id, offset=offset, limit_bytes=limit_bytes
-        )
-
-    # -- signals ------------------------------------------------------------------------------
-
-    async def signal_stats(
-        self, conversation_id: str | None = None, *, owner: str | None = None
-    ) -> QueueStats:
-        """Backlog, oldest age, retries, dead letters: of one conversation, or (operators) all."""
-        await self._scope(conversation_id, owner, "totals over every conversation")
-        return await self.outbox.stats(conversation_id)
-
-    async def dead_letters(
-        self, conversation_id: str | None = None, *, owner: str | None = None, limit: int = 100
-    ) -> list[DeadLetter]:
-        await self._scope(conversation_id, owner, "dead letters of every conversation")
-        return await self.outbox.dead_letters(conversation_id, limit=limit)
-
-    async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
-        """One conversation (``owner``'s, when given), or all of them: for operators only."""
-        if conversation_id is not None:
-            await self.conversations.get(conversation_id, owner=owner)
-        elif owner is not None:
-            raise InvalidInputError(f"{what} are for operators")
 
     async def settle(self, conversation_id: str) -> list[Run]:
         """Wait until the conversation is settled (see :mod:`tidings.settling`): nothing

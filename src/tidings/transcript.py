@@ -42,6 +42,10 @@ from tidings.types import (
 MESSAGE_COMMITTED = "message_committed"
 """The journal event written with each transcript message (its data: the message's seq)."""
 
+RUN_CHANGES = frozenset({"turn_status", "input_materialized", "input_cancelled"})
+"""The events that change what a run or an input is: their unit tells the conversation's
+watchers in this process once it commits (a wait for an input's answer wakes on them)."""
+
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -115,6 +119,8 @@ class ConversationTx:
     def save(self) -> None:
         """Write the unit's events and the conversation's state and counters."""
         if self._events:
+            if any(e["type"] in RUN_CHANGES for e in self._events):
+                self.tx.changed(self.conversation_id)
             self.tx.run_later(
                 "insert_events", conversation_id=self.conversation_id,
                 items=_json(self._events), now_us=self.now_us,

@@ -400,6 +400,29 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """What became of a posted input, when its poster waited for it (``post(..., wait=True)``).
+
+    ``run`` is the run that read the input (the turn it started, or joined as a steer), or --
+    while no run has written it yet -- the running turn that took it; None while the input
+    waits in the queue, or once it was cancelled unread. ``reply`` is that run's final
+    assistant text (None while it has none: running, awaiting approval, failed...).
+    ``timed_out`` says the wait ended first (its timeout, or a shutdown): the answer is the
+    input and its run as they stood then, and the input stays accepted.
+    """
+
+    input: Input
+    run: Run | None
+    reply: str | None
+    timed_out: bool
+
+    @property
+    def status(self) -> RunStatus | InputState:
+        """The run's status; without a run, the input's state (``queued`` or ``cancelled``)."""
+        return self.run.status if self.run is not None else self.input.state
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One committed transcript message."""
 

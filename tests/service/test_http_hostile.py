@@ -220,6 +220,7 @@ PARAMETERS: list[tuple[str, str, str, str]] = [
     ("delete", C, "path", "conversation_id"),
     ("post", f"{C}/archive", "path", "conversation_id"),
     ("post", f"{C}/inputs", "path", "conversation_id"),
+    ("post", f"{C}/inputs", "query", "wait"),
     ("get", f"{C}/inputs", "path", "conversation_id"),
     ("put", f"{C}/goal", "path", "conversation_id"),
     ("post", f"{C}/goal/checkpoint", "path", "conversation_id"),
@@ -286,6 +287,17 @@ HOSTILE_INTEGERS: dict[str, str] = {
     "invalid UTF-8": "%FF",
     "fullwidth digit": "%EF%BC%91",
     "surrogate": "%ED%A0%80",
+}
+NUMBERS = {"wait"}  # seconds: a number in a published range, fractions allowed
+HOSTILE_NUMBERS: dict[str, str] = {
+    **{label: value for label, value in HOSTILE_INTEGERS.items() if label != "fraction"},
+    "zero": "0",
+    "just above the bound": "300.001",
+    "exponent": "1e3",
+    "beyond a double": "1e400",
+    "NaN": "nan",
+    "infinity": "inf",
+    "minus infinity": "-inf",
 }
 HOSTILE_TEXTS: dict[str, str] = {
     "NUL": "%00",
@@ -425,6 +437,10 @@ async def test_h4_the_table_names_every_parameter_the_schema_publishes(live: Liv
             [integer] = [o for o in options if o.get("type") == "integer"]
             assert integer["minimum"] >= 0, (path, name)
             assert integer["maximum"] <= INT64_MAX, (path, name)
+        elif any(o.get("type") == "number" for o in options):
+            [number] = [o for o in options if o.get("type") == "number"]
+            assert number["exclusiveMinimum"] >= 0, (path, name)
+            assert number["maximum"] <= 300, (path, name)
         else:
             [text] = [o for o in options if o.get("type") == "string"]
             assert text["maxLength"] <= 200, (path, name)
@@ -450,7 +466,8 @@ async def test_h4_hostile_values_in_every_query_path_and_header_get_a_typed_4xx(
                     for label, value in HOSTILE_EVENT_IDS.items()
                 ]
             else:
-                values = (HOSTILE_INTEGERS if where == "query" and (
+                values = (HOSTILE_NUMBERS if where == "query" and name in NUMBERS
+                          else HOSTILE_INTEGERS if where == "query" and (
                     name in INTEGERS or route.endswith(("/events", "/events.json")))
                     else HOSTILE_TEXTS)
                 cases = [(label, _url(route, ids, where, name, value), {})

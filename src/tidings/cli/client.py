@@ -40,26 +40,69 @@ def _problem(response: Any) -> str:
         return f"HTTP {response.status_code}: {text}"
 
 
+WAIT_S = 60.0
+"""How long ``post --wait`` waits for the answer when it is given no number."""
+
+
 @main.command()
 @_client_options
 @click.option("--steer", is_flag=True, help="Join the running turn at its next safe point.")
+@click.option("--wait", type=click.FloatRange(0, 300, min_open=True), is_flag=False,
+              flag_value=WAIT_S, default=None, metavar="[SECONDS]",
+              help=f"Wait for the answer and print the reply (at most SECONDS: {WAIT_S:g} "
+                   "when not given, 300 at most). Give it after the arguments, or as "
+                   "--wait=SECONDS.")
 @click.argument("conversation")
 @click.argument("text")
-def post(url: str, token: str, steer: bool, conversation: str, text: str) -> None:
-    """Post TEXT to CONVERSATION as a person's input; print the accepted input's id."""
+def post(
+    url: str, token: str, steer: bool, wait: float | None, conversation: str, text: str
+) -> None:
+    """Post TEXT to CONVERSATION as a person's input; print the accepted input's id -- or,
+    with --wait, the reply of the run that read it.
+
+    With --wait the exit status is 0 when the run completed. Otherwise a line on stderr says
+    how things stand (the run failed, awaits approval, or the wait timed out: the input stays
+    accepted and is answered later) and the exit status is 1.
+    """
     import httpx
 
     try:
         response = httpx.post(
             f"{url.rstrip('/')}/v1/conversations/{quote(conversation, safe='')}/inputs",
+            params={} if wait is None else {"wait": f"{wait:g}"},
             json={"content": text, "delivery_mode": "steer" if steer else "queue"},
-            headers={"Authorization": f"Bearer {token}"}, timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30 if wait is None else httpx.Timeout(30, read=wait + 30),
         )
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from None
     if response.status_code >= 400:
         raise click.ClickException(_problem(response))
-    click.echo(response.json()["input_id"])
+    if wait is None:
+        click.echo(response.json()["input_id"])
+        return
+    answer = response.json()
+    if answer.get("reply") is not None:
+        click.echo(answer["reply"])
+    if answer["status"] != "completed" or answer["timed_out"]:
+        raise click.ClickException(_unanswered(answer, wait))
+
+
+def _unanswered(answer: Mapping[str, Any], wait: float) -> str:
+    """How a waited post stands when its run did not complete: one line."""
+    run = answer.get("run") or {}
+    run_id = run.get("run_id", "")
+    item = answer["input"]["input_id"]
+    status = answer["status"]
+    if answer["timed_out"]:
+        where = f"run {run_id} is {status}" if run_id else f"input {item} is {status}"
+        return f"no answer within {wait:g}s: {where}; the input stays accepted"
+    if status == "awaiting_approval":
+        return f"run {run_id} awaits approval of a tool call (see the conversation's approvals)"
+    if status == "cancelled":
+        return f"input {item} was cancelled before any run read it"
+    failure = f" ({run['failure_code']})" if run.get("failure_code") else ""
+    return f"run {run_id} {status}{failure}"
 
 
 def _describe(kind: str, data: Mapping[str, Any]) -> str:

@@ -24,6 +24,7 @@ import json
 from tidings.errors import PairingViolationError
 from tidings.policy import read_order
 from tidings.records import input_from_row
+from tidings.store import Tx
 from tidings.transcript import ConversationTx
 from tidings.types import Input
 
@@ -53,9 +54,16 @@ def in_flight(cx: ConversationTx) -> tuple[str | None, frozenset[str]]:
     _, _, running = cx.slot_holder()
     if running is None:
         return None, frozenset()
-    start = cx.tx.one("last_turn_status", conversation_id=cx.conversation_id, run_id=running)
+    return str(running), taken_by(cx.tx, cx.conversation_id, str(running))
+
+
+def taken_by(tx: Tx, conversation_id: str, run_id: str) -> frozenset[str]:
+    """The inputs ``run_id`` took when it started, as its newest ``turn_status`` names them
+    (its start, until it holds for approval or ends: empty then). Those still queued are in
+    flight: the run materializes them at its first commit."""
+    start = tx.one("last_turn_status", conversation_id=conversation_id, run_id=run_id)
     taken = json.loads(start["data"]).get("inputs", []) if start is not None else []
-    return str(running), frozenset(str(i) for i in taken)
+    return frozenset(str(i) for i in taken)
 
 
 def cancel_supplementary(cx: ConversationTx, run_public_id: str) -> list[str]:

@@ -50,11 +50,20 @@ LimitBytes = Annotated[int | None, Query(ge=4, le=1024 * 1024,
                                          description="At most this many bytes of text.")]
 StatusFilter = Annotated[str, Query(alias="status", max_length=16, pattern=r"^[a-z_]*$",
                                     description="Only approvals in this status; empty: all.")]
+MAX_WAIT_S = 300
+"""The longest a waiting post (``?wait=``) holds its request open, in seconds."""
+
+WaitSeconds = Annotated[float | None, Query(
+    gt=0, le=MAX_WAIT_S,
+    description="Wait up to this many seconds (more than 0, at most 300) for the input's "
+                "answer: the run that read it ended or awaits approval. Answered 200 with the "
+                "answer; without it the post answers 202 with the input at once.")]
 LastEventId = Annotated[str | None, Header(
     alias="Last-Event-ID", max_length=64, pattern=SEQUENCE_DIGITS,
     description="The last journal sequence a reconnecting client saw.")]
 
 __all__ = (
+    "MAX_WAIT_S",
     "NO_CONTROL",
     "AfterSeq",
     "ApprovalId",
@@ -70,4 +79,5 @@ __all__ = (
     "RunId",
     "StatusFilter",
     "TaskKey",
+    "WaitSeconds",
 )

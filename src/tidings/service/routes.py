@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from sse_starlette import EventSourceResponse
 
 from tidings.errors import UnknownRunError
@@ -33,10 +33,12 @@ from tidings.service.params import (
     RunId,
     StatusFilter,
     TaskKey,
+    WaitSeconds,
 )
 from tidings.service.problems import HTTPProblem, documented
 from tidings.service.schemas import (
     Accepted,
+    AnswerOut,
     ApprovalList,
     ApprovalOut,
     CancelledRequestOut,
@@ -149,17 +151,35 @@ async def delete_conversation(
 # -- the door ----------------------------------------------------------------------------------
 
 
-@router.post("/{conversation_id}/inputs", status_code=status.HTTP_202_ACCEPTED,
-             response_model=InputOut, responses=WRITE,
-             summary="Post a person's input; it waits for (or steers) a turn")
+@router.post(
+    "/{conversation_id}/inputs", status_code=status.HTTP_202_ACCEPTED, response_model=None,
+    responses={
+        202: {"model": InputOut, "description": "Accepted (no ?wait=): the input."},
+        200: {"model": AnswerOut, "description": (
+            "With ?wait=: the answer, once the run that read the input ended or awaits "
+            "approval -- or, timed_out, as it stood when the wait ended.")},
+        **WRITE,
+    },
+    summary="Post a person's input; it waits for (or steers) a turn; ?wait= waits for its answer",
+)
 async def post_input(
-    conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Principal
-) -> InputOut:
+    conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Principal,
+    request: Request, response: Response, feeds: FeedsDep, wait: WaitSeconds = None,
+) -> InputOut | AnswerOut:
     accepted = await runtime.post(
         conversation_id, body.content, origin=Origin.PERSON, delivery_mode=body.delivery_mode,
         meta=body.meta, idempotency_key=body.idempotency_key, owner=owner,
     )
-    return InputOut.of(accepted)
+    if wait is None:
+        return InputOut.of(accepted)
+
+    async def leaving() -> bool:
+        """The server is shutting down, or the client left: answer as it stands."""
+        return feeds.closing or await request.is_disconnected()
+
+    answer = await runtime.answers.wait(accepted, wait, until=leaving)
+    response.status_code = status.HTTP_200_OK
+    return AnswerOut.of(answer)
 
 
 @router.get("/{conversation_id}/inputs", response_model=InputList, responses=READ,

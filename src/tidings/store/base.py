@@ -15,10 +15,11 @@ on PostgreSQL every statement is a round trip); the rows of its last statement a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -86,6 +87,7 @@ class Tx(ABC):
         self._after_commit: list[Callable[[], None]] = []
         self._woken: set[str] = set()
         self._journaled: dict[str, int] = {}
+        self._changed: set[str] = set()
 
     def all(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows of its last statement."""
@@ -144,6 +146,11 @@ class Tx(ABC):
         if seq > self._journaled.get(conversation_id, 0):
             self._journaled[conversation_id] = seq
 
+    def changed(self, conversation_id: str) -> None:
+        """Tell this process's watchers of the conversation (:meth:`Wakeups.watch`) that its
+        runs or inputs changed, once this unit commits (never if it does not)."""
+        self._changed.add(conversation_id)
+
     def _statements(self, query: str) -> tuple[str, ...]:
         try:
             return self._queries[query].statements
@@ -200,15 +207,18 @@ def _mismatch(query: str, expect: int, count: int) -> Callable[[], Exception]:
 
 
 class Wakeups:
-    """In-process fan-out of "this conversation has new signals" hints.
+    """In-process fan-out of "this conversation has new signals" hints, and of "this
+    conversation's runs or inputs changed" hints to the watchers of one conversation.
 
     A wake-up is only a hint: duplicates are harmless and a lost one is re-found by polling
-    or the sweep. Thread-safe; subscribers are asyncio queues bound to their own loop.
+    or the sweep. Thread-safe; subscribers are asyncio queues, watchers asyncio events, each
+    bound to its own loop.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscribers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[str]]] = []
+        self._watchers: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
 
     def subscribe(self) -> asyncio.Queue[str]:
         queue: asyncio.Queue[str] = asyncio.Queue()
@@ -231,6 +241,33 @@ class Wakeups:
         for loop, queue in subscribers:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_put_all, queue, ids)
+
+
+    @contextlib.contextmanager
+    def watch(self, conversation_id: str) -> Iterator[asyncio.Event]:
+        """An event set each time a unit of this process that changed the conversation's runs
+        or inputs commits (:meth:`Tx.changed`); clear it before each look at the database.
+        Changes made by other processes are not seen here: a watcher also polls."""
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            self._watchers.setdefault(conversation_id, []).append(entry)
+        try:
+            yield entry[1]
+        finally:
+            with self._lock:
+                left = [w for w in self._watchers.get(conversation_id, ()) if w is not entry]
+                if left:
+                    self._watchers[conversation_id] = left
+                else:
+                    self._watchers.pop(conversation_id, None)
+
+    def changed_many(self, conversation_ids: Iterable[str]) -> None:
+        """Set the events of every watcher of these conversations, in each one's loop."""
+        with self._lock:
+            watchers = [w for c in conversation_ids for w in self._watchers.get(c, ())]
+        for loop, event in watchers:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(event.set)
 
 
 def _put_all(queue: asyncio.Queue[str], ids: tuple[str, ...]) -> None:

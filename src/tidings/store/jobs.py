@@ -29,12 +29,14 @@ class Job:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     woken: set[str] = field(default_factory=set)
     journaled: dict[str, int] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
 
     def took(self, tx: Tx) -> None:
         """Keep what the unit asked for after its commit."""
         self.after_commit = tx._take_after_commit()
         self.woken = tx._woken
         self.journaled = tx._journaled
+        self.changed = tx._changed
 
 
 def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[Job], bool]:
@@ -59,18 +61,22 @@ def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[
 
 
 def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
-    """Run the after-commit work of committed jobs; wake listeners and tell the feed once
-    for the group."""
+    """Run the after-commit work of committed jobs; wake listeners (and watchers) and tell
+    the feed once for the group."""
     woken: set[str] = set()
+    changed: set[str] = set()
     journaled: dict[str, int] = {}
     for job in jobs:
         woken |= job.woken
+        changed |= job.changed
         if job.journaled:
             merge_hints(journaled, job.journaled)
         for callback in job.after_commit:
             callback()
     if woken:
         wakeups.notify_many(woken)
+    if changed:
+        wakeups.changed_many(changed)
     feed.journal_advanced(journaled)
 
 

@@ -26,6 +26,7 @@ from tidings.service.schemas.background import ResultRefOut as ResultRefOut
 from tidings.service.schemas.background import TaskOut as TaskOut
 from tidings.service.schemas.background import TaskPage as TaskPage
 from tidings.types import (
+    Answer,
     Conversation,
     DeadLetter,
     DeliveryMode,
@@ -402,3 +403,35 @@ class RestartAccepted(BaseModel):
     operation_id: str
     status: Literal["accepted"] = "accepted"
     completed: bool = False
+
+
+AnswerStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed",
+                       "needs_attention", "stopped", "cancelled"]
+
+
+class AnswerOut(BaseModel):
+    """A waiting post's answer (``?wait=``): the input, the run that read it, its reply."""
+
+    status: AnswerStatus = Field(description=(
+        "The run's status: completed, failed, needs_attention, stopped or awaiting_approval "
+        "when the wait ended on it; running on a timeout. Without a run, the input's state: "
+        "queued (no run has taken it yet) or cancelled (withdrawn before any run read it)."))
+    timed_out: bool = Field(description=(
+        "true: the wait ended before the answer (its ?wait= passed, or the server is shutting "
+        "down) and this is how things stood; the input stays accepted, and is read and "
+        "answered later like any other."))
+    input: InputOut
+    run: RunOut | None = Field(description=(
+        "The run that read the input: the turn it started, the later turn that took it from "
+        "the queue, or the running turn it joined as a steer. null while no run has it."))
+    reply: str | None = Field(description=(
+        "The run's final assistant text; null while it has none (running, awaiting approval, "
+        "failed, ...)."))
+
+    @classmethod
+    def of(cls, a: Answer) -> AnswerOut:
+        return cls(
+            status=a.status.value,  # type: ignore[arg-type]
+            timed_out=a.timed_out, input=InputOut.of(a.input),
+            run=None if a.run is None else RunOut.of(a.run), reply=a.reply,
+        )

@@ -682,3 +682,12 @@ SELECT data FROM events
 -- The inputs a run read (materialized by it).
 SELECT * FROM inputs WHERE conversation_id = :conversation_id AND run_id = :run_id
  ORDER BY queue_position;
+
+-- run_reply --
+-- A run's final answer: its newest assistant message without tool calls, after the message
+-- ``after_seq`` (the input it read; 0: anywhere).
+SELECT content FROM messages
+ WHERE conversation_id = :conversation_id AND seq > :after_seq AND run_id = :run_id
+   AND role = 'assistant' AND tool_calls IS NULL
+ ORDER BY seq DESC
+ LIMIT 1;
