@@ -115,6 +115,21 @@ class Watch:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            self._take_queued()
+
+    def ready_now(self) -> list[FeedEvent]:
+        """Every event that can be served without waiting (after one :meth:`__anext__`): a
+        consumer that writes to a socket sends them together."""
+        if not self._catching_up and not self._closed:
+            self._take_queued()
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
+
+    def _take_queued(self) -> None:
+        # All of the queue at once, so that the pieces of one answer that queued while the
+        # consumer was busy are served as one delta (see _delta).
+        while self._queued and not self._catching_up:
             self._take(self._queued.popleft())
 
     # -- from the hub -------------------------------------------------------------------------
@@ -218,8 +233,16 @@ class Watch:
             return  # a duplicate, or a piece past a gap (the hub sends the draft again)
         self._have[key] = offset + len(text)
         if offset < have:
-            event = delta_event(self.conversation_id, key, have, text[have - offset:],
-                                event.at_us)
+            text = text[have - offset:]
+            event = delta_event(self.conversation_id, key, have, text, event.at_us)
+        last = self._ready[-1] if self._ready else None
+        if (last is not None and last.type == MESSAGE_DELTA
+                and (last.data["run_id"], last.data["step"]) == key):
+            # The consumer has not taken the previous piece yet: serve both as one, so a
+            # watcher that fell behind catches up in one event instead of many.
+            self._ready[-1] = delta_event(self.conversation_id, key, int(last.data["offset"]),
+                                          str(last.data["text"]) + text, last.at_us)
+            return
         self._ready.append(event)
 
     def _discarded(self, event: FeedEvent) -> None:

@@ -21,6 +21,7 @@ saw a broken response (and the server logged an error for each).
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -73,9 +74,27 @@ def encode(event: EventOut) -> ServerSentEvent:
                            data=event.model_dump_json())
 
 
+_ENCODED: OrderedDict[int, tuple[FeedEvent, bytes]] = OrderedDict()
+_ENCODED_LIMIT = 1_024
+
+
+def _encoded(event: FeedEvent) -> bytes:
+    """The event's SSE bytes, encoded once for every watcher that is served the same event
+    (keyed by identity; the entry holds the event, so its id is not reused meanwhile)."""
+    key = id(event)
+    hit = _ENCODED.get(key)
+    if hit is not None and hit[0] is event:
+        return hit[1]
+    data = encode(EventOut.of(event)).encode()
+    _ENCODED[key] = (event, data)
+    if len(_ENCODED) > _ENCODED_LIMIT:
+        _ENCODED.popitem(last=False)
+    return data
+
+
 async def feed(
     runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str, after: int,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """The conversation's feed after ``after`` until the conversation is gone, the client
     leaves (the response cancels this) or the server shuts down. The route checked the owner
     before answering 200."""
@@ -85,7 +104,8 @@ async def feed(
     try:
         event: FeedEvent
         async for event in watch:
-            yield encode(EventOut.of(event))
+            # What else is ready goes in the same write: one send for a watcher catching up.
+            yield b"".join(_encoded(e) for e in (event, *watch.ready_now()))
     finally:
         feeds.forget(watch)
         await watch.aclose()
