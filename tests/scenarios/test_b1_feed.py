@@ -42,7 +42,7 @@ from tidings import (
     conversations,
 )
 from tidings.errors import ModelError, ModelErrorKind
-from tidings.feed import channel
+from tidings.feed import Watch, channel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.store import Tx
 from tidings.transcript import ConversationTx
@@ -101,6 +101,7 @@ async def test_b1_a_watcher_that_fell_behind_gets_the_queued_pieces_as_one_delta
     rt = await runtimes(models=[story_model()])
     conv = await open_conversation(rt)
     watch = rt.watch(conv, owner=OWNER)
+    assert isinstance(watch, Watch)
     first = await anext(watch)  # joined: from now on everything queues for it
     assert first.seq == 1
     await rt.post(conv, "tell me a story", owner=OWNER)
