@@ -53,7 +53,6 @@ from harness import (
     scratch_url,
     source_revision,
 )
-from httpx_sse import aconnect_sse
 from rich.console import Console
 from rich.table import Table
 
@@ -128,42 +127,57 @@ async def wait_http(base: str, seconds: float = 30.0) -> None:
 async def watch_main(base: str, conversation: str, count: int, after: int, out: str,
                      ready: str) -> int:
     """``count`` SSE watchers of one conversation; each stamps the deltas it reads and stops at
-    the first committed assistant message. Writes ``[[offset, end, ns], ...]`` per watcher."""
+    the first committed assistant message. Writes ``[[offset, end, ns], ...]`` per watcher.
+
+    A plain HTTP/1.1 reader over asyncio streams (chunked framing undone, only the data lines
+    of deltas and commits parsed): on a 2-CPU machine a heavier client would measure itself."""
+    host, port = base.removeprefix("http://").split(":")
+    path = f"/v1/conversations/{conversation}/events"
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
+               f"Authorization: Bearer {TOKEN}\r\nLast-Event-ID: {after}\r\n\r\n").encode()
     seen: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
     connected = 0
     all_connected = asyncio.Event()
-    limits = httpx.Limits(max_connections=count + 8, max_keepalive_connections=count + 8)
-    headers = {"Authorization": f"Bearer {TOKEN}", "Last-Event-ID": str(after)}
-    timeout = httpx.Timeout(120.0, connect=30.0)
 
-    async def one(i: int, client: httpx.AsyncClient) -> None:
+    async def one(i: int) -> None:
         nonlocal connected
-        url = f"{base}/v1/conversations/{conversation}/events"
-        async with aconnect_sse(client, "GET", url, headers=headers) as source:
-            source.response.raise_for_status()
-            connected += 1
-            if connected == count:
-                all_connected.set()
-            async for sse in source.aiter_sse():
-                if sse.event == "message_delta":
-                    data = json.loads(sse.data)["data"]
-                    start = int(data["offset"])
-                    seen[i].append((start, start + len(data["text"]), time.time_ns()))
-                elif sse.event == "message_committed":
-                    message = json.loads(sse.data)["data"]["message"]
-                    if message["role"] == "assistant" and not message.get("tool_calls"):
-                        return
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(head.decode(errors="replace").splitlines()[0])
+        connected += 1
+        if connected == count:
+            all_connected.set()
+        buffer = b""
+        try:
+            while True:
+                size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+                if size == 0:
+                    return
+                buffer += (await reader.readexactly(size + 2))[:-2]
+                stamp = time.time_ns()
+                *events, buffer = buffer.split(b"\r\n\r\n")
+                for raw in events:
+                    if b"event: message_delta" in raw:
+                        data = json.loads(raw.split(b"data: ", 1)[1])["data"]
+                        start = int(data["offset"])
+                        seen[i].append((start, start + len(data["text"]), stamp))
+                    elif b"event: message_committed" in raw:
+                        message = json.loads(raw.split(b"data: ", 1)[1])["data"]["message"]
+                        if message["role"] == "assistant" and not message.get("tool_calls"):
+                            return
+        finally:
+            writer.close()
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        tasks = [asyncio.create_task(one(i, client)) for i in range(count)]
-        waiter = asyncio.create_task(all_connected.wait())
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        if not all_connected.is_set():
-            for t in tasks:
-                if t.done() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
-        write_file(ready, "ready")
-        await asyncio.gather(*tasks)
+    tasks = [asyncio.create_task(one(i)) for i in range(count)]
+    waiter = asyncio.create_task(all_connected.wait())
+    await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for t in tasks:
+        if t.done() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+    write_file(ready, "ready")
+    await asyncio.gather(*tasks)
     write_file(out, json.dumps(seen))
     return 0
 
@@ -257,14 +271,15 @@ def latencies_ms(stamps: Sequence[tuple[int, int]],
     out: list[float] = []
     missing = 0
     for deltas in seen:
-        # The first delta covering each offset (a reconnect snapshot may repeat a range).
-        spans = sorted(deltas, key=lambda d: d[2])
-        for offset, stamp in stamps:
-            arrived = next((ns for start, end, ns in spans if start <= offset < end), None)
-            if arrived is None:
-                missing += 1
+        deltas = sorted(deltas, key=lambda d: d[2])  # the first delta covering an offset wins
+        j = 0
+        for offset, stamp in sorted(stamps):
+            while j < len(deltas) and deltas[j][1] <= offset:
+                j += 1
+            if j < len(deltas) and deltas[j][0] <= offset < deltas[j][1]:
+                out.append((deltas[j][2] - stamp) / 1e6)
             else:
-                out.append((arrived - stamp) / 1e6)
+                missing += 1
     return out, missing
 
 
