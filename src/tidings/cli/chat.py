@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -80,19 +81,29 @@ class Runs:
 
 
 def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
-    """The person's lines, then None at the end of input (the thread then ends)."""
-    stream = getattr(sys.stdin, "buffer", None)
+    """The person's lines, then None at the end of input (the thread then ends).
+
+    It reads the file descriptor itself, not ``sys.stdin``: a buffered reader's lock, held by a
+    read that never returns, would stop the interpreter from finishing at exit.
+    """
+    pending = b""
     while True:
         try:
-            raw = stream.readline() if stream is not None else b""
-        except (OSError, ValueError):
-            raw = b""
-        line = raw.decode("utf-8", "replace").rstrip("\r\n") if raw else None
+            chunk = os.read(sys.stdin.fileno(), 4096)
+        except (OSError, ValueError):  # no standard input (closed, or none at all)
+            chunk = b""
+        pending += chunk
+        *complete, pending = pending.split(b"\n") if chunk else [pending, b""]
+        said: list[str | None] = [c.decode("utf-8", "replace").rstrip("\r")
+                                  for c in complete if chunk or c]
+        if not chunk:
+            said.append(None)
         try:
-            loop.call_soon_threadsafe(lines.put_nowait, line)
+            for line in said:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
         except RuntimeError:  # the loop is closed: the chat is over
             return
-        if line is None:
+        if not chunk:
             return
 
 
