@@ -271,7 +271,7 @@ async def converse(session: Session, conversation: str | None, *, profile: dict[
 
 @main.command()
 @where_options
-@profile_options
+@profile_options("the scripted model; with --database, the first --model")
 @click.option("--model", "model_specs", multiple=True, metavar="SPEC",
               help="With --database: the runtime's models, as for serve: scripted (default), "
                    "scripted:RULES.json, openai:NAME or anthropic:NAME (repeatable; the first "

@@ -84,8 +84,13 @@ def where_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def profile_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--profile``, ``--tool`` and ``--title``: the new conversation's agent."""
+def profile_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--profile``, ``--tool`` and ``--title``: the new conversation's agent; ``default``
+    says which model it has when no profile is given."""
+    return functools.partial(_profile_options, default=default)
+
+
+def _profile_options(command: Callable[..., Any], default: str) -> Callable[..., Any]:
     command = click.option("--title", default="", help="The new conversation's title.")(command)
     command = click.option("--tool", "tools", multiple=True, metavar="NAME",
                            help="A tool the agent may call (repeatable; added to the "
@@ -93,7 +98,7 @@ def profile_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--profile", "profile_text", default=None, metavar="JSON|@FILE",
         help='The agent\'s profile as JSON, as the HTTP API takes it: {"model": "…", '
-             '"tools": […], "system": "…", …} (default: the scripted model).')(command)
+             '"tools": […], "system": "…", …} ' f"(default: {default}).")(command)
 
 
 def profile_body(profile_text: str | None, tools: tuple[str, ...],
@@ -149,7 +154,7 @@ def run_refusable(main_coroutine: Callable[[], Any]) -> Any:
 
 @main.command()
 @where_options
-@profile_options
+@profile_options("the scripted model")
 def create(where: Where, profile_text: str | None, tools: tuple[str, ...], title: str) -> None:
     """Open a conversation; print its id (so scripts can keep it)."""
     body = profile_body(profile_text, tools, "scripted")
