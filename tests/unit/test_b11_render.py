@@ -13,6 +13,7 @@ from rich.console import Console
 
 from tidings.cli.chat import Runs
 from tidings.cli.render import FeedItem, Screen, View, fold, runtime_summary
+from tidings.types import RunStatus
 
 
 def view() -> tuple[View, io.StringIO]:
@@ -159,11 +160,13 @@ def test_b11_runtime_summary_of_words_it_does_not_know_is_their_first_line() -> 
 
 
 def test_b11_the_chat_knows_when_the_run_that_read_its_input_is_over() -> None:
-    runs = Runs(["run_old"])
-    assert runs.open() == ["run_old"]
+    runs = Runs({"run_old": RunStatus.RUNNING, "run_held": RunStatus.AWAITING_APPROVAL})
+    assert runs.open() == ["run_old", "run_held"]
+    assert runs.working() == ["run_old"]  # the held run waits for a person: not working
     runs.see(status("run_old", "completed"))
+    runs.see(status("run_held", "stopped"))
     runs.see(status("run_1", "running", inputs=["in_1"]))
-    assert runs.working()
+    assert runs.working() == ["run_1"]
     assert not runs.answered("in_1")
     runs.see(status("run_1", "awaiting_approval"))
     assert runs.answered("in_1")  # it waits for a person: the prompt comes back

@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -51,8 +51,8 @@ class Runs:
     """What the chat knows of the conversation's runs: their statuses, and which run read
     which input -- from the feed, after the runs that were open when it started."""
 
-    def __init__(self, open_runs: Iterable[str] = ()) -> None:
-        self.status: dict[str, RunStatus] = dict.fromkeys(open_runs, RunStatus.RUNNING)
+    def __init__(self, open_runs: Mapping[str, RunStatus] | None = None) -> None:
+        self.status: dict[str, RunStatus] = dict(open_runs or {})
         self.run_of: dict[str, str] = {}
 
     def see(self, item: FeedItem) -> None:
@@ -70,9 +70,9 @@ class Runs:
         """The runs not over yet (running, or holding on a person's approval)."""
         return [r for r, s in self.status.items() if not s.ended]
 
-    def working(self) -> bool:
-        """Whether a run is working now (not waiting for anyone)."""
-        return any(s is RunStatus.RUNNING for s in self.status.values())
+    def working(self) -> list[str]:
+        """The runs working now (not waiting for anyone)."""
+        return [r for r, s in self.status.items() if s is RunStatus.RUNNING]
 
     def answered(self, input_id: str) -> bool:
         """Whether the run that read ``input_id`` is over, or waits for a person."""
@@ -132,6 +132,8 @@ class Chat:
         self.screen = view.screen
         self.runs = runs
         self.echo = echo
+        self.typing = not echo
+        """Whether the person types at a terminal (which echoes what they type)."""
         self.busy = False
         """From a line read until the turn that read it is over."""
         self.stopping = False
@@ -219,11 +221,17 @@ class Chat:
         self.status = 1
 
     def interrupt(self) -> None:
-        """Ctrl-C: stop the running turn, if any (a second Ctrl-C quits); else quit."""
-        if not (self.busy or self.runs.open()) or self.stopping:
+        """Ctrl-C: stop the running turn, if any (a second Ctrl-C quits); else quit.
+
+        A run that holds on a person's approval is not running a turn now: at the prompt,
+        Ctrl-C quits and leaves it for the person to decide.
+        """
+        if not (self.busy or self.runs.working()) or self.stopping:
             self._quit.set()
             return
         self.stopping = True
+        if self.typing:  # the terminal echoed ^C where the cursor was
+            self.screen.broken()
         self.screen.line("[bold yellow]\\[chat][/] stopping the running turn "
                          "(Ctrl-C again quits)…")
         task = asyncio.create_task(self._stop())
@@ -232,7 +240,7 @@ class Chat:
 
     async def _stop(self) -> None:
         try:
-            runs = self.runs.open()
+            runs = self.runs.working()
             for run_id in runs:
                 await self.session.stop_run(self.conversation_id, run_id)
             if not runs:  # posted, and not read by a run yet: stop what comes of it
@@ -255,7 +263,7 @@ async def converse(session: Session, conversation: str | None, *, profile: dict[
         conversation = await session.create(profile, title)
         screen.line(f"[dim]\\[chat] new conversation [bold]{escape(conversation)}[/bold] "
                     "(Ctrl-C stops a running turn; Ctrl-C or Ctrl-D at the prompt quits)[/]")
-        after, running = 0, []
+        after, running = 0, {}
     else:
         await session.check(conversation)
         after = await session.journal_end(conversation)
@@ -264,7 +272,7 @@ async def converse(session: Session, conversation: str | None, *, profile: dict[
                     f"{len(messages)} messages (Ctrl-C stops a running turn; Ctrl-C or "
                     "Ctrl-D at the prompt quits)[/]")
         view.transcript(messages, last=history)
-        running = await session.running(conversation)
+        running = await session.open_runs(conversation)
     chat = Chat(session, conversation, view, Runs(running), echo=not sys.stdin.isatty())
     return await chat.run(after)
 

@@ -154,6 +154,13 @@ class Screen:
             self.streaming = key
         self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
 
+    def broken(self) -> None:
+        """The terminal wrote on the current line itself (``^C``): end it."""
+        if self.streaming is not None:
+            self.end_stream()
+        elif not self.prompt_shown:
+            self._write("\n")
+
     def prompt(self) -> None:
         if not self.prompt_shown:
             self.end_stream()
@@ -308,6 +315,7 @@ class View:
         if status is RunStatus.COMPLETED:
             return
         code = d.get("failure_code")
+        code = None if code == status.value else code
         self.screen.line(f"[bold magenta]\\[runtime][/] run {escape(run)} {status.value}"
                          + (f" ({escape(str(code))})" if code else ""))
 

@@ -55,8 +55,8 @@ class Session(Protocol):
     async def journal_end(self, conversation_id: str) -> int:
         """The sequence of the newest journal event."""
 
-    async def running(self, conversation_id: str) -> list[str]:
-        """The runs that are not over yet."""
+    async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
+        """The runs that are not over yet, and their statuses."""
 
     async def post(self, conversation_id: str, text: str) -> str:
         """Post a person's input; its id."""
@@ -68,13 +68,6 @@ class Session(Protocol):
     def watch(self, conversation_id: str, after: int) -> AsyncIterator[FeedItem]: ...
 
     async def close(self) -> None: ...
-
-
-def _not_ended(status: str) -> bool:
-    try:
-        return not RunStatus(status).ended
-    except ValueError:
-        return False
 
 
 class HttpSession:
@@ -132,9 +125,10 @@ class HttpSession:
             if len(page["items"]) < PAGE:
                 return after
 
-    async def running(self, conversation_id: str) -> list[str]:
+    async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
         runs = await self._call("GET", self._path(conversation_id, "/runs"))
-        return [str(r["run_id"]) for r in runs["items"] if _not_ended(str(r["status"]))]
+        statuses = {str(r["run_id"]): RunStatus(r["status"]) for r in runs["items"]}
+        return {run: status for run, status in statuses.items() if not status.ended}
 
     async def post(self, conversation_id: str, text: str) -> str:
         body = await self._call("POST", self._path(conversation_id, "/inputs"),
@@ -249,8 +243,9 @@ class LocalSession:
             if len(page) < PAGE:
                 return after
 
-    async def running(self, conversation_id: str) -> list[str]:
-        return [r.run_id for r in await self.runtime.runs(conversation_id) if not r.status.ended]
+    async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
+        return {r.run_id: r.status for r in await self.runtime.runs(conversation_id)
+                if not r.status.ended}
 
     async def post(self, conversation_id: str, text: str) -> str:
         posted = await self.runtime.post(conversation_id, text, authored_by=self.author)
