@@ -177,3 +177,16 @@ def test_b11_the_chat_knows_when_the_run_that_read_its_input_is_over() -> None:
     runs.see(status("run_2", "stopped"))
     assert runs.answered("in_2")
     assert runs.open() == ["run_1"]
+
+
+def test_b11_an_answer_cut_by_another_line_is_shown_whole_when_it_commits() -> None:
+    v, out = view()
+    v.event(delta("run_1", 0, "Part of"))
+    v.event(committed(1, "user", NOTICE, origin="task_result", by_runtime=True, run="run_0"))
+    v.event(delta("run_1", 7, " it"))
+    v.event(committed(2, "assistant", "Part of it, whole."))
+    assert out.getvalue().splitlines() == [
+        "agent> Part of",
+        "[runtime] task bg-f77e632e exited (exit 0, 0.5 s): built",
+        "agent> Part of it, whole.",
+    ]

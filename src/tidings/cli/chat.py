@@ -305,23 +305,24 @@ def chat(where: Where, profile_text: str | None, tools: tuple[str, ...], title: 
     screen = Screen(console)
 
     async def run() -> int:
-        if where.database is None:
-            body = profile_body(profile_text, tools, "scripted")
-            session = HttpSession(where.url, where.token)
-            try:
-                return await converse(session, conversation, profile=body, title=title,
-                                      history=history, screen=screen)
-            finally:
-                await session.close()
-        from tidings.cli.serve import parse_models
-        from tidings.runtime import Runtime
-
-        models = parse_models(model_specs, model_base_url)
-        body = profile_body(profile_text, tools, models[0].name)
+        # Warnings (the embedded runtime's, asyncio's) are lines of the chat, not stray text.
         handler = ScreenLog(screen, asyncio.get_running_loop())
         root = logging.getLogger()
         root.addHandler(handler)
         try:
+            if where.database is None:
+                body = profile_body(profile_text, tools, "scripted")
+                session = HttpSession(where.url, where.token)
+                try:
+                    return await converse(session, conversation, profile=body, title=title,
+                                          history=history, screen=screen)
+                finally:
+                    await session.close()
+            from tidings.cli.serve import parse_models
+            from tidings.runtime import Runtime
+
+            models = parse_models(model_specs, model_base_url)
+            body = profile_body(profile_text, tools, models[0].name)
             async with Runtime.open(where.database, models=models) as runtime:
                 return await converse(LocalSession(runtime, owner=where.owner), conversation,
                                       profile=body, title=title, history=history,

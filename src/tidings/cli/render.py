@@ -226,9 +226,9 @@ class View:
                 self.screen.stream(key, AGENT, content[len(draft):])
             self.screen.end_stream()
         elif content:
-            if draft:
+            if draft and not content.startswith(draft):
                 self.screen.line("[dim]\\[chat] the answer as committed:[/]")
-            self.screen.line(AGENT + escape(content))
+            self.screen.line(AGENT + escape(content))  # whole, once more if it was cut into
         elif key is not None and self.screen.streaming == key:
             self.screen.end_stream()
         for call in message.get("tool_calls") or ():
@@ -291,7 +291,8 @@ class View:
         if not new:
             return
         self.drafts[key] = have + new
-        self.screen.stream(key, AGENT, new)
+        # A line printed meanwhile cut the answer: it starts again on a line of its own, whole.
+        self.screen.stream(key, AGENT, new if self.screen.streaming == key else have + new)
 
     def _discard(self, key: tuple[str, int], reason: str) -> None:
         draft = self.drafts.pop(key, None)
