@@ -190,3 +190,16 @@ def test_b11_an_answer_cut_by_another_line_is_shown_whole_when_it_commits() -> N
         "[runtime] task bg-f77e632e exited (exit 0, 0.5 s): built",
         "agent> Part of it, whole.",
     ]
+
+
+def test_b11_the_persons_line_is_not_shown_again_when_the_feed_outruns_the_post() -> None:
+    v, out = view()
+    v.posting.append("hello")
+    v.event(committed(1, "user", "hello", origin="person", input_id="in_1"))  # before the id
+    v.posted("hello", "in_1")
+    v.event(committed(2, "user", "hello", origin="person", input_id="in_2"))  # someone else's
+    v.posting.append("again")
+    v.posted("again", "in_3")  # answered first: known by its id from now on
+    v.event(committed(3, "user", "again", origin="person", input_id="in_3"))
+    assert out.getvalue().splitlines() == ["you> hello"]
+    assert v.posting == []

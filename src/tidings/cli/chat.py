@@ -190,13 +190,15 @@ class Chat:
             if not line.strip():
                 continue
             self.busy = True
+            self.view.posting.append(line)
             try:
                 try:
                     input_id = await self.session.post(self.conversation_id, line)
                 except (Refused, TidingsError) as exc:
+                    self.view.posted(line, None)
                     self.screen.line(f"[bold red]\\[chat][/] not posted: {escape(_said(exc))}")
                     continue
-                self.view.mine.add(input_id)
+                self.view.posted(line, input_id)
                 while not self.runs.answered(input_id):
                     self._changed.clear()
                     if await self._first(self._changed.wait()) is None:

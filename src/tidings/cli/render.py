@@ -14,6 +14,7 @@ printed again, and a draft that is discarded is said to be.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -180,13 +181,16 @@ class View:
     """Renders messages and feed events on a :class:`Screen`; knows what it already showed.
 
     ``mine``: the ids of the inputs this chat posted (the person's own lines, already on the
-    screen as they typed them).
+    screen as they typed them); ``posting``: lines being posted, whose ids are not known yet
+    (the feed may bring the message before the post has answered).
     """
 
     def __init__(self, screen: Screen, *, person: str = "you") -> None:
         self.screen = screen
         self.person = person
         self.mine: set[str] = set()
+        self.posting: list[str] = []
+        self.seen_inputs: set[str] = set()
         self.shown_seq = 0
         """The newest transcript message shown: a message is shown once."""
         self.drafts: dict[tuple[str, int], str] = {}
@@ -209,12 +213,30 @@ class View:
             self.screen.line(f"  [dim]← {escape(str(name))}: {escape(fold(content))}[/]")
         elif by_runtime(message):
             self.screen.line(f"[bold magenta]\\[runtime][/] {escape(runtime_summary(content))}")
-        elif message.get("input_id") in self.mine:
+        elif self._typed_here(message, content):
             pass  # typed at this prompt: already on the screen
         elif message.get("origin") == Origin.AGENT.value:
             self.screen.line(f"[bold blue]\\[agent][/] {escape(fold(content, 400))}")
         else:
             self.screen.line(f"[bold green]{escape(self.person)}>[/] {escape(content)}")
+
+    def _typed_here(self, message: Mapping[str, Any], content: str) -> bool:
+        input_id = message.get("input_id")
+        if input_id in self.mine:
+            return True
+        if message.get("origin") == Origin.PERSON.value and content in self.posting:
+            self.posting.remove(content)
+            self.seen_inputs.add(str(input_id))
+            return True
+        return False
+
+    def posted(self, line: str, input_id: str | None) -> None:
+        """A line's post answered (``input_id``; None: it was refused)."""
+        if input_id is None or input_id not in self.seen_inputs:
+            with contextlib.suppress(ValueError):
+                self.posting.remove(line)
+        if input_id is not None:
+            self.mine.add(input_id)
 
     def _assistant(self, message: Mapping[str, Any], content: str) -> None:
         run_id = message.get("run_id")
