@@ -27,6 +27,9 @@ class RuntimeConfig:
     relay_kick: bool = True
     """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
     reply to the relay sweep (and waits for a reply notice it by polling)."""
+    feed_poll: timedelta = timedelta(seconds=1)
+    """How often the feed looks at its watched conversations' journals by itself: a hint that
+    was lost costs at most this long (and commits of other SQLite processes arrive so)."""
     relay_sweep: timedelta | None = timedelta(minutes=1)
     """How often the relay sweep looks for replies not yet relayed (a lost kick, a full parent
     queue, a crash). None: only the pass at start runs on its own."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
@@ -22,7 +23,7 @@ from tidings.records import (
     run_from_row,
 )
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx
+from tidings.transcript import MESSAGE_COMMITTED, ConversationTx
 from tidings.types import (
     Conversation,
     ConversationId,
@@ -30,6 +31,7 @@ from tidings.types import (
     Event,
     GoalStatus,
     Message,
+    Origin,
     Profile,
     Run,
     new_id,
@@ -50,6 +52,57 @@ def check_profile(profile: Profile) -> Profile:
     if profile.approval_mode not in ("never", "always", "writes"):
         raise InvalidInputError("approval_mode must be one of never, always, writes")
     return profile
+
+
+def read_events(tx: Tx, conversation_id: str, *, after_seq: int, limit: int) -> list[Event]:
+    """A page of the journal after ``after_seq``, each ``message_committed`` event filled in
+    with its message from the transcript (one more query for the page, none without one).
+
+    The journal row keeps only the message's position; its text is written once, in the
+    transcript.
+    """
+    events = [event_from_row(r) for r in tx.all(
+        "events_after", conversation_id=conversation_id, after_seq=after_seq, limit=limit,
+    )]
+    seqs = [int(e.data["message_seq"]) for e in events
+            if e.type == MESSAGE_COMMITTED and "message_seq" in e.data]
+    if not seqs:
+        return events
+    messages = {
+        m.seq: m for m in map(message_from_row, tx.all(
+            "messages_by_seq", conversation_id=conversation_id, seqs=seqs,
+        ))
+    }
+    return [
+        replace(e, data=committed_data(message)) if e.type == MESSAGE_COMMITTED
+        and (message := messages.get(int(e.data.get("message_seq", 0)))) is not None else e
+        for e in events
+    ]
+
+
+def committed_data(message: Message) -> dict[str, Any]:
+    """What a ``message_committed`` event says: the message, and whether these are the
+    runtime's own words (a task's notice, a child's mail, any other input not a person's
+    words) rather than a person's."""
+    return {
+        "message": {
+            "seq": message.seq,
+            "message_id": message.message_id,
+            "role": message.role,
+            "content": message.content,
+            "tool_calls": [
+                {"call_id": c["call_id"], "name": c["name"], "arguments": c["arguments"]}
+                for c in message.tool_calls
+            ],
+            "tool_call_id": message.tool_call_id,
+            "tool_name": message.tool_name,
+            "origin": None if message.origin is None else message.origin.value,
+            "input_id": message.input_id,
+            "run_id": message.run_id,
+            "step": message.meta.get("step") if message.role == "assistant" else None,
+        },
+        "by_runtime": message.role == "user" and message.origin is not Origin.PERSON,
+    }
 
 
 def _page(limit: int) -> int:
@@ -233,15 +286,10 @@ class Conversations:
         """Journal rows after ``after_seq``, in order: a client resumes from its last seq."""
         check_position(after_seq, "after_seq")
         await self.get(conversation_id, owner=owner)
-        rows = await self.store.read(
-            lambda tx: tx.all(
-                "events_after",
-                conversation_id=conversation_id,
-                after_seq=after_seq,
-                limit=_page(limit),
-            )
+        page = _page(limit)
+        return await self.store.read(
+            lambda tx: read_events(tx, conversation_id, after_seq=after_seq, limit=page)
         )
-        return [event_from_row(r) for r in rows]
 
     async def runs(
         self, conversation_id: str, *, limit: int = MAX_PAGE, owner: str | None = None
@@ -273,4 +321,4 @@ class Conversations:
         return run
 
 
-__all__ = ("Conversations", "check_profile")
+__all__ = ("MESSAGE_COMMITTED", "Conversations", "check_profile", "committed_data", "read_events")

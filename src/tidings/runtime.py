@@ -28,6 +28,7 @@ from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
 from tidings.errors import InvalidInputError
+from tidings.feed import FeedHub
 from tidings.instances import Instance
 from tidings.keyring import Keyring
 from tidings.lifecycle import RestartRequest, accept_restart
@@ -59,6 +60,7 @@ from tidings.types import (
     DeadLetter,
     DeliveryMode,
     Event,
+    FeedEvent,
     GoalStatus,
     Input,
     Message,
@@ -118,11 +120,12 @@ class Runtime:
             profile_of=self.conversations.profile_of,
         )
         self.approvals = Approvals(store, self.clock, config.approvals, metrics=self.metrics)
+        self.feed = FeedHub(store, self.clock, poll=config.feed_poll)
         self.runner = TurnRunner(
             store, self.outbox, self.models, self.tools, self.clock, config.turns,
             tasks=self.tasks, children=self.relay, approvals=self.approvals,
             on_child_reply=self.relay.kick if config.relay_kick else None,
-            metrics=self.metrics, door=self.door,
+            metrics=self.metrics, door=self.door, feed=self.feed,
         )
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, config.coordinator,
@@ -133,9 +136,8 @@ class Runtime:
             journal.cancel_run,
         )
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
-                                 clock=self.clock,
-                                 tasks=self.tasks, conversations=self.coordinator.sweep,
-                                 relay=self.relay)
+                                 clock=self.clock, tasks=self.tasks,
+                                 conversations=self.coordinator.sweep, relay=self.relay)
         register_builtins(
             self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
@@ -172,10 +174,8 @@ class Runtime:
         delivering and accepting nothing until :meth:`unlock` gives it the master key.
         """
         store = await open_store(database_url, **dict(store_options or {}))
-        runtime = cls(
-            store, models=models, tools=tools, clock=clock, config=config,
-            master_key=master_key, owns_store=True,
-        )
+        runtime = cls(store, models=models, tools=tools, clock=clock, config=config,
+                      master_key=master_key, owns_store=True)
         try:
             await runtime.start(locked=locked)
             yield runtime
@@ -192,8 +192,7 @@ class Runtime:
         return self.instance.instance_id
 
     async def start(self, *, locked: bool = False) -> None:
-        """Register this instance, reconcile gone ones, and start following work -- or, when
-        ``locked``, wait for :meth:`unlock` before any of that (L1)."""
+        """Register, reconcile gone instances, follow work -- or, ``locked``, await unlock (L1)."""
         if locked:
             self.locked = True
             log.info("instance %s booted locked: waiting for the master key", self.instance_id)
@@ -221,6 +220,7 @@ class Runtime:
         self._closed = True
         try:
             await self.lifetime.shutdown()
+            await self.feed.close()  # after the turns' last commits: watchers end here
         finally:
             if self._owns_store:
                 await self.store.close()
@@ -399,14 +399,19 @@ class Runtime:
     async def transcript(
         self, conversation_id: str, *, after_seq: int = 0, owner: str | None = None
     ) -> list[Message]:
-        return await self.conversations.transcript(
-            conversation_id, after_seq=after_seq, owner=owner
-        )
+        return await self.conversations.transcript(conversation_id, after_seq=after_seq,
+                                                   owner=owner)
 
     async def events(
         self, conversation_id: str, *, after_seq: int = 0, owner: str | None = None
     ) -> list[Event]:
         return await self.conversations.events(conversation_id, after_seq=after_seq, owner=owner)
+
+    def watch(self, conversation_id: str, *, after_seq: int = 0,
+              owner: str | None = None) -> AsyncIterator[FeedEvent]:
+        """The conversation's feed after ``after_seq``, then live (see :mod:`tidings.feed`)."""
+        return self.feed.watch(conversation_id, after_seq=after_seq, read=lambda after: (
+            self.events(conversation_id, after_seq=after, owner=owner)))
 
     async def runs(self, conversation_id: str, *, owner: str | None = None) -> list[Run]:
         return await self.conversations.runs(conversation_id, owner=owner)
@@ -449,8 +454,7 @@ class Runtime:
         self, conversation_id: str, result_id: str, *, owner: str | None = None,
         offset: int = 0, limit_bytes: int | None = None,
     ) -> ResultPage:
-        """One page of a result; another owner's conversation, or another conversation's
-        result, is answered exactly like an unknown id (R2)."""
+        """One page of a result; a foreign conversation or result reads as unknown (R2)."""
         await self.conversations.get(conversation_id, owner=owner)
         return await self.results.page(
             conversation_id, result_id, offset=offset, limit_bytes=limit_bytes
@@ -461,8 +465,7 @@ class Runtime:
     async def signal_stats(
         self, conversation_id: str | None = None, *, owner: str | None = None
     ) -> QueueStats:
-        """Backlog, oldest age, retries, dead letters: of one conversation, or of all (an
-        operator's view: without ``owner``)."""
+        """Backlog, oldest age, retries, dead letters: of one conversation, or (operators) all."""
         await self._scope(conversation_id, owner, "totals over every conversation")
         return await self.outbox.stats(conversation_id)
 

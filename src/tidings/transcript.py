@@ -10,6 +10,9 @@ Strict pairing is enforced by the store, not by good manners: while a tool call 
 ``insert_message`` query refuses anything but its result, and this class raises
 :class:`~tidings.errors.PairingViolationError` so the whole unit rolls back.
 
+Each message is journalled as it is written: a ``message_committed`` event in the same unit,
+holding only the message's position (the feed's reads fill in the rest).
+
 Inputs are the mail's: :mod:`tidings.mail.door` writes them and :mod:`tidings.mail.queue` reads,
 cancels and materializes them, as functions over this object (they keep the row's queue
 counters, and :attr:`ConversationTx.accepted`, true in the same unit).
@@ -35,6 +38,9 @@ from tidings.types import (
     ToolCall,
     new_id,
 )
+
+MESSAGE_COMMITTED = "message_committed"
+"""The journal event written with each transcript message (its data: the message's seq)."""
 
 
 def _json(value: Any) -> str:
@@ -113,6 +119,7 @@ class ConversationTx:
                 "insert_events", conversation_id=self.conversation_id,
                 items=_json(self._events), now_us=self.now_us,
             )
+            self.tx.journaled(self.conversation_id, self._events[-1]["seq"])
             self._events = []
         if (self.row, self.conversation) == self._saved:
             return  # nothing changed: no write
@@ -206,6 +213,8 @@ class ConversationTx:
 
         self.tx.run_later("insert_message", expect=1, mismatch=refused, **params)
         self.row["last_message_seq"] = seq
+        # The feed's record of it: only the position; every read fills in the message (B1).
+        self.record_event(MESSAGE_COMMITTED, {"message_seq": seq}, params["run_id"])
         self.appended.append(message_from_row(params | {"created_at_us": self.now_us}))
         return seq
 

@@ -389,6 +389,28 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedEvent:
+    """One event of a conversation's feed (:meth:`tidings.Runtime.watch`).
+
+    A journal event (``seq`` set: committed, durable, gap-free) or a live one (``seq`` None:
+    ``message_delta`` or ``message_discarded``, never written to the database, a hint for a
+    live view). ``message_committed`` events carry the message itself in ``data``.
+    """
+
+    conversation_id: ConversationId
+    seq: int | None
+    type: str
+    run_id: RunId | None
+    data: dict[str, Any]
+    at_us: int
+
+    @classmethod
+    def of(cls, event: Event) -> FeedEvent:
+        return cls(event.conversation_id, event.seq, event.type, event.run_id, event.data,
+                   event.at_us)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call the model asked for; ``call_id`` pairs it with its result.
 

@@ -708,14 +708,23 @@ async def test_m3_steer_joins_running_turn_after_tool_results(runtimes: RuntimeF
     assert inputs[mail.input_id].delivery_mode is DeliveryMode.QUEUE
     assert inputs[later.input_id].run_id == runs[1].run_id
 
-    # the journal: calls, then the steer's materialisation, then the turn's end
-    journal = [(e.type, e.data.get("input_id"), e.data.get("status"))
+    # the journal: calls, then the steer's materialisation, then the turn's end (each
+    # message journalled as it commits: its role and input)
+    journal = [(e.type, e.data["message"]["role"], e.data["message"]["input_id"])
+               if e.type == "message_committed"
+               else (e.type, e.data.get("input_id"), e.data.get("status"))
                for e in await rt.events(conv) if e.run_id == first.run_id]
     assert journal == [
         ("turn_status", None, "running"),
+        ("message_committed", "user", first_input.input_id),
         ("input_materialized", first_input.input_id, None),
+        ("message_committed", "assistant", None),
         ("tool_calls", None, None),
+        ("message_committed", "tool", None),
+        ("message_committed", "tool", None),
+        ("message_committed", "user", steer.input_id),
         ("input_materialized", steer.input_id, None),
+        ("message_committed", "assistant", None),
         ("turn_status", None, "completed"),
     ]
     steer_event = next(e for e in await rt.events(conv)

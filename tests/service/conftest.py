@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -59,7 +58,7 @@ class Live:
     async def start(self) -> Live:
         app = create_app(
             self.runtime, tokens=TOKENS, operator_tokens=[OPERATOR],
-            **{"feed_poll": timedelta(milliseconds=20), **self.options},
+            **self.options,
         )
         self.server = Server(app, port=0, log_level="warning", timeout_graceful_shutdown=5)
         self.task = asyncio.create_task(self.server.serve())

@@ -25,6 +25,7 @@ CHECKS = (
     "no two runs of the conversation overlap in time",
     "transcript pairing intact",
     "both children's replies relayed once and answered in one supplementary turn",
+    "an answer streamed to a watcher, then committed whole",
     "a repeated idempotency key publishes nothing new",
     "a stale lease's ack is refused and changes nothing",
     "a spent attempt budget ends in a visible dead letter",

@@ -18,20 +18,33 @@ from tests.service.conftest import WAIT_S, Servers, open_conversation
 
 @dataclass(frozen=True)
 class Received:
+    """A journal event of the feed (it has an SSE id)."""
+
     id: int
     event: str
     data: dict[str, Any]
 
 
-async def sse(
+@dataclass(frozen=True)
+class Seen:
+    """Any event of the feed: ``id`` is None for a live one (an answer being written)."""
+
+    id: int | None
+    event: str
+    data: dict[str, Any]
+
+
+async def feed_events(
     response: httpx.Response, on_comment: Callable[[str], None] | None = None
-) -> AsyncIterator[Received]:
-    """The events of an SSE stream; comments (keep-alive pings) go to ``on_comment``."""
+) -> AsyncIterator[Seen]:
+    """Every event of an SSE stream; comments (keep-alive pings) go to ``on_comment``."""
     fields: dict[str, str] = {}
     async for line in response.aiter_lines():
         if not line:
             if "data" in fields:
-                yield Received(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                seq = fields.get("id")
+                yield Seen(None if seq is None else int(seq), fields["event"],
+                           json.loads(fields["data"]))
             fields = {}
         elif line.startswith(":"):
             if on_comment is not None:
@@ -41,6 +54,15 @@ async def sse(
             value = value.removeprefix(" ")
             fields[name] = f"{fields[name]}\n{value}" if name == "data" and name in fields \
                 else value
+
+
+async def sse(
+    response: httpx.Response, on_comment: Callable[[str], None] | None = None
+) -> AsyncIterator[Received]:
+    """The journal events of an SSE stream (live ones are left out)."""
+    async for seen in feed_events(response, on_comment):
+        if seen.id is not None:
+            yield Received(seen.id, seen.event, seen.data)
 
 
 def _turn_ended(event: Received) -> bool:
@@ -151,10 +173,10 @@ async def test_a2_events_json_pages_after_a_sequence(servers: Servers) -> None:
 async def test_h5_a_graceful_shutdown_completes_every_open_feed_even_one_inside_a_read(
     servers: Servers,
 ) -> None:
-    """A server stopping under load finds its feeds busy, each inside a journal read (here one
-    that takes a second, longer than sse-starlette's half-second exit poll). Every feed still
-    ends by itself with a complete response: its client sees the stream end, not a broken
-    connection, and reconnects with its last id."""
+    """A server stopping under load finds its feeds busy, each inside a journal read (here its
+    first one, which takes a second, longer than sse-starlette's half-second exit poll). Every
+    feed still ends by itself with a complete response: its client sees the stream end, not a
+    broken connection, and reconnects with its last id."""
     feeds = 8
     live = await servers()
     runtime = live.runtime
@@ -178,7 +200,6 @@ async def test_h5_a_graceful_shutdown_completes_every_open_feed_even_one_inside_
             except httpx.TransportError as exc:
                 outcomes.append(type(exc).__name__)
 
-        watchers = [asyncio.create_task(watch()) for _ in range(feeds)]
         read_events = runtime.events
 
         async def slow_events(*args: Any, **kwargs: Any) -> Any:
@@ -189,9 +210,10 @@ async def test_h5_a_graceful_shutdown_completes_every_open_feed_even_one_inside_
             await asyncio.sleep(1.0)  # the slow read, not a wait of the test
             return await read_events(*args, **kwargs)
 
+        runtime.events = slow_events  # type: ignore[method-assign]
+        watchers = [asyncio.create_task(watch()) for _ in range(feeds)]
         async with asyncio.timeout(WAIT_S):
             await all_connected.wait()
-            runtime.events = slow_events  # type: ignore[method-assign]
             await all_reading.wait()  # every feed is inside a read
             await live.stop()
             await asyncio.gather(*watchers)

@@ -80,6 +80,12 @@ def _describe(kind: str, data: Mapping[str, Any]) -> str:
         if isinstance(d.get("approvals"), list):
             extra.append("approvals " + ", ".join(str(a) for a in d["approvals"]))
         return f"run {run} {d.get('status', '?')}" + (f" ({', '.join(extra)})" if extra else "")
+    if kind == "message_committed" and isinstance(d.get("message"), Mapping):
+        message = d["message"]
+        words = " ".join(str(message.get("content", "")).split())
+        who = f"{message.get('role', '?')}" + (" (runtime)" if d.get("by_runtime") else "")
+        return f"{who} message {message.get('seq', '?')}: " + (
+            words if len(words) <= 120 else words[:119] + "…")
     if kind == "tool_calls":
         names = ", ".join(str(c.get("name")) for c in d.get("calls", ()) if isinstance(c, Mapping))
         return f"run {run} calls {names}"
@@ -110,6 +116,10 @@ def watch(url: str, token: str, after: int, conversation: str) -> None:
             event = json.loads(sse.data)
         except ValueError:
             event = {"data": sse.data}
+        if isinstance(event, dict) and "seq" in event and event["seq"] is None:
+            # A live event (an answer being written, no SSE id of its own): this command
+            # follows the journal, where the answer commits.
+            return last
         seq = int(sse.id) if sse.id.isdigit() else last
         at = event.get("at_us")
         clock = "" if not isinstance(at, int) else datetime.fromtimestamp(

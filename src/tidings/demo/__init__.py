@@ -20,6 +20,7 @@ It ends with checks made by reading the database; :func:`run_demo` returns wheth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from tidings.demo.script import (
     PAUSE,
     PROFILE,
     RESTARTED,
+    STARTED,
     demo_config,
 )
 from tidings.demo.timeline import Snapshot, Timeline, snapshot
@@ -49,7 +51,7 @@ from tidings.results import MASTER_KEY_ENV, MasterKey
 from tidings.runtime import Runtime
 from tidings.store import open_store
 from tidings.tasks.notify import TaskState
-from tidings.types import RunStatus
+from tidings.types import FeedEvent, RunStatus
 
 __all__ = ("restart_child", "run_demo")
 
@@ -87,6 +89,18 @@ async def _wait(
             await asyncio.sleep(0.05)
 
 
+async def _watch_turn(rt: Runtime, conversation_id: str) -> list[FeedEvent]:
+    """What a watcher of the conversation sees until its first turn ends (B1)."""
+    seen: list[FeedEvent] = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(WAIT_S):
+            async for event in rt.watch(conversation_id):
+                seen.append(event)
+                if event.type == "turn_status" and RunStatus(event.data["status"]).ended:
+                    break
+    return seen
+
+
 def _handled(task_key: str) -> Callable[[Snapshot], bool]:
     def check(view: Snapshot) -> bool:
         return any(t.task_key == task_key and t.consumed for t in view.tasks)
@@ -108,10 +122,16 @@ async def run_demo(url: str, console: Console) -> bool:
                             master_key=key) as rt:
         timeline.note(opening, "host", f"runtime instance {rt.instance_id} up (pid {os.getpid()})")
         conv = (await rt.create_conversation(OWNER, PROFILE, title="demo")).conversation_id
+        watching = asyncio.create_task(_watch_turn(rt, conv))
         await rt.post(conv, BUILD_REQUEST)
         await rt.settle(conv)
+        watched = await watching
         view = await snapshot(rt.store, conv)
         timeline.show(view)
+        pieces = [e for e in watched if e.seq is None]
+        if pieces:
+            timeline.note(pieces[-1].at_us, "model", f"the answer reached a watcher in "
+                          f"{len(pieces)} pieces as it was written, before it committed")
         [build] = view.tasks
         console.rule("[bold]2. The build ends; its notification wakes the conversation")
         view = await _wait(rt, conv, _handled(build.task_key), console,
@@ -216,6 +236,7 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.runs_never_overlap(view),
         checks.pairing_intact(view),
         checks.delegated_once_in_one_turn(lead_view, requests, lead_inputs),
+        checks.streamed(watched, STARTED),
         *results,
     ]
     for line in checks.render(results):

@@ -15,11 +15,12 @@ from itertools import pairwise
 from rich.markup import escape
 
 from tidings.demo.timeline import Snapshot
+from tidings.feed import MESSAGE_DELTA
 from tidings.lifecycle import RESTART_COMPLETED
 from tidings.mail.relay import ChildRequest
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
-from tidings.types import Input, Message, Origin, StartKind
+from tidings.types import FeedEvent, Input, Message, Origin, StartKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,25 @@ def delegated_once_in_one_turn(view: Snapshot, requests: Sequence[ChildRequest],
     )
     return Check(name, ok, f"{len(requests)} requests, {len(mails)} child mail inputs, "
                            f"{len(mail_turns)} mail turn(s)")
+
+
+def streamed(events: Sequence[FeedEvent], text: str) -> Check:
+    """The answer ``text`` reached a watcher piece by piece before its message committed.
+
+    Over what a watcher saw, not the database: the pieces are never written there."""
+    pieces = [e for e in events if e.type == MESSAGE_DELTA]
+    commit = next((i for i, e in enumerate(events) if e.type == "message_committed"
+                   and e.data["message"]["role"] == "assistant"
+                   and e.data["message"]["content"] == text), None)
+    built = ""
+    for piece in pieces:
+        if piece.data["offset"] == len(built):
+            built += piece.data["text"]
+    ok = (len(pieces) > 1 and commit is not None and built == text
+          and all(events.index(p) < commit for p in pieces))
+    return Check("an answer streamed to a watcher, then committed whole", ok,
+                 f"{len(pieces)} pieces seen before its message_committed" if ok
+                 else f"{len(pieces)} pieces built {built!r}; committed at {commit}")
 
 
 def render(checks: Iterable[Check]) -> list[str]:

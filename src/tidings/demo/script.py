@@ -68,7 +68,8 @@ MODEL = ScriptedModel(
         Rule({"text_contains": "Deploy the release"},
              {"tool_calls": [{"name": "shell", "arguments": {
                  "command": DEPLOY_COMMAND, "background": True, "timeout_s": 120}}]}),
-        Rule({"tool_result": "shell"}, {"text": STARTED}),
+        # Streamed to watchers piece by piece as it is written (B1).
+        Rule({"tool_result": "shell"}, {"text": STARTED, "chunks": 8, "chunk_delay": 0.02}),
         # Process facts are fenced JSON: a success is stated there, never inferred.
         Rule({"meta_kind": "task_notification", "text_contains": '"succeeded":true'},
              {"text": BUILD_DONE}),

@@ -8,6 +8,11 @@ the dynamic suffix (``suffix_contains``, to answer runtime facts). A reply holds
 and/or ``tool_calls``, or ``echo`` (repeat the newest text), or ``error`` (a failure of the
 given kind), and may wait ``delay_seconds`` first (a slow or hanging model).
 
+A reply's text is streamed to ``on_delta``: whole, or as ``chunks`` pieces of nearly equal
+length with ``chunk_delay`` seconds between them (an answer that takes a while to write).
+A reply with both ``text`` and ``error`` streams its text and then fails (a model that breaks
+off mid-answer).
+
 Rules load from JSON, so the command line and the HTTP service can use them::
 
     {"name": "scripted",
@@ -53,7 +58,9 @@ _WHEN_KEYS = frozenset(
         "suffix_contains",
     }
 )
-_REPLY_KEYS = frozenset({"text", "tool_calls", "echo", "error", "delay_seconds"})
+_REPLY_KEYS = frozenset(
+    {"text", "tool_calls", "echo", "error", "delay_seconds", "chunks", "chunk_delay"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,11 @@ def _check_reply(reply: Mapping[str, Any], where: str) -> None:
         raise InvalidInputError(f"{where}: unknown reply keys {sorted(unknown)}")
     if "error" in reply:
         ModelErrorKind(reply["error"])
+    chunks = reply.get("chunks", 1)
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
+        raise InvalidInputError(f"{where}: chunks must be a positive integer")
+    if float(reply.get("chunk_delay", 0)) < 0:
+        raise InvalidInputError(f"{where}: chunk_delay must not be negative")
     for call in reply.get("tool_calls", ()):
         if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
             raise InvalidInputError(f"{where}: every tool call needs a name")
@@ -152,25 +164,52 @@ class ScriptedModel:
         delay = float(reply.get("delay_seconds", 0))
         if delay > 0:
             await asyncio.sleep(delay)
+        text = str(reply.get("text", ""))
+        if reply.get("echo"):
+            text = newest.content if newest is not None else ""
         if "error" in reply:
+            if "text" in reply:
+                await _stream(text, reply, on_delta)  # broken off mid-answer
             raise ModelError(
                 ModelErrorKind(reply["error"]),
                 f"scripted {reply['error']} failure",
                 model=self.name,
             )
-        text = str(reply.get("text", ""))
-        if reply.get("echo"):
-            text = newest.content if newest is not None else ""
         base = len(request.messages)
         calls = tuple(
             ToolCall(f"call_{base}_{i}", str(c["name"]), dict(c.get("arguments", {})))
             for i, c in enumerate(reply.get("tool_calls", ()))
         )
-        if on_delta is not None and text:
-            on_delta(text)
+        await _stream(text, reply, on_delta)
         return ModelReply(
             text=text,
             tool_calls=calls,
             model=request.model,
             stop_reason="tool_use" if calls else "end_turn",
         )
+
+
+def chunked(text: str, chunks: int) -> list[str]:
+    """``text`` cut into at most ``chunks`` pieces of nearly equal length, in order."""
+    if not text:
+        return []
+    count = max(1, min(chunks, len(text)))
+    size, extra = divmod(len(text), count)
+    pieces: list[str] = []
+    start = 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+async def _stream(text: str, reply: Mapping[str, Any], on_delta: DeltaCallback | None) -> None:
+    """Hand ``text`` to ``on_delta`` as the rule says: whole, or in chunks with a pause (the
+    pauses are taken with or without a listener, so a reply takes as long either way)."""
+    pause = float(reply.get("chunk_delay", 0))
+    for index, piece in enumerate(chunked(text, int(reply.get("chunks", 1)))):
+        if index and pause > 0:
+            await asyncio.sleep(pause)
+        if on_delta is not None:
+            on_delta(piece)

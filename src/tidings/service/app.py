@@ -221,7 +221,6 @@ def create_app(
     tokens: Mapping[str, str],
     operator_tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    feed_poll: timedelta = timedelta(milliseconds=100),
     feed_ping: timedelta = timedelta(seconds=15),
 ) -> FastAPI:
     """The HTTP service over a started ``runtime``.
@@ -245,7 +244,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.authenticator = Authenticator(tokens, operator_tokens)
-    app.state.feeds = Feeds(poll=feed_poll, ping=feed_ping)
+    app.state.feeds = Feeds(ping=feed_ping)
     problems.install(app)
     app.include_router(routes.router)
     app.include_router(observability.router)
@@ -296,7 +295,6 @@ async def serve(
     tokens: Mapping[str, str],
     operator_tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    feed_poll: timedelta = timedelta(milliseconds=100),
     log_level: str = "info",
     **uvicorn_options: Any,
 ) -> None:
@@ -305,7 +303,7 @@ async def serve(
     The runtime is the caller's: it is neither started nor closed here.
     """
     app = create_app(runtime, tokens=tokens, operator_tokens=operator_tokens,
-                     max_body_bytes=max_body_bytes, feed_poll=feed_poll)
+                     max_body_bytes=max_body_bytes)
     await Server(app, host=host, port=port, log_level=log_level, **uvicorn_options).serve()
 
 

@@ -413,7 +413,8 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     response_class=EventSourceResponse,
     responses={
         200: {"description": "Server-Sent Events: id = journal seq, event = type, "
-                             "data = an EventOut as JSON.",
+                             "data = an EventOut as JSON; live events (message_delta, "
+                             "message_discarded) have no id and a null seq.",
               "content": {"text/event-stream": {"schema": {"type": "string"}}}},
         **READ,
     },
@@ -425,11 +426,10 @@ async def events(
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     start = _resume_point(last_event_id, after)
-    # Read the first page before answering: a foreign or unknown id gets its 404, not a stream.
-    first = [EventOut.of(e) for e in
-             await runtime.events(conversation_id, after_seq=start, owner=owner)]
+    # Check before answering: a foreign or unknown id gets its 404, not a stream.
+    await runtime.conversation(conversation_id, owner=owner)
     return EventSourceResponse(
-        sse.feed(runtime, feeds, conversation_id, owner=owner, after=start, first=first),
+        sse.feed(runtime, feeds, conversation_id, owner=owner, after=start),
         ping=feeds.ping_s,
         send_timeout=30.0,
         shutdown_grace_period=sse.SHUTDOWN_GRACE_S,  # the feed ends itself: a whole response

@@ -18,12 +18,13 @@ import asyncio
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
 from tidings.errors import InvalidInputError, SchemaError
+from tidings.store.feed import FeedSignals
 from tidings.store.queries import Query as Query
 from tidings.store.queries import load_queries as load_queries
 from tidings.store.queries import split_statements as split_statements
@@ -84,6 +85,7 @@ class Tx(ABC):
         self._queries = queries
         self._after_commit: list[Callable[[], None]] = []
         self._woken: set[str] = set()
+        self._journaled: dict[str, int] = {}
 
     def all(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows of its last statement."""
@@ -134,6 +136,13 @@ class Tx(ABC):
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this unit's changes are durable (never if they are not)."""
         self._after_commit.append(callback)
+
+    def journaled(self, conversation_id: str, seq: int) -> None:
+        """This unit wrote ``conversation_id``'s journal up to ``seq``: once it commits, the
+        feed's watchers in this process are told (a hint; other processes hear it from the
+        dialect, or poll)."""
+        if seq > self._journaled.get(conversation_id, 0):
+            self._journaled[conversation_id] = seq
 
     def _statements(self, query: str) -> tuple[str, ...]:
         try:
@@ -237,6 +246,8 @@ class Store(ABC):
     def __init__(self) -> None:
         self.queries = load_queries(self.dialect)
         self.wakeups = Wakeups()
+        self.feed = FeedSignals()
+        """Journal hints and live feed messages (:mod:`tidings.store.feed`)."""
 
     @abstractmethod
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
@@ -284,6 +295,23 @@ class Store(ABC):
         which reaches this process too) or by polling (SQLite).
         """
         tx._woken.add(conversation_id)
+
+    # -- the feed's live messages -------------------------------------------------------------
+
+    feed_reaches_peers = False
+    """Whether :meth:`publish_feed` reaches the runtimes of other processes."""
+
+    feed_payload_bytes: int | None = None
+    """The largest live message :meth:`publish_feed` carries, in UTF-8 bytes (None: any)."""
+
+    async def publish_feed(self, messages: Sequence[str]) -> None:
+        """Send live feed messages to the other processes on this database, in order.
+
+        Nothing to do here: this dialect reaches no other process (its watchers there see
+        the journal, by polling). A dialect that does sends them off the event loop; a
+        message that cannot be sent is dropped (they are hints).
+        """
+        return None
 
     # -- schema --------------------------------------------------------------------------------
 

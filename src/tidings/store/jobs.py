@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.store.base import Tx, Wakeups
+from tidings.store.feed import FeedSignals, merge_hints
 
 STOP = object()
 """Put on a writer's queue to stop it once the units queued before it are done."""
@@ -27,11 +28,13 @@ class Job:
     error: BaseException | None = None
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     woken: set[str] = field(default_factory=set)
+    journaled: dict[str, int] = field(default_factory=dict)
 
     def took(self, tx: Tx) -> None:
         """Keep what the unit asked for after its commit."""
         self.after_commit = tx._take_after_commit()
         self.woken = tx._woken
+        self.journaled = tx._journaled
 
 
 def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[Job], bool]:
@@ -55,15 +58,20 @@ def next_group(jobs: queue.SimpleQueue[Job | object], limit: int) -> tuple[list[
     return group, False
 
 
-def committed(jobs: list[Job], wakeups: Wakeups) -> None:
-    """Run the after-commit work of committed jobs; wake listeners once for the group."""
+def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
+    """Run the after-commit work of committed jobs; wake listeners and tell the feed once
+    for the group."""
     woken: set[str] = set()
+    journaled: dict[str, int] = {}
     for job in jobs:
         woken |= job.woken
+        if job.journaled:
+            merge_hints(journaled, job.journaled)
         for callback in job.after_commit:
             callback()
     if woken:
         wakeups.notify_many(woken)
+    feed.journal_advanced(journaled)
 
 
 def _deliver(jobs: list[Job]) -> None:

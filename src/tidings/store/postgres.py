@@ -9,6 +9,10 @@ and closes the store and holds the connections that are neither:
   (a read changes nothing);
 - wake-ups: the publish statement NOTIFYs ``tidings_signals``; one listener connection per
   process LISTENs and fans the conversation ids out in-process;
+- the feed: journal hints (NOTIFYed by the statement that writes a conversation's events, so
+  they are sent at commit) and live messages (deltas of answers being written, sent on a
+  connection of their own, :mod:`tidings.store.postgres_feed`) arrive on ``tidings_feed`` at
+  the same listener, which hands them to :attr:`Store.feed`;
 - another connection holds a session advisory lock keyed by the instance id: the lock is the
   instance's liveness mark, and it vanishes with the process (or its connection).
 """
@@ -21,7 +25,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -31,7 +35,9 @@ from psycopg_pool import ConnectionPool
 
 from tidings.errors import StoreError
 from tidings.store.base import Row, Store, Tx
+from tidings.store.feed import FEED_CHANNEL, LIVE_PREFIX, PAYLOAD_BYTES
 from tidings.store.jobs import Job
+from tidings.store.postgres_feed import FeedPublisher
 from tidings.store.postgres_tx import (
     RETRIES,
     PostgresTx,
@@ -51,6 +57,21 @@ __all__ = (
 )
 
 
+_FEED = FEED_CHANNEL.encode("ascii")
+
+
+def _listen(dsn: str) -> psycopg.Connection[Any]:
+    """The listener's connection: wake-ups and the feed."""
+    listener = psycopg.connect(dsn, autocommit=True, application_name="tidings-listen")
+    try:
+        listener.execute("LISTEN tidings_signals")
+        listener.execute(f"LISTEN {FEED_CHANNEL}")
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 def _release_liveness(conn: psycopg.Connection[Any]) -> None:
     # Release the liveness mark before returning: a server notices a closed session a moment
     # later, and whoever reconciles next must already see this instance gone.
@@ -63,6 +84,8 @@ class PostgresStore(Store):
     """A PostgreSQL database shared by any number of runtime processes."""
 
     dialect = "postgres"
+    feed_reaches_peers = True
+    feed_payload_bytes = PAYLOAD_BYTES - len(LIVE_PREFIX)
 
     def __init__(
         self,
@@ -80,9 +103,10 @@ class PostgresStore(Store):
         self.dsn = dsn
         self._application_name = application_name
         self._writer = GroupWriter(
-            queries=self.queries, connect=self._connect, wakeups=self.wakeups,
+            queries=self.queries, connect=self._connect, wakeups=self.wakeups, feed=self.feed,
             writers=writers, max_group=max_group,
         )
+        self._publisher = FeedPublisher(dsn)
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             dsn,
             connection_class=psycopg.Connection[Row],
@@ -138,9 +162,7 @@ class PostgresStore(Store):
             self._migrate(conn)
         self._pool.open(wait=True, timeout=30)
         self._writer.start()
-        listener = psycopg.connect(self.dsn, autocommit=True, application_name="tidings-listen")
-        listener.execute("LISTEN tidings_signals")
-        self._listener = listener
+        self._listener = _listen(self.dsn)
         self._listener_thread = threading.Thread(
             target=self._listen_loop, name="tidings-pg-listen", daemon=True
         )
@@ -161,8 +183,14 @@ class PostgresStore(Store):
                 if listener.fileno() not in ready:
                     continue
                 listener.pgconn.consume_input()
+                heard: list[str] = []
                 while (notify := listener.pgconn.notifies()) is not None:
-                    self.wakeups.notify(notify.extra.decode("utf-8", "replace"))
+                    payload = notify.extra.decode("utf-8", "replace")
+                    if notify.relname == _FEED:
+                        heard.append(payload)
+                    else:
+                        self.wakeups.notify(payload)
+                self.feed.heard(heard)
             except (psycopg.Error, OSError, ValueError):
                 if self._closed:
                     return
@@ -177,11 +205,7 @@ class PostgresStore(Store):
                     self._listener.close()
             while not self._closed:
                 try:
-                    listener = psycopg.connect(
-                        self.dsn, autocommit=True, application_name="tidings-listen"
-                    )
-                    listener.execute("LISTEN tidings_signals")
-                    self._listener = listener
+                    self._listener = _listen(self.dsn)
                     return
                 except psycopg.Error:
                     time.sleep(0.5)
@@ -243,6 +267,10 @@ class PostgresStore(Store):
     def wake(self, tx: Tx, conversation_id: ConversationId) -> None:
         """Nothing to do here: the publish statement's NOTIFY reaches this process too."""
 
+    async def publish_feed(self, messages: Sequence[str]) -> None:
+        if not self._closed:
+            await self._publisher.publish(messages)
+
     # -- instance liveness: a session advisory lock on a connection of its own ----------------
 
     async def hold_instance(self, instance_id: InstanceId) -> None:
@@ -278,6 +306,7 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
+        await self._publisher.close()
         await self._writer.stop()
         os.write(self._stop_w, b"x")
         if self._listener_thread is not None:

@@ -33,6 +33,7 @@ import psycopg
 
 from tidings.errors import CommitOutcomeUnknownError
 from tidings.store.base import Query, Row, Wakeups
+from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.store.postgres_tx import RETRIES, TRANSIENT, PostgresTx, classify, transient
 
@@ -74,12 +75,14 @@ class GroupWriter:
         queries: dict[str, Query],
         connect: Callable[[], psycopg.Connection[Row]],
         wakeups: Wakeups,
+        feed: FeedSignals,
         writers: int,
         max_group: int,
     ) -> None:
         self._queries = queries
         self._connect = connect
         self._wakeups = wakeups
+        self._feed = feed
         self._max_group = max_group
         self._queues: list[queue.SimpleQueue[Job | object]] = [
             queue.SimpleQueue() for _ in range(writers)
@@ -172,7 +175,7 @@ class GroupWriter:
             if failed is None:
                 self.groups_committed += 1
                 self.units_committed += len(pending)
-                committed(pending, self._wakeups)
+                committed(pending, self._wakeups, self._feed)
                 return conn
             job, error = failed
             _rollback(conn)

@@ -251,7 +251,7 @@ class SqliteStore(Store):
         done = [job for job in group if job.error is None]
         self.groups_committed += 1 if done else 0
         self.units_committed += len(done)
-        committed(done, self.wakeups)
+        committed(done, self.wakeups, self.feed)
         settle(group)
 
     # -- readers -------------------------------------------------------------------------------

@@ -72,7 +72,8 @@ class TurnEnding:
             # Every notification delivered so far was in this turn's request: handled (T5).
             journal.consume(cx, journal.unconsumed(cx))
             cx.append_assistant(reply.text, run_id=plan.run_id,
-                                meta={"model": progress.model, **(meta or {}),
+                                meta={"model": progress.model, "step": progress.steps,
+                                      **(meta or {}),
                                       **_reply_sources(cx, plan, progress)})
             if plan.lease is not None and plan.lease.deliveries:
                 self.outbox.ack(cx.tx, plan.lease)

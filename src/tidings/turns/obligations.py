@@ -94,7 +94,8 @@ class TurnObligations:
         if not owed and not replies:
             return None
         cx.append_assistant(text, run_id=plan.run_id,
-                            meta={"model": progress.model, "interim": True})
+                            meta={"model": progress.model, "step": progress.steps,
+                                  "interim": True})
         joined_from = len(cx.appended)
         for task in owed:
             journal.hand_off(cx, task)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from tidings.feed import Draft
 from tidings.models.base import ToolCall
 from tidings.types import (
     ConversationId,
@@ -119,6 +120,9 @@ class TurnProgress:
     """The turn opened turn-owned requests: what it leaves unconsumed becomes mail at its end."""
     drained: list[str] = field(default_factory=list)
     """Turn-lifetime tasks drained once (still running then): handed off as the turn ends."""
+    draft: Draft | None = None
+    """The answer of the step being asked or committed, as streamed to watchers (B1): set
+    while the model writes it and until it commits (then None) or is discarded."""
 
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from tidings.approvals import Approvals
 from tidings.clock import Clock, to_us
+from tidings.feed import Draft, FeedHub
 from tidings.mail import queue
 from tidings.mail.door import Door
 from tidings.metrics import Metrics
@@ -106,8 +107,11 @@ class TurnRunner:
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
         door: Door | None = None,
+        feed: FeedHub | None = None,
     ) -> None:
         self.store = store
+        self.feed = feed
+        """Where the answers being written go, piece by piece, to watchers (B1)."""
         self.door = door or Door(store, clock)
         """The door task notifications are delivered through (kernel mail, M1)."""
         self.approvals = approvals
@@ -157,6 +161,7 @@ class TurnRunner:
         try:
             run = await self._loop(plan, progress)
         except TurnFailed as failed:
+            _discard(progress, failed.code)
             if plan.trigger is StartKind.MAIL and failed.code == "model_permanent":
                 # The model refused the receipt itself: the mail completes as a message with
                 # what was received, not a retryable run (M10).
@@ -165,6 +170,7 @@ class TurnRunner:
                 run = await self.ending.finish_failed(plan, progress, failed)
         except asyncio.CancelledError:
             reason = stop_reason()
+            _discard(progress, reason or "cancelled")
             if reason == "slot_lost":
                 raise  # another holder owns the conversation now; write nothing
             stop = TurnFailed(RunStatus.STOPPED, reason or "shutdown", [])
@@ -176,6 +182,9 @@ class TurnRunner:
             if reason is None:
                 raise
             run = finishing.result()
+        except Exception:
+            _discard(progress, "failed")
+            raise
         if self.metrics is not None and run.ended_at_us is not None:
             self.metrics.observe(
                 "tidings_turn_seconds", "Turn latency, from the slot taken to the run's end.",
@@ -233,7 +242,7 @@ class TurnRunner:
                 raise TurnFailed(RunStatus.FAILED, "max_steps_exceeded", [])
             progress.steps += 1
             reply = await self._call_model(
-                replace(request, messages=tuple(messages)), profile, progress
+                replace(request, messages=tuple(messages)), profile, progress, plan=plan
             )
             if not reply.tool_calls:
                 if progress.turn_tasks or progress.turn_children:
@@ -279,12 +288,16 @@ class TurnRunner:
     # -- the model ----------------------------------------------------------------------------
 
     async def _call_model(
-        self, request: ModelRequest, profile: Profile, progress: TurnProgress
+        self, request: ModelRequest, profile: Profile, progress: TurnProgress,
+        plan: TurnPlan | None = None,
     ) -> ModelReply:
         """Ask each model of the profile in turn: retry the retryable, skip the unavailable.
 
         A permanent error fails the run; when every model is spent the run needs attention
         and automatic advancement waits for a person (C8).
+
+        With a ``plan``, each call streams its text to the feed as a draft of this step
+        (B1): sealed when the reply is in (it commits next), discarded when the call failed.
         """
         errors: list[dict[str, Any]] = []
         cfg = self.config
@@ -294,18 +307,27 @@ class TurnRunner:
                 errors.append({"model": name, "kind": "unavailable", "error": "not registered"})
                 continue
             for attempt in range(1, cfg.model_attempts + 1):
+                draft = self._draft(plan, progress)
                 try:
                     async with asyncio.timeout(to_us(cfg.model_timeout) / 1e6):
-                        reply = await model.complete(replace(request, model=name))
+                        reply = await model.complete(
+                            replace(request, model=name),
+                            on_delta=None if draft is None else draft.append,
+                        )
+                    if draft is not None:
+                        draft.seal()
                     progress.model = name
                     return reply
                 except TimeoutError:
                     error = ModelError(ModelErrorKind.RETRYABLE, "timed out", model=name)
+                    _discard(progress, "timed_out")
                 except ModelError as exc:
                     error = exc
+                    _discard(progress, error.failure_code)
                 except Exception as exc:  # an adapter bug must not take the runtime down
                     log.exception("model %s raised an unclassified error", name)
                     error = ModelError(ModelErrorKind.UNAVAILABLE, type(exc).__name__, model=name)
+                    _discard(progress, error.failure_code)
                 errors.append(
                     {"model": name, "kind": error.kind.value, "attempt": attempt,
                      "error": error.message[:200]}
@@ -322,6 +344,12 @@ class TurnRunner:
                 if attempt < cfg.model_attempts:
                     await asyncio.sleep(self._retry_delay(attempt))
         raise TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
+
+    def _draft(self, plan: TurnPlan | None, progress: TurnProgress) -> Draft | None:
+        if self.feed is None or plan is None:
+            return None
+        progress.draft = self.feed.draft(plan.conversation_id, plan.run_id, progress.steps)
+        return progress.draft
 
     def _retry_delay(self, attempt: int) -> float:
         cfg = self.config
@@ -340,7 +368,7 @@ class TurnRunner:
     ) -> None:
         self.writer.materialize_pending(cx, plan, progress)
         cx.append_assistant(text, tool_calls=calls, run_id=plan.run_id,
-                            meta={"model": progress.model})
+                            meta={"model": progress.model, "step": progress.steps})
         cx.record_event(
             "tool_calls",
             {"run_public_id": plan.run_id,
@@ -415,6 +443,13 @@ class TurnRunner:
                 ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
             ) from None
         return reply.text
+
+
+def _discard(progress: TurnProgress, reason: str) -> None:
+    """The step's answer in progress will not commit: watchers drop it (B1)."""
+    if progress.draft is not None:
+        progress.draft.discard(reason)
+        progress.draft = None
 
 
 SUMMARY_REQUEST = (

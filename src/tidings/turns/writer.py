@@ -64,6 +64,8 @@ class TurnWriter:
             plan.conversation_id, start_seq=plan.history_start_seq, messages=appended
         )
         progress.pending = []
+        if progress.draft is not None and any(m.role == "assistant" for m in appended):
+            progress.draft = None  # the step's answer is committed: the draft is done
         progress.trim_recorded = progress.trim_recorded or progress.trimmed is not None
         progress.notice_written = progress.notice_written or plan.notice is not None
 

@@ -30,6 +30,7 @@ from tidings.types import (
     DeadLetter,
     DeliveryMode,
     Event,
+    FeedEvent,
     GoalStatus,
     Input,
     Message,
@@ -266,17 +267,18 @@ class Accepted(BaseModel):
 
 
 class EventOut(BaseModel):
-    """One journal row; ``seq`` is the SSE id a feed resumes from."""
+    """One event of the feed: a journal row (``seq`` is the SSE id a feed resumes from), or a
+    live event of an answer being written (``seq`` null: never stored)."""
 
     conversation_id: str
-    seq: int
+    seq: int | None
     type: str
     run_id: str | None
     data: dict[str, Any]
     at_us: int
 
     @classmethod
-    def of(cls, e: Event) -> EventOut:
+    def of(cls, e: Event | FeedEvent) -> EventOut:
         return cls(conversation_id=e.conversation_id, seq=e.seq, type=e.type, run_id=e.run_id,
                    data=dict(e.data), at_us=e.at_us)
 

@@ -210,9 +210,28 @@ SELECT d.delivery_id, d.event_id, d.conversation_id, e.type, d.attempts, d.failu
    FOR UPDATE OF c;
 
 -- insert_events --
-INSERT INTO events (conversation_id, seq, type, run_id, data, at_us)
-SELECT :conversation_id, e.seq, e.type, e.run_id, e.data, :now_us
-  FROM jsonb_to_recordset(:items::jsonb) AS e (seq bigint, type text, run_id text, data text);
+-- The feed's journal hint rides in the same statement: a NOTIFY is sent when (and only if)
+-- the transaction commits, to every process listening, this one included (store/feed.py).
+WITH inserted AS (
+    INSERT INTO events (conversation_id, seq, type, run_id, data, at_us)
+    SELECT :conversation_id, e.seq, e.type, e.run_id, e.data, :now_us
+      FROM jsonb_to_recordset(:items::jsonb) AS e (seq bigint, type text, run_id text, data text)
+    RETURNING seq
+)
+SELECT pg_notify('tidings_feed', 'j ' || CAST(:conversation_id AS text) || ' ' || max(seq))
+  FROM inserted;
+
+-- messages_by_seq --
+-- The transcript messages a page of the journal names (its message_committed events).
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq = ANY(:seqs::bigint[])
+ ORDER BY seq;
+
+-- journal_heads --
+-- How far each watched conversation's journal has come: the feed's slow poll, one query for
+-- every conversation a process watches.
+SELECT conversation_id, last_event_seq, status FROM conversations
+ WHERE conversation_id = ANY(:conversation_ids::text[]);
 
 -- ============================================================================================
 -- Child conversations (M16, M17)

@@ -179,6 +179,18 @@ SELECT :conversation_id, json_extract(value, '$.seq'), json_extract(value, '$.ty
        json_extract(value, '$.run_id'), json_extract(value, '$.data'), :now_us
   FROM json_each(:items);
 
+-- messages_by_seq --
+-- The transcript messages a page of the journal names (its message_committed events).
+SELECT * FROM messages
+ WHERE conversation_id = :conversation_id AND seq IN (SELECT value FROM json_each(:seqs))
+ ORDER BY seq;
+
+-- journal_heads --
+-- How far each watched conversation's journal has come: the feed's slow poll, one query for
+-- every conversation a process watches.
+SELECT conversation_id, last_event_seq, status FROM conversations
+ WHERE conversation_id IN (SELECT value FROM json_each(:conversation_ids));
+
 -- ============================================================================================
 -- Child conversations (M16, M17)
 -- ============================================================================================

@@ -1,0 +1,180 @@
+"""One watched conversation in one process: its watchers, its one journal reader, and the
+drafts other processes are writing in it.
+
+However many watch it, a conversation has one reader here: when a hint says its journal
+advanced past what the reader has, the reader reads the new rows once (with their messages
+filled in) and hands each to every watcher. 500 watchers of one conversation cost one query
+per commit, not 500. Hints carry the sequence they announce, so a second copy of one (this
+process's own commit, heard again from the database) reads nothing.
+
+Live events keep the order of cause and effect: one that comes while the reader is behind a
+hint (the commit that started the run whose answer this is) waits until that read is handed
+out, so no watcher sees an answer begin before the turn that writes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from tidings.conversations import MAX_PAGE, read_events
+from tidings.errors import StoreError
+from tidings.feed.drafts import (
+    DraftKey,
+    RemoteDrafts,
+    committed_step,
+    delta_event,
+    discarded_event,
+    ended_run,
+)
+from tidings.feed.watch import Watch
+from tidings.store import Store
+from tidings.types import FeedEvent
+
+log = logging.getLogger("tidings.feed")
+
+_REMEMBERED = 64
+_HELD = 1_024
+"""Live events held behind a read at most (then they pass: they are hints)."""
+
+
+class Channel:
+    """The watchers of one conversation in this process and what they are all given."""
+
+    def __init__(self, store: Store, conversation_id: str, now_us: Callable[[], int]) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.now_us = now_us
+        self.watches: set[Watch] = set()
+        self.remote = RemoteDrafts()
+        self.last: int | None = None
+        """The last journal sequence the reader handed out (None until it knows where)."""
+        self._hinted = 0
+        self._hint = asyncio.Event()
+        self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
+        self._reader: asyncio.Task[None] | None = None
+        self._held: list[FeedEvent] = []
+        self.asked_at_us = 0
+        """When this process last asked the conversation's writers for their drafts."""
+
+    def start(self) -> None:
+        self._reader = asyncio.create_task(self._read_loop(),
+                                           name=f"tidings-feed-{self.conversation_id}")
+
+    def cancel(self) -> None:
+        """Stop the reader (the last watcher left)."""
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def stop(self) -> None:
+        self.cancel()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+
+    # -- hints and the reader -----------------------------------------------------------------
+
+    def hint(self, seq: int) -> None:
+        """The journal reached ``seq``: read on if that is past what was handed out."""
+        if seq > self._hinted:
+            self._hinted = seq
+        if self.last is None or seq > self.last:
+            self._hint.set()
+
+    async def _read_loop(self) -> None:
+        while True:
+            self._hint.clear()  # before reading: a hint that comes during the read reads again
+            try:
+                if self.last is None:
+                    self.last = await self._head()
+                while self.last < self._hinted and await self._read_new():
+                    pass
+            except StoreError as exc:
+                # A passing store failure: the next hint, or the slow poll, tries again.
+                log.warning("feed reader of %s: %s (%s)", self.conversation_id, exc.code,
+                            exc.message)
+            self._release()
+            await self._hint.wait()
+
+    async def _head(self) -> int:
+        rows = await self.store.read(lambda tx: tx.all(
+            "journal_heads", conversation_ids=[self.conversation_id]
+        ))
+        return int(rows[0]["last_event_seq"]) if rows else 0
+
+    async def _read_new(self) -> bool:
+        """Read the rows after the last handed out; whether a full page says there is more."""
+        assert self.last is not None
+        after = self.last
+        events = await self.store.read(
+            lambda tx: read_events(tx, self.conversation_id, after_seq=after, limit=MAX_PAGE)
+        )
+        target = self._hinted
+        for event in events:
+            self.journal(FeedEvent.of(event))
+        if len(events) == MAX_PAGE:
+            return True
+        if self._hinted == target and self.last < target:
+            self._hinted = self.last  # announced rows this snapshot did not show: a new hint
+        return False                  # (or the slow poll) reads them
+
+    def journal(self, event: FeedEvent) -> None:
+        """Hand one journal event to every watcher; keep the drafts in step with it."""
+        assert event.seq is not None
+        self.last = event.seq
+        if (key := committed_step(event)) is not None:
+            self.remote.drop(key)
+            self._remember(key)
+        elif (run_id := ended_run(event)) is not None:
+            self._remember(run_id)
+            # A writer that died mid-answer never says so: the run's end does.
+            for key in self.remote.drop_run(run_id):
+                self.broadcast(discarded_event(self.conversation_id, key, "run_ended",
+                                               self.now_us()))
+        self.broadcast(event)
+
+    def _remember(self, item: object) -> None:
+        self._done[item] = None
+        while len(self._done) > _REMEMBERED:
+            self._done.popitem(last=False)
+
+    def broadcast(self, event: FeedEvent) -> None:
+        for watch in tuple(self.watches):
+            watch.push(event)
+
+    def live(self, event: FeedEvent) -> None:
+        """Hand a live event to every watcher, after the journal rows hinted before it."""
+        if (self.last is None or self.last < self._hinted) and len(self._held) < _HELD:
+            self._held.append(event)
+        else:
+            self._release()
+            self.broadcast(event)
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        for event in held:
+            self.broadcast(event)
+
+    # -- drafts written elsewhere -------------------------------------------------------------
+
+    def remote_delta(self, key: DraftKey, offset: int, text: str, final: bool) -> bool:
+        """A delta heard from another process; whether its beginning is missing here."""
+        if key in self._done or key[0] in self._done:
+            return False
+        merged = self.remote.merge(key, offset, text, final)
+        if merged.text:
+            self.live(delta_event(self.conversation_id, key, merged.offset, merged.text,
+                                       self.now_us()))
+        return merged.missing
+
+    def remote_discard(self, key: DraftKey, reason: str) -> None:
+        self.remote.drop(key)
+        if key not in self._done:
+            self.live(discarded_event(self.conversation_id, key, reason, self.now_us()))
+
+
+__all__ = ("Channel",)

@@ -1,0 +1,233 @@
+"""The feed hub of one runtime: answers in progress and committed events, fanned out to every
+watcher of a conversation in this process, without polling.
+
+- **Drafts.** A turn opens a :class:`~tidings.feed.drafts.Draft` per model call; each piece
+  the model streams reaches this process's watchers at once (no database write, no wait) and,
+  on PostgreSQL, the other processes' hubs (coalesced, :mod:`tidings.feed.publisher`).
+- **Committed events.** When a unit that journalled events commits, the store tells the hub
+  (in-process after the commit; on PostgreSQL also from the committing transaction's NOTIFY,
+  in every process). Each watched conversation has one reader here
+  (:class:`~tidings.feed.channel.Channel`), whatever the number of its watchers.
+- **A slow poll** (``poll``, about a second) asks, in one query for every watched
+  conversation, how far their journals are: a lost hint costs that much latency, never an
+  event. It is the only way commits of other SQLite processes arrive (their deltas do not).
+- **Joining mid-answer.** A process that starts watching while another process writes an
+  answer asks for it (a snapshot request); the writer sends its draft again from offset 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+
+from tidings.clock import Clock
+from tidings.errors import StoreError
+from tidings.feed.channel import Channel
+from tidings.feed.drafts import Draft, DraftKey, delta_event, discarded_event
+from tidings.feed.publisher import Publisher
+from tidings.feed.watch import ReadPage, Watch
+from tidings.feed.wire import DELTA, DISCARD, REQUEST, Live, decode
+from tidings.policy import check_position
+from tidings.store import Row, Store, Tx
+from tidings.store.feed import FeedSubscription
+from tidings.types import new_id
+
+log = logging.getLogger("tidings.feed")
+
+_ASK_AGAIN_US = 500_000
+"""How soon a watching process may ask a conversation's writers for their drafts again."""
+
+
+def _heads(tx: Tx, conversation_ids: list[str]) -> list[Row]:
+    return tx.all("journal_heads", conversation_ids=conversation_ids)
+
+
+class FeedHub:
+    """Drafts and watchers of one runtime; see the module docstring."""
+
+    def __init__(self, store: Store, clock: Clock, *,
+                 poll: timedelta = timedelta(seconds=1)) -> None:
+        if poll <= timedelta(0):
+            raise ValueError("the feed's poll must be positive")
+        self.store = store
+        self.clock = clock
+        self.poll_s = poll.total_seconds()
+        self.hub_id = new_id("feed")
+        self._channels: dict[str, Channel] = {}
+        self._drafts: dict[str, dict[DraftKey, Draft]] = {}
+        self._publisher = Publisher(store)
+        self._subscription: FeedSubscription | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def now_us(self) -> int:
+        return self.clock.now_us()
+
+    # -- drafts (the turn's side) -------------------------------------------------------------
+
+    def draft(self, conversation_id: str, run_id: str, step: int) -> Draft:
+        """A new draft for one model call of step ``step`` of ``run_id``."""
+        self._listen()
+        draft = Draft(self, conversation_id, run_id, step)
+        self._drafts.setdefault(conversation_id, {})[draft.key] = draft
+        return draft
+
+    def drafted(self, draft: Draft, offset: int, piece: str) -> None:
+        channel = self._channels.get(draft.conversation_id)
+        if channel is not None:
+            channel.live(delta_event(draft.conversation_id, draft.key, offset, piece,
+                                          self.now_us()))
+        run_id, step = draft.key
+        self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
+                                  offset, piece))
+
+    def sealed(self, draft: Draft) -> None:
+        self._forget(draft)
+        run_id, step = draft.key
+        self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
+                                  draft.length, "", final=True))
+
+    def discarded(self, draft: Draft, reason: str) -> None:
+        self._forget(draft)
+        channel = self._channels.get(draft.conversation_id)
+        if channel is not None:
+            channel.live(discarded_event(draft.conversation_id, draft.key, reason,
+                                              self.now_us()))
+        run_id, step = draft.key
+        self._publisher.send(Live(DISCARD, self.hub_id, draft.conversation_id, run_id, step,
+                                  reason=reason))
+
+    def _forget(self, draft: Draft) -> None:
+        drafts = self._drafts.get(draft.conversation_id)
+        if drafts is not None and drafts.get(draft.key) is draft:
+            del drafts[draft.key]
+            if not drafts:
+                del self._drafts[draft.conversation_id]
+
+    def drafts_of(self, conversation_id: str) -> list[tuple[DraftKey, str]]:
+        """The answers in progress in the conversation, here and (as heard) elsewhere."""
+        local = [(key, d.text) for key, d in self._drafts.get(conversation_id, {}).items()
+                 if d.length]
+        channel = self._channels.get(conversation_id)
+        return local + (channel.remote.snapshot() if channel is not None else [])
+
+    # -- watchers -----------------------------------------------------------------------------
+
+    def watch(self, conversation_id: str, *, after_seq: int, read: ReadPage) -> Watch:
+        """A watch of the conversation from ``after_seq``; ``read`` reads its journal pages
+        (and checks the watcher's right to them)."""
+        check_position(after_seq, "after_seq")
+        watch = Watch(self, conversation_id, after_seq=after_seq, read=read,
+                      retry_s=self.poll_s)
+        if self._closed:
+            watch.close()
+        return watch
+
+    def attach(self, watch: Watch) -> None:
+        if self._closed:
+            watch.close()
+            return
+        self._listen()
+        channel = self._channels.get(watch.conversation_id)
+        if channel is None:
+            channel = self._channels[watch.conversation_id] = Channel(
+                self.store, watch.conversation_id, self.now_us
+            )
+            channel.start()
+            self._ask_for_drafts(channel)
+            if self._poller is None or self._poller.done():
+                self._poller = asyncio.create_task(self._poll(), name="tidings-feed-poll")
+        channel.watches.add(watch)
+
+    def detach(self, watch: Watch) -> None:
+        channel = self._channels.get(watch.conversation_id)
+        if channel is None:
+            return
+        channel.watches.discard(watch)
+        if not channel.watches:
+            del self._channels[watch.conversation_id]
+            channel.cancel()
+
+    def _ask_for_drafts(self, channel: Channel) -> None:
+        now = self.now_us()
+        if self._publisher.reaches_peers and now - channel.asked_at_us >= _ASK_AGAIN_US:
+            channel.asked_at_us = now
+            self._publisher.send(Live(REQUEST, self.hub_id, channel.conversation_id))
+
+    # -- what the store hears -----------------------------------------------------------------
+
+    def _listen(self) -> None:
+        if self._subscription is None and not self._closed:
+            self._subscription = self.store.feed.subscribe(self._journal_hints, self._heard)
+
+    def _journal_hints(self, hints: Mapping[str, int]) -> None:
+        for conversation_id, seq in hints.items():
+            channel = self._channels.get(conversation_id)
+            if channel is not None:
+                channel.hint(seq)
+
+    def _heard(self, messages: list[str]) -> None:
+        for message in messages:
+            live = decode(message)
+            if live is None or live.hub == self.hub_id:
+                continue  # not understood, or this hub's own
+            if live.kind == REQUEST:
+                self._resend(live.conversation_id)
+                continue
+            channel = self._channels.get(live.conversation_id)
+            if channel is None:
+                continue  # nobody watches it here
+            key = (live.run_id, live.step)
+            if live.kind == DISCARD:
+                channel.remote_discard(key, live.reason)
+            elif channel.remote_delta(key, live.offset, live.text, live.final):
+                self._ask_for_drafts(channel)
+
+    def _resend(self, conversation_id: str) -> None:
+        for draft in self._drafts.get(conversation_id, {}).values():
+            run_id, step = draft.key
+            self._publisher.resend(Live(DELTA, self.hub_id, conversation_id, run_id, step, 0,
+                                        draft.text))
+
+    async def _poll(self) -> None:
+        """The slow poll: one query for every watched conversation's journal head."""
+        while self._channels and not self._closed:
+            await asyncio.sleep(self.poll_s)
+            if not self._channels:
+                return
+            try:
+                rows = await self.store.read(functools.partial(
+                    _heads, conversation_ids=list(self._channels)
+                ))
+            except StoreError as exc:
+                log.warning("feed poll: %s (%s)", exc.code, exc.message)
+                continue
+            self._journal_hints({r["conversation_id"]: int(r["last_event_seq"]) for r in rows})
+
+    # -- closing ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """End every watch, stop the readers and the poll. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._subscription is not None:
+            self.store.feed.unsubscribe(self._subscription)
+        channels = list(self._channels.values())
+        self._channels.clear()
+        for channel in channels:
+            for watch in list(channel.watches):
+                watch.close()
+            await channel.stop()
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self._publisher.close()
+
+
+__all__ = ("FeedHub",)

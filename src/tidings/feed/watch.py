@@ -1,0 +1,238 @@
+"""One watcher of a conversation's feed: the journal from its position, then everything live.
+
+A watch joins the conversation's live stream *first* (events start queueing for it), then
+reads its backlog from the journal, then takes the answers in progress, then serves what
+queued meanwhile. Two rules make that seamless:
+
+- **Journal events** pass once, in sequence: one at or below the last sequence served is a
+  duplicate and is skipped; one past the next expected means a gap (hints raced, or the queue
+  overflowed), and the gap is read from the journal before anything else is served.
+- **Deltas** pass once per character: each step's answer is tracked by how much of it this
+  watcher has; a piece that ends at or before that is a duplicate, one that overlaps is cut
+  to what is new. An answer in progress is first served as one ``message_delta`` at offset 0
+  with its whole text so far. A ``message_discarded`` resets the step (a retried call starts
+  again at 0); once a step's message is committed, or its run ended, nothing more of it
+  passes.
+
+A watch that falls too far behind (its consumer does not read) drops what queued and catches
+up from the journal and the drafts again, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from tidings.errors import StoreError, UnknownConversationError
+from tidings.feed.drafts import (
+    MESSAGE_DELTA,
+    MESSAGE_DISCARDED,
+    DraftKey,
+    committed_step,
+    delta_event,
+    ended_run,
+)
+from tidings.types import Event, FeedEvent
+
+log = logging.getLogger("tidings.feed")
+
+ReadPage = Callable[[int], Awaitable[list[Event]]]
+"""Reads the journal page after a sequence (checking the watcher's right to read it)."""
+
+PAGE = 1_000
+"""The page a read returns at most (the conversations' MAX_PAGE): a full page reads on."""
+
+QUEUE_LIMIT = 4_096
+"""Live events a watch holds for its consumer before it drops them and catches up."""
+
+_REMEMBERED = 64
+"""Steps committed and runs ended that a watch remembers (to refuse their late deltas)."""
+
+
+class WatchHost(Protocol):
+    """What a watch needs of the hub."""
+
+    def attach(self, watch: Watch) -> None: ...
+
+    def detach(self, watch: Watch) -> None: ...
+
+    def drafts_of(self, conversation_id: str) -> list[tuple[DraftKey, str]]: ...
+
+    def now_us(self) -> int: ...
+
+
+def _remember(memory: OrderedDict[object, None], item: object) -> None:
+    memory[item] = None
+    memory.move_to_end(item)
+    while len(memory) > _REMEMBERED:
+        memory.popitem(last=False)
+
+
+class Watch:
+    """An async iterator of one conversation's :class:`~tidings.types.FeedEvent` objects.
+
+    It ends (``StopAsyncIteration``) when the conversation is deleted, the runtime closes or
+    :meth:`close` is called. The first read checks the caller's right to it: a foreign or
+    unknown conversation raises :class:`~tidings.errors.UnknownConversationError` there.
+    """
+
+    def __init__(self, host: WatchHost, conversation_id: str, *, after_seq: int,
+                 read: ReadPage, retry_s: float = 1.0) -> None:
+        self._host = host
+        self.conversation_id = conversation_id
+        self._read = read
+        self._retry_s = retry_s
+        self.last = after_seq
+        self._have: dict[DraftKey, int] = {}
+        self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
+        self._ready: deque[FeedEvent] = deque()
+        self._queued: deque[FeedEvent] = deque()
+        self._wake: asyncio.Event = asyncio.Event()
+        self._attached = False
+        self._started = False
+        self._catching_up = True
+        self._ending = False  # the conversation was deleted: end once what is ready is served
+        self._closed = False
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    async def __anext__(self) -> FeedEvent:
+        while True:
+            if self._ready:
+                return self._ready.popleft()
+            if self._closed or self._ending:
+                self._detach()
+                raise StopAsyncIteration
+            if self._catching_up:
+                await self._catch_up()
+                continue
+            if not self._queued:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._take(self._queued.popleft())
+
+    # -- from the hub -------------------------------------------------------------------------
+
+    def push(self, event: FeedEvent) -> None:
+        """Queue a live or journal event for this watch (called on the hub's loop)."""
+        if self._closed:
+            return
+        if len(self._queued) >= QUEUE_LIMIT:
+            # The consumer is too slow: forget the queue, catch up from the journal and the
+            # drafts when it reads again.
+            self._queued.clear()
+            self._catching_up = True
+        else:
+            self._queued.append(event)
+        self._wake.set()
+
+    def close(self) -> None:
+        """End the watch: its consumer's next read (or the one it waits in) ends."""
+        self._closed = True
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        self.close()
+        self._detach()
+
+    # -- catching up --------------------------------------------------------------------------
+
+    async def _catch_up(self) -> None:
+        """Read the journal after the last sequence served, to its end; then the drafts."""
+        if not self._attached:
+            self._host.attach(self)  # first: what commits from now on queues here
+            self._attached = True
+        try:
+            page = await self._read(self.last)
+        except UnknownConversationError:
+            if not self._started:
+                self._detach()
+                raise  # a foreign or unknown conversation, at the first read
+            self._ending = True  # deleted while watched
+            return
+        except StoreError as exc:
+            if not self._started:
+                self._detach()
+                raise
+            log.warning("feed of %s: %s (%s)", self.conversation_id, exc.code, exc.message)
+            await self._pause()
+            return
+        self._started = True
+        for event in page:
+            self._journal(FeedEvent.of(event))
+        if len(page) < PAGE and not self._ending:
+            self._catching_up = False
+            now = self._host.now_us()
+            for key, text in self._host.drafts_of(self.conversation_id):
+                self._delta(delta_event(self.conversation_id, key, 0, text, now))
+
+    async def _pause(self) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self._retry_s)
+
+    # -- what is served -----------------------------------------------------------------------
+
+    def _take(self, event: FeedEvent) -> None:
+        if event.seq is not None:
+            self._journal(event)
+        elif event.type == MESSAGE_DELTA:
+            self._delta(event)
+        elif event.type == MESSAGE_DISCARDED:
+            self._discarded(event)
+        else:
+            self._ready.append(event)
+
+    def _journal(self, event: FeedEvent) -> None:
+        assert event.seq is not None
+        if event.seq <= self.last or self._ending:
+            return
+        if event.seq > self.last + 1:
+            self._catching_up = True  # a gap: read it before anything else
+            return
+        self.last = event.seq
+        self._ready.append(event)
+        if (key := committed_step(event)) is not None:
+            self._have.pop(key, None)
+            _remember(self._done, key)
+        elif (run_id := ended_run(event)) is not None:
+            _remember(self._done, run_id)
+            for key in [k for k in self._have if k[0] == run_id]:
+                del self._have[key]
+        elif event.type == "conversation_status" and event.data.get("status") == "tombstoned":
+            self._ending = True
+
+    def _delta(self, event: FeedEvent) -> None:
+        key = (str(event.data["run_id"]), int(event.data["step"]))
+        if key in self._done or key[0] in self._done:
+            return
+        have = self._have.get(key, 0)
+        offset, text = int(event.data["offset"]), str(event.data["text"])
+        if offset + len(text) <= have or offset > have:
+            return  # a duplicate, or a piece past a gap (the hub sends the draft again)
+        self._have[key] = offset + len(text)
+        if offset < have:
+            event = delta_event(self.conversation_id, key, have, text[have - offset:],
+                                event.at_us)
+        self._ready.append(event)
+
+    def _discarded(self, event: FeedEvent) -> None:
+        key = (str(event.data["run_id"]), int(event.data["step"]))
+        if key in self._done:
+            return
+        self._have.pop(key, None)
+        self._ready.append(event)
+
+    def _detach(self) -> None:
+        if self._attached:
+            self._attached = False
+            self._host.detach(self)
+
+
+__all__ = ("PAGE", "QUEUE_LIMIT", "ReadPage", "Watch", "WatchHost")

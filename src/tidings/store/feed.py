@@ -1,0 +1,113 @@
+"""The feed's signals: "this conversation's journal advanced" hints and live feed messages.
+
+Both are hints, never the truth: the journal is. A lost journal hint delays a watcher until its
+slow poll; a lost live message (a delta of an answer being written) leaves a gap that the
+committed message closes. Thread-safe; each subscriber is called on its own event loop, once
+per batch.
+
+- **Journal hints** carry the conversation and the highest journal sequence its commit wrote.
+  In-process they come from the writers right after a commit (:meth:`Tx.journaled`); on
+  PostgreSQL the ``insert_events`` statement also NOTIFYs them on :data:`FEED_CHANNEL`, inside
+  the committing transaction, so they reach every process (this one too, a second time: the
+  sequence makes the copy harmless).
+- **Live messages** are opaque text for the feed hub above the store (deltas, discards,
+  snapshot requests). A store that reaches other processes (PostgreSQL) sends them with
+  :meth:`tidings.store.base.Store.publish_feed` and hands the ones it hears to subscribers,
+  its own included; a store that does not (SQLite) sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+FEED_CHANNEL = "tidings_feed"
+"""PostgreSQL's NOTIFY channel of the feed (journal hints and live messages)."""
+
+JOURNAL_PREFIX = "j "
+"""A journal hint on the channel: ``j <conversation_id> <seq>`` (written by the SQL)."""
+
+LIVE_PREFIX = "l "
+"""A live message on the channel: ``l <text of the hub's own format>``."""
+
+PAYLOAD_BYTES = 7999
+"""PostgreSQL's bound on a NOTIFY payload (shorter than 8000 bytes), prefix included."""
+
+JournalHints = Callable[[Mapping[str, int]], None]
+LiveMessages = Callable[[list[str]], None]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FeedSubscription:
+    """One subscriber: its loop and what it is called with (compared by identity)."""
+
+    loop: asyncio.AbstractEventLoop
+    on_journal: JournalHints
+    on_live: LiveMessages
+
+
+class FeedSignals:
+    """The fan-out of journal hints and live messages to subscribers in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: tuple[FeedSubscription, ...] = ()
+
+    def subscribe(self, on_journal: JournalHints, on_live: LiveMessages) -> FeedSubscription:
+        """Call ``on_journal({conversation_id: seq})`` and ``on_live([text, ...])`` on the
+        running loop for every hint and message from now on."""
+        subscription = FeedSubscription(asyncio.get_running_loop(), on_journal, on_live)
+        with self._lock:
+            self._subscribers = (*self._subscribers, subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: FeedSubscription) -> None:
+        with self._lock:
+            self._subscribers = tuple(s for s in self._subscribers if s is not subscription)
+
+    def journal_advanced(self, advanced: Mapping[str, int]) -> None:
+        """Tell every subscriber that these conversations' journals reached these sequences."""
+        if not advanced:
+            return
+        hints = dict(advanced)
+        for subscriber in self._subscribers:
+            if not subscriber.loop.is_closed():
+                subscriber.loop.call_soon_threadsafe(subscriber.on_journal, hints)
+
+    def live(self, messages: Iterable[str]) -> None:
+        """Hand live messages heard from the database to every subscriber."""
+        batch = list(messages)
+        if not batch:
+            return
+        for subscriber in self._subscribers:
+            if not subscriber.loop.is_closed():
+                subscriber.loop.call_soon_threadsafe(subscriber.on_live, batch)
+
+    def heard(self, payloads: Iterable[str]) -> None:
+        """Route NOTIFY payloads of :data:`FEED_CHANNEL`: journal hints and live messages."""
+        hints: dict[str, int] = {}
+        live: list[str] = []
+        for payload in payloads:
+            if payload.startswith(JOURNAL_PREFIX):
+                conversation_id, _, seq = payload[len(JOURNAL_PREFIX):].rpartition(" ")
+                if conversation_id and seq.isdigit():
+                    hints[conversation_id] = max(int(seq), hints.get(conversation_id, 0))
+            elif payload.startswith(LIVE_PREFIX):
+                live.append(payload[len(LIVE_PREFIX):])
+        self.journal_advanced(hints)
+        self.live(live)
+
+
+def merge_hints(into: dict[str, int], more: Mapping[str, int]) -> None:
+    """Keep the highest sequence per conversation."""
+    for conversation_id, seq in more.items():
+        if seq > into.get(conversation_id, 0):
+            into[conversation_id] = seq
+
+
+__all__ = (
+    "FEED_CHANNEL", "JOURNAL_PREFIX", "LIVE_PREFIX", "PAYLOAD_BYTES", "FeedSignals",
+    "FeedSubscription", "merge_hints",
+)

@@ -1,0 +1,357 @@
+"""B1: watch it think. The answer a model is writing reaches a library watcher piece by piece,
+then its committed message with the whole text; a watcher that joins mid-answer gets the
+history, the answer so far as one piece, then the rest, never a character twice; text that
+will never commit is withdrawn; and the feed's committed messages carry everything a chat
+needs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.conftest import RuntimeFactory
+from tests.feeding import (
+    Collector,
+    Pieces,
+    assembled,
+    committed,
+    deltas,
+    journal,
+    turn_ended,
+)
+from tidings import (
+    Author,
+    AuthorKind,
+    FeedEvent,
+    Origin,
+    Profile,
+    Rule,
+    Runtime,
+    RuntimeConfig,
+    ScriptedModel,
+    StartKind,
+    Tool,
+    ToolContext,
+    TurnConfig,
+    UnknownConversationError,
+    conversations,
+)
+from tidings.errors import ModelError, ModelErrorKind
+from tidings.feed import channel
+from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
+from tidings.store import Tx
+from tidings.transcript import ConversationTx
+
+OWNER = "alice"
+STORY = "Once upon a time, a kernel kept every promise it made, even across a crash."
+
+
+def story_model() -> ScriptedModel:
+    return ScriptedModel(rules=[
+        Rule({"text_contains": "story"}, {"text": STORY, "chunks": 8, "chunk_delay": 0.005}),
+    ])
+
+
+async def open_conversation(rt: Runtime, tools: tuple[str, ...] = ()) -> str:
+    conversation = await rt.create_conversation(OWNER, Profile(model="scripted", tools=tools))
+    return conversation.conversation_id
+
+
+def discarded(events: list[FeedEvent]) -> list[dict[str, Any]]:
+    return [e.data for e in events if e.type == "message_discarded"]
+
+
+async def test_b1_deltas_reach_a_watcher_in_order_then_the_committed_message(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[story_model()])
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "tell me a story", owner=OWNER)
+    events = await watcher.until(turn_ended, what="the turn's end")
+
+    live = [e for e in events if e.seq is None]
+    assert [e.type for e in live] == ["message_delta"] * 8  # the model's eight pieces
+    assert assembled(events) == STORY
+    [run] = await rt.runs(conv)
+    assert {(e.run_id, e.data["run_id"], e.data["step"]) for e in live} == {
+        (run.run_id, run.run_id, 1)}
+    # The committed message follows the last piece and replaces the text in progress.
+    [answer] = committed(events, "assistant")
+    assert (answer["content"], answer["run_id"], answer["step"]) == (STORY, run.run_id, 1)
+    last_delta = max(i for i, e in enumerate(events) if e.type == "message_delta")
+    assert events.index(next(e for e in events if e.type == "message_committed"
+                             and e.data["message"]["role"] == "assistant")) > last_delta
+    # The journal part is the journal, gap-free and once.
+    seqs = [e.seq for e in journal(events)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert [(e.seq, e.type) for e in journal(events)] == [
+        (e.seq, e.type) for e in await rt.events(conv, owner=OWNER)]
+    await watcher.stop()
+
+
+async def test_b1_a_watcher_joining_mid_answer_gets_history_the_text_so_far_then_the_rest(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = Pieces(["Once ", "upon ", "a time."])
+    rt = await runtimes(models=[model])
+    conv = await open_conversation(rt)
+    first = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "tell me a story", owner=OWNER)
+    await first.until(lambda events: assembled(events) == "Once ", what="the first piece")
+    model.allow()
+    await first.until(lambda events: assembled(events) == "Once upon ", what="the second")
+
+    # A watcher from the start, and one that resumes after the turn's start: each gets its
+    # part of the journal, then ONE delta at offset 0 with everything written so far.
+    started = max(e.seq or 0 for e in journal(first.events) if e.type == "turn_status")
+    late = Collector(rt.watch(conv, owner=OWNER))
+    resumed = Collector(rt.watch(conv, after_seq=started, owner=OWNER))
+    for watcher in (late, resumed):
+        await watcher.until(lambda events: deltas(events), what="the text so far")
+    model.allow()
+    for watcher in (first, late, resumed):
+        await watcher.until(turn_ended, what="the turn's end")
+
+    assert deltas(first.events) == [(0, "Once "), (5, "upon "), (10, "a time.")]
+    assert deltas(late.events) == [(0, "Once upon "), (10, "a time.")]
+    assert deltas(resumed.events) == [(0, "Once upon "), (10, "a time.")]
+    whole = [(e.seq, e.type) for e in journal(first.events)]
+    assert [(e.seq, e.type) for e in journal(late.events)] == whole
+    assert [(e.seq, e.type) for e in journal(resumed.events)] == [
+        (seq, kind) for seq, kind in whole if (seq or 0) > started]
+    # The text so far came after the history it follows (the turn's start).
+    snapshot_at = next(i for i, e in enumerate(late.events) if e.type == "message_delta")
+    assert any(e.type == "turn_status" for e in late.events[:snapshot_at])
+    for watcher in (first, late, resumed):
+        assert committed(watcher.events, "assistant")[0]["content"] == "Once upon a time."
+        await watcher.stop()
+
+
+async def test_b1_a_stopped_turns_partial_text_is_discarded(runtimes: RuntimeFactory) -> None:
+    model = Pieces(["I will never finish"], hang=True)
+    rt = await runtimes(models=[model])
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "talk forever", owner=OWNER)
+    await watcher.until(lambda events: deltas(events), what="the first piece")
+    await rt.stop(conv, owner=OWNER)
+    events = await watcher.until(lambda events: turn_ended(events, "stopped"), what="the stop")
+
+    [run] = await rt.runs(conv)
+    assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "stopped"}]
+    assert committed(events, "assistant") == []
+    assert [m.role for m in await rt.transcript(conv)] == ["user"]
+    # A watcher that comes later never sees that text: it was never committed.
+    later = Collector(rt.watch(conv, owner=OWNER))
+    await later.until(lambda events: turn_ended(events, "stopped"), what="the history")
+    assert [e for e in later.events if e.seq is None] == []
+    await watcher.stop()
+    await later.stop()
+
+
+async def test_b1_a_failing_models_partial_text_is_discarded(runtimes: RuntimeFactory) -> None:
+    model = ScriptedModel(rules=[Rule(
+        {"text_contains": "fail"},
+        {"text": "I was about to say", "chunks": 3, "error": "permanent"},
+    )])
+    rt = await runtimes(models=[model])
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "please fail", owner=OWNER)
+    events = await watcher.until(lambda events: turn_ended(events, "failed"), what="failure")
+
+    assert assembled(events) == "I was about to say"
+    [run] = await rt.runs(conv)
+    assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "model_permanent"}]
+    last_delta = max(i for i, e in enumerate(events) if e.type == "message_delta")
+    assert events.index(next(e for e in events if e.type == "message_discarded")) > last_delta
+    assert committed(events, "assistant") == []
+    await watcher.stop()
+
+
+class FailsOnce:
+    """Breaks off mid-answer once (a retryable failure), then answers in full."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        self.calls += 1
+        assert on_delta is not None
+        if self.calls == 1:
+            on_delta("Half an ans")
+            raise ModelError(ModelErrorKind.RETRYABLE, "connection reset", model=self.name)
+        on_delta("A whole ")
+        on_delta("answer.")
+        return ModelReply("A whole answer.", model=request.model)
+
+
+async def test_b1_a_retried_call_withdraws_its_text_and_starts_the_step_again(
+    runtimes: RuntimeFactory,
+) -> None:
+    config = RuntimeConfig(turns=TurnConfig(retry_base=timedelta(0)))
+    rt = await runtimes(models=[FailsOnce()], config=config)
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "answer me", owner=OWNER)
+    events = await watcher.until(turn_ended, what="the turn's end")
+
+    [run] = await rt.runs(conv)
+    live = [(e.type, e.data.get("offset"), e.data.get("text"), e.data.get("reason"))
+            for e in events if e.seq is None]
+    assert live == [
+        ("message_delta", 0, "Half an ans", None),
+        ("message_discarded", None, None, "model_retryable"),
+        ("message_delta", 0, "A whole ", None),
+        ("message_delta", 8, "answer.", None),
+    ]
+    assert committed(events, "assistant")[0]["content"] == "A whole answer."
+    assert {e.data["step"] for e in events if e.seq is None} == {1}
+    assert run.status.value == "completed"
+    await watcher.stop()
+
+
+def kernel_mail(rt: Runtime, conversation_id: str, content: str) -> Any:
+    def unit(tx: Tx) -> None:
+        cx = ConversationTx.lock(tx, conversation_id, rt.clock)
+        rt.door.deliver(cx, content, origin=Origin.TASK_RESULT,
+                        authored_by=Author(AuthorKind.AGENT, "kernel", "kernel"),
+                        sender_conversation_id=None, run_public_id="run_source",
+                        task_key="task-1")
+        cx.save()
+
+    return rt.store.transact(unit, route=conversation_id)
+
+
+async def lookup(ctx: ToolContext, args: Mapping[str, Any]) -> str:
+    return f"found {args['what']}"
+
+
+async def test_b1_committed_messages_carry_role_text_tool_calls_results_and_origin(
+    runtimes: RuntimeFactory,
+) -> None:
+    model = ScriptedModel(rules=[
+        Rule({"text_contains": "look it up"},
+             {"text": "Looking.", "tool_calls": [{"name": "lookup",
+                                                  "arguments": {"what": "the answer"}}]}),
+        Rule({"tool_result": "lookup"}, {"text": "It is 42."}),
+        Rule({"origin": "task_result"}, {"text": "Noted the task."}),
+        Rule({"origin": "agent"}, {"text": "Hello, agent."}),
+    ])
+    tool = Tool("lookup", "Looks something up.", lookup,
+                parameters={"type": "object", "properties": {"what": {"type": "string"}}})
+    rt = await runtimes(models=[model], tools=[tool])
+    conv = await open_conversation(rt, tools=("lookup",))
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "look it up", owner=OWNER)
+    await rt.settle(conv)
+    await kernel_mail(rt, conv, "task-1 finished: ok")
+    rt.coordinator.request(conv, StartKind.MAIL)
+    await rt.settle(conv)
+    await rt.post(conv, "hi from a bot", origin=Origin.AGENT,
+                  authored_by=Author(AuthorKind.AGENT, "bot", "Bot"), owner=OWNER)
+    await rt.settle(conv)
+    events = await watcher.until(
+        lambda events: len(committed(events, "assistant")) == 4, what="four answers")
+
+    messages = [e.data for e in events if e.type == "message_committed"]
+    transcript = await rt.transcript(conv, owner=OWNER)
+    assert [m["message"]["seq"] for m in messages] == [m.seq for m in transcript]
+    assert [m["message"]["message_id"] for m in messages] == [m.message_id for m in transcript]
+    shown = [(m["message"]["role"], m["message"]["content"], m["message"]["origin"],
+              m["by_runtime"]) for m in messages]
+    assert shown == [
+        ("user", "look it up", "person", False),
+        ("assistant", "Looking.", None, False),
+        ("tool", "found the answer", None, False),
+        ("assistant", "It is 42.", None, False),
+        ("user", "task-1 finished: ok", "task_result", True),  # the kernel's words
+        ("assistant", "Noted the task.", None, False),
+        ("user", "hi from a bot", "agent", True),  # an agent's words, not a person's
+        ("assistant", "Hello, agent.", None, False),
+    ]
+    call = messages[1]["message"]
+    assert call["tool_calls"] == [{"call_id": transcript[1].tool_calls[0]["call_id"],
+                                   "name": "lookup", "arguments": {"what": "the answer"}}]
+    result = messages[2]["message"]
+    assert (result["tool_call_id"], result["tool_name"]) == (
+        call["tool_calls"][0]["call_id"], "lookup")
+    runs = await rt.runs(conv)
+    assert [m["message"]["run_id"] for m in messages] == [
+        runs[0].run_id, runs[0].run_id, runs[0].run_id, runs[0].run_id,
+        runs[1].run_id, runs[1].run_id, runs[2].run_id, runs[2].run_id]
+    assert messages[0]["message"]["input_id"] == transcript[0].input_id is not None
+    assert [m["message"]["step"] for m in messages if m["message"]["role"] == "assistant"] == [
+        1, 2, 1, 1]
+    # Every read serves them so: the events page too, from the transcript, the text once.
+    assert [e.data for e in await rt.events(conv, owner=OWNER)
+            if e.type == "message_committed"] == messages
+    stored = await rt.store.read(lambda tx: tx.all(
+        "events_after", conversation_id=conv, after_seq=0, limit=1000))
+    assert [json.loads(r["data"]) for r in stored if r["type"] == "message_committed"] == [
+        {"message_seq": m.seq} for m in transcript]
+    await watcher.stop()
+
+
+async def test_b1_watch_is_owner_scoped(runtimes: RuntimeFactory) -> None:
+    rt = await runtimes(models=[story_model()])
+    conv = await open_conversation(rt)
+    for feed in (rt.watch(conv, owner="mallory"), rt.watch("conv_unknown", owner=OWNER)):
+        with pytest.raises(UnknownConversationError):
+            await anext(feed)
+
+
+async def test_b1_watch_ends_when_the_conversation_is_deleted_or_the_runtime_closes(
+    runtimes: RuntimeFactory,
+) -> None:
+    rt = await runtimes(models=[story_model()])
+    conv, other = await open_conversation(rt), await open_conversation(rt)
+    deleted = Collector(rt.watch(conv, owner=OWNER))
+    open_one = Collector(rt.watch(other, owner=OWNER))
+    await deleted.until(lambda events: journal(events), what="the history")
+    await rt.tombstone(conv, owner=OWNER)
+    events = await deleted.ended()
+    assert events[-1].type == "conversation_status"
+    assert events[-1].data == {"status": "tombstoned"}
+    await open_one.until(lambda events: journal(events), what="the history")
+    await rt.close()
+    await open_one.ended()
+
+
+async def test_b1_many_watchers_of_one_conversation_share_one_reader(
+    runtimes: RuntimeFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[str] = []
+    read_events = conversations.read_events
+
+    def counted(tx: Tx, conversation_id: str, **kwargs: Any) -> Any:
+        reads.append(conversation_id)
+        return read_events(tx, conversation_id, **kwargs)
+
+    monkeypatch.setattr(channel, "read_events", counted)
+    config = RuntimeConfig(feed_poll=timedelta(hours=1))  # only the hints read
+    rt = await runtimes(models=[story_model()], config=config)
+    conv = await open_conversation(rt)
+    watchers = [Collector(rt.watch(conv, owner=OWNER)) for _ in range(25)]
+    for watcher in watchers:
+        await watcher.until(lambda events: journal(events), what="the history")
+    await rt.post(conv, "tell me a story", owner=OWNER)
+    for watcher in watchers:
+        await watcher.until(turn_ended, what="the turn's end")
+    # One read per commit of the turn (input, start and answer are at most three), not one
+    # per watcher.
+    assert 1 <= len(reads) <= 3
+    for watcher in watchers:
+        assert assembled(watcher.events) == STORY
+        assert [e.seq for e in journal(watcher.events)] == [
+            e.seq for e in journal(watchers[0].events)]
+        await watcher.stop()
