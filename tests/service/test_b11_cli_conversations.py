@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -142,3 +144,19 @@ def test_b11_create_and_transcript_refuse_in_one_line(tmp_path: Path) -> None:
     bad = tidings("create", "--database", database, "--profile", '{"model": "x", "tool": 1}')
     assert bad.returncode == 2
     assert "Invalid value for '--profile'" in bad.stderr
+
+
+def test_b11_chat_reads_lines_from_a_pipe_and_quits_at_their_end(backend: Backend) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tidings", "chat", "--database", backend.url],
+        input="hello\nsecond line\n", capture_output=True, text=True, timeout=120,
+        check=False, env=ENV)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    conversation = re.search(CONV_ID, lines[0])
+    assert conversation is not None, lines
+    assert lines[1:] == ["you> hello", "agent> hello", "you> second line",
+                         "agent> second line", "you> "]
+    shown = tidings("transcript", "--database", backend.url, conversation.group(0))
+    assert shown.stdout.splitlines() == ["person> hello", "agent> hello",
+                                         "person> second line", "agent> second line"]

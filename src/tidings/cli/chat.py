@@ -184,9 +184,8 @@ class Chat:
             line = await self._first(self._lines.get())
             if line is None:
                 return
-            self.screen.typed()
-            if self.echo:  # input that is not a terminal is not echoed by one
-                self.screen.line(f"[bold green]you>[/] {escape(line)}")
+            # Input that is not a terminal is not echoed by one: the chat shows the line.
+            self.screen.typed(line if self.echo else None)
             if not line.strip():
                 continue
             self.busy = True

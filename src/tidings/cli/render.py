@@ -169,8 +169,13 @@ class Screen:
                                highlight=False)
             self.prompt_shown = True
 
-    def typed(self) -> None:
-        """The person ended a line at the prompt: the cursor is on a new line."""
+    def typed(self, echo: str | None = None) -> None:
+        """The person ended a line at the prompt: the cursor is on a new line. ``echo``: the
+        line, when no terminal showed it as it was typed (input from a pipe)."""
+        if echo is not None:
+            if not self.prompt_shown:
+                self.prompt()
+            self.console.print(echo, markup=False, highlight=False, soft_wrap=True)
         self.prompt_shown = False
 
 
