@@ -203,3 +203,16 @@ def test_b11_the_persons_line_is_not_shown_again_when_the_feed_outruns_the_post(
     v.event(committed(3, "user", "again", origin="person", input_id="in_3"))
     assert out.getvalue().splitlines() == ["you> hello"]
     assert v.posting == []
+
+
+def test_b11_what_a_model_or_a_process_wrote_cannot_drive_the_terminal() -> None:
+    v, out = view()
+    v.event(delta("run_1", 0, "clear\x1b[2J the screen\x07"))
+    v.event(committed(1, "tool", "out\x9b31m\r\nput", tool_name="shell"))
+    v.event(committed(2, "user", "[red]not markup[/]", origin="person"))
+    assert out.getvalue().splitlines() == [
+        "agent> clear\\x1b[2J the screen\\x07",
+        "  ← shell: out\\x9b31m … (+1 lines)",
+        "you> [red]not markup[/]",
+    ]
+    assert "\x1b" not in out.getvalue()

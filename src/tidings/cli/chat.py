@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 import click
-from rich.markup import escape
 
 from tidings.cli.app import console, main
 from tidings.cli.conversation import (
@@ -39,7 +38,7 @@ from tidings.cli.conversation import (
     run_refusable,
     where_options,
 )
-from tidings.cli.render import FeedItem, Screen, View
+from tidings.cli.render import FeedItem, Screen, View, escape
 from tidings.cli.sessions import HttpSession, LocalSession, Refused, Session
 from tidings.errors import TidingsError
 from tidings.types import RunStatus
@@ -154,6 +153,9 @@ class Chat:
             await self._converse()
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+            follower = self._follower
+            failed = follower.exception() if follower.done() and not follower.cancelled() \
+                else None
             for task in (self._follower, *self._tasks):
                 task.cancel()
             for task in (self._follower, *self._tasks):
@@ -163,6 +165,8 @@ class Chat:
             if self.screen.prompt_shown:
                 self.screen.typed()
                 console.print()
+        if failed is not None:
+            raise failed  # not a refusal nor the runtime's error: a defect, shown whole
         return self.status
 
     async def _first(self, awaitable: Awaitable[T]) -> T | None:
@@ -210,7 +214,7 @@ class Chat:
             async for item in self.session.watch(self.conversation_id, after):
                 self.runs.see(item)
                 self.view.event(item)
-                if self.stopping and not self.busy and not self.runs.open():
+                if self.stopping and not self.busy and not self.runs.working():
                     self.stopping = False
                 self._changed.set()
                 if not self.busy and self.screen.streaming is None and not self.runs.working():

@@ -23,12 +23,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 
 from tidings.types import Origin, RunStatus
 
 FOLD_CHARS = 100
 """A folded line (a tool call's arguments, a tool's result, a notice) is cut here."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but line breaks and tabs written out (``\\x1b``):
+    what a model or a process wrote can colour nothing, move no cursor, clear no screen."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+def escape(text: str) -> str:
+    """Text from the feed, safe inside rich markup and on a terminal."""
+    return escape_markup(visible(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +167,8 @@ class Screen:
             self.end_stream()
             self.console.print(header, end="", highlight=False)
             self.streaming = key
-        self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(visible(text), end="", markup=False, highlight=False,
+                           soft_wrap=True)
 
     def broken(self) -> None:
         """The terminal wrote on the current line itself (``^C``): end it."""
@@ -175,7 +190,7 @@ class Screen:
         if echo is not None:
             if not self.prompt_shown:
                 self.prompt()
-            self.console.print(echo, markup=False, highlight=False, soft_wrap=True)
+            self.console.print(visible(echo), markup=False, highlight=False, soft_wrap=True)
         self.prompt_shown = False
 
 
@@ -348,4 +363,5 @@ class View:
                          + (f" ({escape(str(code))})" if code else ""))
 
 
-__all__ = ("FeedItem", "Screen", "View", "by_runtime", "fold", "runtime_summary")
+__all__ = ("FeedItem", "Screen", "View", "by_runtime", "escape", "fold", "runtime_summary",
+           "visible")
