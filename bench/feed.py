@@ -128,6 +128,8 @@ async def serving(rt: Runtime) -> Any:
     server = Server(create_app(rt, tokens={TOKEN: OWNER}), port=0, log_level="warning")
     task = asyncio.create_task(server.serve())
     while not server.started:
+        if task.done():
+            task.result()  # raise what stopped it
         await asyncio.sleep(0.01)
     try:
         yield f"http://127.0.0.1:{server.port}"
@@ -160,8 +162,9 @@ async def measure(url: str, args: argparse.Namespace, *, peer: bool) -> dict[str
                     await rt.settle(conv)
             expected = args.turns * args.pieces * args.watchers
             deadline = time.monotonic() + 10
-            while (library.pieces < expected or sse.pieces < expected) \
-                    and time.monotonic() < deadline:
+            while library.pieces < expected or sse.pieces < expected:
+                if time.monotonic() > deadline:
+                    break  # the pieces not seen by now are counted as missing
                 await asyncio.sleep(0.05)
             for task in watchers:
                 task.cancel()
