@@ -16,7 +16,7 @@ from tidings.store.feed import LIVE_PREFIX, PAYLOAD_BYTES
 LIMIT = PAYLOAD_BYTES - len(LIVE_PREFIX)
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6000),
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=6000),
        st.integers(min_value=0, max_value=10**6), st.booleans())
 def test_b1_a_delta_is_cut_to_the_payload_bound_and_rebuilt(
     text: str, offset: int, final: bool
