@@ -120,3 +120,34 @@ def test_history_window_never_opens_inside_a_tool_exchange() -> None:
     assert history_window([_message(1, "assistant"), _message(2, "tool")]) == []
     whole = [_message(1, "user"), _message(2, "assistant")]
     assert history_window(whole) == whole
+
+
+async def test_b1_scripted_reply_streams_in_chunks() -> None:
+    model = ScriptedModel.from_json({
+        "rules": [
+            {"when": {"text_contains": "story"},
+             "reply": {"text": "abcdefghij", "chunks": 3, "chunk_delay": 0}},
+            {"when": {"text_contains": "break"},
+             "reply": {"text": "half", "chunks": 2, "error": "retryable"}},
+        ],
+        "default": {"text": "whole"},
+    })
+    pieces: list[str] = []
+    reply = await model.complete(request(user("a story")), on_delta=pieces.append)
+    assert (pieces, reply.text) == (["abcd", "efg", "hij"], "abcdefghij")
+
+    pieces.clear()
+    await model.complete(request(user("hello")), on_delta=pieces.append)
+    assert pieces == ["whole"]  # one piece unless the rule says otherwise
+
+    pieces.clear()
+    with pytest.raises(ModelError) as failed:
+        await model.complete(request(user("break off")), on_delta=pieces.append)
+    assert (pieces, failed.value.kind) == (["ha", "lf"], ModelErrorKind.RETRYABLE)
+
+
+def test_b1_scripted_chunks_are_checked() -> None:
+    for bad in ({"text": "x", "chunks": 0}, {"text": "x", "chunks": "2"},
+                {"text": "x", "chunk_delay": -1}):
+        with pytest.raises(InvalidInputError):
+            ScriptedModel(default=bad)
