@@ -216,3 +216,14 @@ def test_b11_what_a_model_or_a_process_wrote_cannot_drive_the_terminal() -> None
         "you> [red]not markup[/]",
     ]
     assert "\x1b" not in out.getvalue()
+
+
+def test_b11_a_committed_answer_replaces_the_draft_of_its_own_step() -> None:
+    v, out = view()
+    v.event(delta("run_1", 0, "First step", step=1))
+    v.event(committed(2, "assistant", "First step", step=1))
+    v.event(delta("run_1", 0, "Second", step=2))
+    v.event(committed(4, "assistant", "Second step", step=2))
+    v.event(status("run_1", "completed"))
+    assert out.getvalue().splitlines() == ["agent> First step", "agent> Second step"]
+    assert v.drafts == {}

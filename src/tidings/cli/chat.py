@@ -329,9 +329,13 @@ def chat(where: Where, profile_text: str | None, tools: tuple[str, ...], title: 
             models = parse_models(model_specs, model_base_url)
             body = profile_body(profile_text, tools, models[0].name)
             async with Runtime.open(where.database, models=models) as runtime:
-                return await converse(LocalSession(runtime, owner=where.owner), conversation,
-                                      profile=body, title=title, history=history,
-                                      screen=screen)
+                try:
+                    return await converse(LocalSession(runtime, owner=where.owner),
+                                          conversation, profile=body, title=title,
+                                          history=history, screen=screen)
+                finally:
+                    # The chat is over: what the runtime says as it closes goes to stderr.
+                    root.removeHandler(handler)
         finally:
             root.removeHandler(handler)
 

@@ -260,7 +260,10 @@ class View:
 
     def _assistant(self, message: Mapping[str, Any], content: str) -> None:
         run_id = message.get("run_id")
-        key = next((k for k in self.drafts if k[0] == run_id), None)
+        step = message.get("step")
+        # The draft of the step that wrote it (older feeds say no step: the run's oldest).
+        key = next((k for k in self.drafts
+                    if k[0] == run_id and (not isinstance(step, int) or k[1] == step)), None)
         draft = self.drafts.pop(key) if key is not None else None
         if key is not None and draft is not None and self.screen.streaming == key \
                 and content.startswith(draft):

@@ -258,8 +258,12 @@ class LocalSession:
         await self.runtime.stop(conversation_id)
 
     async def watch(self, conversation_id: str, after: int) -> AsyncIterator[FeedItem]:
-        async for event in self.runtime.watch(conversation_id, after_seq=after):
-            yield FeedItem(event.seq, event.type, event.run_id, dict(event.data))
+        watch = self.runtime.watch(conversation_id, after_seq=after)
+        try:
+            async for event in watch:
+                yield FeedItem(event.seq, event.type, event.run_id, dict(event.data))
+        finally:
+            await watch.aclose()  # the chat stopped reading: let the feed go at once
 
     async def close(self) -> None:
         pass
