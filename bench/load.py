@@ -274,12 +274,17 @@ class Watcher:
     received: int = 0
     gaps: int = 0
     repeats: int = 0
+    live: int = 0
+    """Live events (an answer being written: no SSE id), not journal rows."""
     connects: int = 0
     refused: int = 0
     connected: asyncio.Event = field(default_factory=asyncio.Event)
 
     def on_event(self, load: Load, seq: int, data: str) -> None:
         arrived, wall = time.monotonic(), time.time()
+        if not seq and json.loads(data).get("seq") is None:
+            self.live += 1
+            return
         if seq <= self.last:
             self.repeats += 1
             return
@@ -600,6 +605,7 @@ async def run_backend(backend: str, dsn: str, plan: Plan, posters: int, watchers
         "ack_lag_p99_ms": percentile(ack_lag, 0.99),
         "watcher_gaps": sum(w.gaps for w in feeders),
         "watcher_repeats": sum(w.repeats for w in feeders),
+        "live_events_received": sum(w.live for w in feeders),
         "watchers_behind": sum(w.last < heads[w.conversation_id] for w in feeders),
         "watcher_connects": sum(w.connects for w in feeders),
         "watcher_refused": sum(w.refused for w in feeders),

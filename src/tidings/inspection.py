@@ -1,9 +1,11 @@
-"""Inspection: reading a database that no runtime of this process runs (``tidings status``).
+"""Inspection: reading a database that no runtime of this process runs (``tidings status``,
+``tidings transcript``).
 
-Read only: opening an inspection registers no instance and reconciles nothing. What it shows
-comes through the store's read API (:mod:`tidings.store.status`) and the outbox's reads. It sits
-beside the runtime, so a front end reaches the database through one of the two and never
-through the store itself.
+Opening an inspection registers no instance and reconciles nothing. What it shows comes through
+the store's read API (:mod:`tidings.store.status`), the outbox's and the conversations' reads.
+Its one write is opening a conversation (``tidings create``), which starts no turn and needs no
+runtime. It sits beside the runtime, so a front end reaches the database through one of the two
+and never through the store itself.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tidings.outbox import Outbox, OutboxConfig
 from tidings.records import run_status
 from tidings.store import Store, open_store
 from tidings.store.status import OpenRun, StatusReport, read_status
-from tidings.types import DeadLetter, QueueStats, RunStatus
+from tidings.types import Conversation, DeadLetter, Message, Profile, QueueStats, RunStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,7 @@ class Inspection:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._outbox = Outbox(store)  # never started: it registers nothing, reconciles nothing
+        self._conversations = Conversations(store, SystemClock())
 
     @classmethod
     async def open(cls, database: str, conversation: str | None = None) -> Inspection:
@@ -62,6 +65,16 @@ class Inspection:
 
     async def dead_letters(self, conversation: str | None, *, limit: int) -> list[DeadLetter]:
         return await self._outbox.dead_letters(conversation, limit=limit)
+
+    async def transcript(self, conversation_id: str, *, after_seq: int = 0) -> list[Message]:
+        """A page of the conversation's messages after ``after_seq``."""
+        return await self._conversations.transcript(conversation_id, after_seq=after_seq)
+
+    async def create_conversation(
+        self, owner: str, profile: Profile, *, title: str = ""
+    ) -> Conversation:
+        """Open a conversation for ``owner``; the runtime that serves the database answers it."""
+        return await self._conversations.create(owner, profile, title=title)
 
     async def close(self) -> None:
         await self._store.close()

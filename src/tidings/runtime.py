@@ -29,7 +29,7 @@ from tidings.clock import Clock, SystemClock
 from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
-from tidings.feed import FeedHub
+from tidings.feed import FeedHub, Watch
 from tidings.instances import Instance
 from tidings.keyring import Keyring
 from tidings.lifecycle import RestartRequest, accept_restart
@@ -60,7 +60,6 @@ from tidings.types import (
     Conversation,
     DeliveryMode,
     Event,
-    FeedEvent,
     GoalStatus,
     Input,
     Message,
@@ -453,8 +452,9 @@ class Runtime(BackgroundViews):
         return await self.conversations.events(conversation_id, after_seq=after_seq, owner=owner)
 
     def watch(self, conversation_id: str, *, after_seq: int = 0,
-              owner: str | None = None) -> AsyncIterator[FeedEvent]:
-        """The conversation's feed after ``after_seq``, then live (see :mod:`tidings.feed`)."""
+              owner: str | None = None) -> Watch:
+        """The conversation's feed after ``after_seq``, then live: an async iterator of
+        :class:`FeedEvent` (see :mod:`tidings.feed`)."""
         return self.feed.watch(conversation_id, after_seq=after_seq, read=lambda after: (
             self.events(conversation_id, after_seq=after, owner=owner)))
 

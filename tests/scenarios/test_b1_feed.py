@@ -24,6 +24,7 @@ from tests.feeding import (
     journal,
     turn_ended,
 )
+from tests.waiting import wait_until
 from tidings import (
     Author,
     AuthorKind,
@@ -381,3 +382,16 @@ async def test_b1_many_watchers_of_one_conversation_share_one_reader(
         assert [e.seq for e in journal(watcher.events)] == [
             e.seq for e in journal(watchers[0].events)]
         await watcher.stop()
+
+
+async def test_b1_a_watcher_that_leaves_its_loop_is_let_go(runtimes: RuntimeFactory) -> None:
+    rt = await runtimes(models=[story_model()])
+    conv = await open_conversation(rt)
+    async for _ in rt.watch(conv, owner=OWNER):
+        break  # without closing it: dropping the watch is enough
+    await wait_until(lambda: conv not in rt.feed.watched, what="the reader of a left watch")
+    closed = rt.watch(conv, owner=OWNER)
+    await anext(closed)
+    assert conv in rt.feed.watched
+    await closed.aclose()
+    assert conv not in rt.feed.watched

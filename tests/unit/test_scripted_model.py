@@ -159,3 +159,34 @@ async def test_b8_scripted_reply_sets_its_own_usage_also_on_a_failure() -> None:
 def test_b8_scripted_usage_refuses_unknown_or_negative_counts(usage: object) -> None:
     with pytest.raises(InvalidInputError):
         ScriptedModel(default={"text": "x", "usage": usage})
+
+
+async def test_b1_scripted_reply_streams_in_chunks() -> None:
+    model = ScriptedModel.from_json({
+        "rules": [
+            {"when": {"text_contains": "story"},
+             "reply": {"text": "abcdefghij", "chunks": 3, "chunk_delay": 0}},
+            {"when": {"text_contains": "break"},
+             "reply": {"text": "half", "chunks": 2, "error": "retryable"}},
+        ],
+        "default": {"text": "whole"},
+    })
+    pieces: list[str] = []
+    reply = await model.complete(request(user("a story")), on_delta=pieces.append)
+    assert (pieces, reply.text) == (["abcd", "efg", "hij"], "abcdefghij")
+
+    pieces.clear()
+    await model.complete(request(user("hello")), on_delta=pieces.append)
+    assert pieces == ["whole"]  # one piece unless the rule says otherwise
+
+    pieces.clear()
+    with pytest.raises(ModelError) as failed:
+        await model.complete(request(user("break off")), on_delta=pieces.append)
+    assert (pieces, failed.value.kind) == (["ha", "lf"], ModelErrorKind.RETRYABLE)
+
+
+def test_b1_scripted_chunks_are_checked() -> None:
+    for bad in ({"text": "x", "chunks": 0}, {"text": "x", "chunks": "2"},
+                {"text": "x", "chunk_delay": -1}):
+        with pytest.raises(InvalidInputError):
+            ScriptedModel(default=bad)

@@ -4,6 +4,10 @@
   by default).
 - ``tidings post`` / ``tidings watch`` (:mod:`~tidings.cli.client`): a client of a running
   service.
+- ``tidings create`` / ``tidings transcript`` (:mod:`~tidings.cli.conversation`) and
+  ``tidings chat`` (:mod:`~tidings.cli.chat`): a conversation over a service (``--url``) or the
+  database itself (``--database``); both ways are :mod:`~tidings.cli.sessions`, shown one way by
+  :mod:`~tidings.cli.render`.
 - ``tidings status`` / ``tidings dead-letters`` (:mod:`~tidings.cli.inspect`): read a database
   directly (read only: no instance is registered, nothing is reconciled).
 - ``tidings demo`` (:mod:`~tidings.cli.demo`): the whole mission, offline, as a timeline ending
@@ -15,7 +19,7 @@ Errors a user can act on are one line on stderr and a non-zero exit, never a tra
 from __future__ import annotations
 
 # Importing a command's module adds the command to the group.
-from tidings.cli import client, demo, inspect, serve
+from tidings.cli import chat, client, conversation, demo, inspect, serve
 from tidings.cli.app import main
 
-__all__ = ("client", "demo", "inspect", "main", "serve")
+__all__ = ("chat", "client", "conversation", "demo", "inspect", "main", "serve")

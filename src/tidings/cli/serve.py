@@ -48,7 +48,7 @@ def _parse_tokens(values: tuple[str, ...], env: str | None) -> dict[str, str]:
     return tokens
 
 
-def _models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
+def parse_models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
     """``scripted`` (echo), ``scripted:RULES.json``, ``openai:NAME`` or ``anthropic:NAME``."""
     models: list[Model] = []
     for spec in specs or ("scripted",):
@@ -109,7 +109,7 @@ def serve(
     by_token = _parse_tokens(tokens, os.environ.get(TOKENS_ENV))
     operators = [*operator_tokens, *(
         t.strip() for t in os.environ.get(OPERATOR_TOKENS_ENV, "").split(",") if t.strip())]
-    models = _models(model_specs, model_base_url)
+    models = parse_models(model_specs, model_base_url)
     if not by_token and not operators:
         log.warning("no tokens were given: every request but /health will be refused")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -48,7 +49,8 @@ class Channel:
         self.store = store
         self.conversation_id = conversation_id
         self.now_us = now_us
-        self.watches: set[Watch] = set()
+        self.watches: weakref.WeakSet[Watch] = weakref.WeakSet()
+        """Held weakly: a watch its consumer dropped (a ``break`` out of its loop) leaves."""
         self.remote = RemoteDrafts()
         self.last: int | None = None
         """The last journal sequence the reader handed out (None until it knows where)."""

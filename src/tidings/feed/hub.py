@@ -21,7 +21,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from tidings.clock import Clock
@@ -40,6 +41,13 @@ log = logging.getLogger("tidings.feed")
 
 _ASK_AGAIN_US = 500_000
 """How soon a watching process may ask a conversation's writers for their drafts again."""
+
+
+def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[[str], None], arg: str) -> None:
+    """Call ``callback(arg)`` on ``loop`` (from a finalizer: any thread, any moment)."""
+    if not loop.is_closed():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(callback, arg)
 
 
 def _heads(tx: Tx, conversation_ids: list[str]) -> list[Row]:
@@ -66,6 +74,11 @@ class FeedHub:
 
     def now_us(self) -> int:
         return self.clock.now_us()
+
+    @property
+    def watched(self) -> frozenset[str]:
+        """The conversations someone in this process watches (each has one reader)."""
+        return frozenset(self._channels)
 
     # -- drafts (the turn's side) -------------------------------------------------------------
 
@@ -142,14 +155,21 @@ class FeedHub:
             if self._poller is None or self._poller.done():
                 self._poller = asyncio.create_task(self._poll(), name="tidings-feed-poll")
         channel.watches.add(watch)
+        # A consumer that leaves its loop without closing the watch drops it: once it is gone,
+        # its channel is looked at again (and stopped if nobody else watches).
+        weakref.finalize(watch, _soon, asyncio.get_running_loop(), self._prune,
+                         watch.conversation_id)
 
     def detach(self, watch: Watch) -> None:
         channel = self._channels.get(watch.conversation_id)
-        if channel is None:
-            return
-        channel.watches.discard(watch)
-        if not channel.watches:
-            del self._channels[watch.conversation_id]
+        if channel is not None:
+            channel.watches.discard(watch)
+            self._prune(watch.conversation_id)
+
+    def _prune(self, conversation_id: str) -> None:
+        channel = self._channels.get(conversation_id)
+        if channel is not None and not channel.watches:
+            del self._channels[conversation_id]
             channel.cancel()
 
     def _ask_for_drafts(self, channel: Channel) -> None:

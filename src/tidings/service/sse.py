@@ -99,7 +99,6 @@ async def feed(
     leaves (the response cancels this) or the server shuts down. The route checked the owner
     before answering 200."""
     watch = runtime.watch(conversation_id, after_seq=after, owner=owner)
-    assert isinstance(watch, Watch)
     feeds.track(watch)
     try:
         event: FeedEvent

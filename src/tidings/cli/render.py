@@ -1,0 +1,370 @@
+"""How ``tidings chat`` and ``tidings transcript`` show a conversation: one rendering of
+messages and of feed events, whichever way they were read (HTTP or an embedded runtime).
+
+Who said what is never in doubt: the person's words are ``you>`` (or ``person>``), the agent's
+``agent>``, tool calls and their results are folded to one line each, and everything the runtime
+says on its own -- a background task's notice, a child conversation's reply, a run that failed
+or was stopped -- starts with ``[runtime]``. What the chat client itself reports (a lost
+connection) starts with ``[chat]``.
+
+The agent's answer is printed piece by piece as ``message_delta`` events bring it; the
+committed message is the truth: when it differs from what was streamed, the committed text is
+printed again, and a draft that is discarded is said to be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape as escape_markup
+
+from tidings.types import Origin, RunStatus
+
+FOLD_CHARS = 100
+"""A folded line (a tool call's arguments, a tool's result, a notice) is cut here."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but line breaks and tabs written out (``\\x1b``):
+    what a model or a process wrote can colour nothing, move no cursor, clear no screen."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+def escape(text: str) -> str:
+    """Text from the feed, safe inside rich markup and on a terminal."""
+    return escape_markup(visible(text))
+
+
+@dataclass(frozen=True, slots=True)
+class FeedItem:
+    """One event of a conversation's feed, as either transport reads it: ``seq`` is the
+    journal sequence (None for a live event: a streamed piece, a discarded draft)."""
+
+    seq: int | None
+    type: str
+    run_id: str | None
+    data: Mapping[str, Any]
+
+
+def fold(text: str, limit: int = FOLD_CHARS) -> str:
+    """The first line of ``text``, at most ``limit`` characters, saying what was left out."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0]
+    rest = len(lines) - 1
+    if len(first) > limit:
+        first = first[: limit - 1] + "…"
+    elif rest:
+        first += " …"
+    return first + (f" (+{rest} lines)" if rest else "")
+
+
+def _short(value: Any, limit: int = FOLD_CHARS) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_FACTS = re.compile(r"<process_facts>(.*?)</process_facts>", re.S)
+_OUTPUT = re.compile(r"<untrusted_process_output[^>]*>(.*?)</untrusted_process_output>", re.S)
+_CHILD = re.compile(
+    r'^<task_result task="([^"]*)" status="([^"]*)" conversation="([^"]*)">(.*)</task_result>$',
+    re.S)
+
+
+def runtime_summary(content: str) -> str:
+    """One line for the runtime's own words: a task's notice, a child's reply, or else the
+    first line of what it said."""
+    facts = _FACTS.search(content)
+    if facts is not None:
+        try:
+            observed = json.loads(facts.group(1))
+        except ValueError:
+            observed = None
+        if isinstance(observed, dict):
+            how = [f"exit {observed['exit_code']}" if observed.get("exit_code") is not None
+                   else f"signal {observed['signal']}" if observed.get("signal") else "",
+                   f"{observed['duration_ms'] / 1000:.1f} s"
+                   if isinstance(observed.get("duration_ms"), int | float) else ""]
+            line = f"task {observed.get('task_key', '?')} {observed.get('state', 'ended')}"
+            if any(how):
+                line += f" ({', '.join(h for h in how if h)})"
+            output = _OUTPUT.search(content)
+            if output is not None:
+                try:
+                    text = json.loads(output.group(1))
+                except ValueError:
+                    text = None
+                if isinstance(text, str) and text.strip():
+                    line += ": " + fold(text)
+            return line
+    child = _CHILD.match(content.strip())
+    if child is not None:
+        task, status, conversation, body = child.groups()
+        line = f"child {html.unescape(conversation)} ({html.unescape(task)}) {status}"
+        body = html.unescape(body)
+        return line + (": " + fold(body) if body.strip() else "")
+    return fold(content)
+
+
+def by_runtime(message: Mapping[str, Any]) -> bool:
+    """Whether a message is the runtime's own words; the feed says so (``by_runtime``), a
+    transcript's message by its kernel origin."""
+    if "by_runtime" in message:
+        return bool(message["by_runtime"])
+    try:
+        return Origin(str(message.get("origin"))).is_kernel
+    except ValueError:
+        return False
+
+
+class Screen:
+    """The terminal as the chat uses it: whole lines, one streamed line, and the prompt.
+
+    Whatever is printed while the prompt is shown first takes the prompt's line (and the
+    prompt is shown again after it by the chat); a streamed answer stays on its line until it
+    is committed, discarded, or something else must be printed.
+    """
+
+    def __init__(self, console: Console, *, prompt: str = "you> ") -> None:
+        self.console = console
+        self.prompt_text = prompt
+        self.prompt_shown = False
+        self.streaming: tuple[str, int] | None = None
+
+    def _write(self, text: str) -> None:
+        self.console.file.write(text)
+        self.console.file.flush()
+
+    def _take_line(self) -> None:
+        if self.prompt_shown:
+            self._write("\r\x1b[2K" if self.console.is_terminal else "\n")
+            self.prompt_shown = False
+
+    def end_stream(self) -> None:
+        if self.streaming is not None:
+            self._write("\n")
+            self.streaming = None
+
+    def line(self, markup: str) -> None:
+        """Print one line of rich markup (its parts from elsewhere escaped by the caller)."""
+        self._take_line()
+        self.end_stream()
+        self.console.print(markup, highlight=False, soft_wrap=True)
+
+    def stream(self, key: tuple[str, int], header: str, text: str) -> None:
+        """Append ``text`` to the streamed line of ``key`` (opened with ``header``)."""
+        self._take_line()
+        if self.streaming != key:
+            self.end_stream()
+            self.console.print(header, end="", highlight=False)
+            self.streaming = key
+        self.console.print(visible(text), end="", markup=False, highlight=False,
+                           soft_wrap=True)
+
+    def broken(self) -> None:
+        """The terminal wrote on the current line itself (``^C``): end it."""
+        if self.streaming is not None:
+            self.end_stream()
+        elif not self.prompt_shown:
+            self._write("\n")
+
+    def prompt(self) -> None:
+        if not self.prompt_shown:
+            self.end_stream()
+            self.console.print(f"[bold green]{escape(self.prompt_text)}[/]", end="",
+                               highlight=False)
+            self.prompt_shown = True
+
+    def typed(self, echo: str | None = None) -> None:
+        """The person ended a line at the prompt: the cursor is on a new line. ``echo``: the
+        line, when no terminal showed it as it was typed (input from a pipe)."""
+        if echo is not None:
+            if not self.prompt_shown:
+                self.prompt()
+            self.console.print(visible(echo), markup=False, highlight=False, soft_wrap=True)
+        self.prompt_shown = False
+
+
+AGENT = "[bold cyan]agent>[/] "
+
+
+class View:
+    """Renders messages and feed events on a :class:`Screen`; knows what it already showed.
+
+    ``mine``: the ids of the inputs this chat posted (the person's own lines, already on the
+    screen as they typed them); ``posting``: lines being posted, whose ids are not known yet
+    (the feed may bring the message before the post has answered).
+    """
+
+    def __init__(self, screen: Screen, *, person: str = "you") -> None:
+        self.screen = screen
+        self.person = person
+        self.mine: set[str] = set()
+        self.posting: list[str] = []
+        self.seen_inputs: set[str] = set()
+        self.shown_seq = 0
+        """The newest transcript message shown: a message is shown once."""
+        self.drafts: dict[tuple[str, int], str] = {}
+
+    # -- messages -------------------------------------------------------------------------
+
+    def message(self, message: Mapping[str, Any]) -> None:
+        """Show one transcript message (committed), unless it was shown already."""
+        seq = message.get("seq")
+        if isinstance(seq, int):
+            if seq <= self.shown_seq:
+                return
+            self.shown_seq = seq
+        role = message.get("role")
+        content = str(message.get("content") or "")
+        if role == "assistant":
+            self._assistant(message, content)
+        elif role == "tool":
+            name = message.get("tool_name") or "tool"
+            self.screen.line(f"  [dim]← {escape(str(name))}: {escape(fold(content))}[/]")
+        elif by_runtime(message):
+            self.screen.line(f"[bold magenta]\\[runtime][/] {escape(runtime_summary(content))}")
+        elif self._typed_here(message, content):
+            pass  # typed at this prompt: already on the screen
+        elif message.get("origin") == Origin.AGENT.value:
+            self.screen.line(f"[bold blue]\\[agent][/] {escape(fold(content, 400))}")
+        else:
+            self.screen.line(f"[bold green]{escape(self.person)}>[/] {escape(content)}")
+
+    def _typed_here(self, message: Mapping[str, Any], content: str) -> bool:
+        input_id = message.get("input_id")
+        if input_id in self.mine:
+            return True
+        if message.get("origin") == Origin.PERSON.value and content in self.posting:
+            self.posting.remove(content)
+            self.seen_inputs.add(str(input_id))
+            return True
+        return False
+
+    def posted(self, line: str, input_id: str | None) -> None:
+        """A line's post answered (``input_id``; None: it was refused)."""
+        if input_id is None or input_id not in self.seen_inputs:
+            with contextlib.suppress(ValueError):
+                self.posting.remove(line)
+        if input_id is not None:
+            self.mine.add(input_id)
+
+    def _assistant(self, message: Mapping[str, Any], content: str) -> None:
+        run_id = message.get("run_id")
+        step = message.get("step")
+        # The draft of the step that wrote it (older feeds say no step: the run's oldest).
+        key = next((k for k in self.drafts
+                    if k[0] == run_id and (not isinstance(step, int) or k[1] == step)), None)
+        draft = self.drafts.pop(key) if key is not None else None
+        if key is not None and draft is not None and self.screen.streaming == key \
+                and content.startswith(draft):
+            if content != draft:
+                self.screen.stream(key, AGENT, content[len(draft):])
+            self.screen.end_stream()
+        elif content:
+            if draft and not content.startswith(draft):
+                self.screen.line("[dim]\\[chat] the answer as committed:[/]")
+            self.screen.line(AGENT + escape(content))  # whole, once more if it was cut into
+        elif key is not None and self.screen.streaming == key:
+            self.screen.end_stream()
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                self.screen.line(f"  [yellow]→ {escape(str(call.get('name')))}[/] "
+                                 f"[dim]{escape(_short(call.get('arguments', {})))}[/]")
+
+    def transcript(self, messages: Sequence[Mapping[str, Any]], *, last: int | None = None
+                   ) -> None:
+        """Show a transcript (its ``last`` messages, saying how many came before)."""
+        shown = list(messages) if last is None else list(messages)[-last:] if last else []
+        if len(shown) < len(messages):
+            self.screen.line(f"[dim]… {len(messages) - len(shown)} earlier messages[/]")
+        for message in shown:
+            self.message(message)
+        if messages and isinstance(messages[-1].get("seq"), int):
+            self.shown_seq = max(self.shown_seq, int(messages[-1]["seq"]))
+
+    # -- feed events ----------------------------------------------------------------------
+
+    def event(self, item: FeedItem) -> None:
+        """Show one feed event; a type with nothing to show a person is skipped."""
+        d = item.data
+        run = str(d.get("run_id") or d.get("run_public_id") or item.run_id or "")
+        if item.type == "message_delta":
+            self._delta(run, d)
+        elif item.type == "message_discarded":
+            key = (run, int(d.get("step", 0)))
+            self._discard(key, str(d.get("reason") or "discarded"))
+        elif item.type == "message_committed":
+            message = d.get("message")
+            if isinstance(message, Mapping):
+                self.message({**message, "by_runtime": d.get("by_runtime", False)})
+        elif item.type == "turn_status":
+            self._status(run, d)
+        elif item.type == "approval_requested":
+            self.screen.line(
+                f"[bold magenta]\\[runtime][/] run {escape(run)} waits for a person's approval "
+                f"of {escape(str(d.get('tool_name', '?')))} ({escape(str(d.get('approval_id')))})")
+        elif item.type == "chat.lost":
+            self.screen.line(f"[bold yellow]\\[chat][/] lost the feed "
+                             f"({escape(str(d.get('reason')))}); reconnecting after event "
+                             f"{d.get('after')}…")
+        elif item.type == "chat.resumed":
+            self.screen.line(f"[bold yellow]\\[chat][/] the feed is back, after event "
+                             f"{d.get('after')}")
+        elif item.type in ("restart_accepted", "restart_completed"):
+            what = "accepted" if item.type == "restart_accepted" else "completed"
+            self.screen.line(f"[bold magenta]\\[runtime][/] restart {what} "
+                             f"({escape(str(d.get('operation_id', '?')))})")
+
+    def _delta(self, run: str, d: Mapping[str, Any]) -> None:
+        key = (run, int(d.get("step", 0)))
+        text = str(d.get("text") or "")
+        offset = int(d.get("offset", 0))
+        have = self.drafts.get(key, "")
+        # What this watcher has not seen yet; after a gap (the feed sends none), all of it:
+        # the committed message will say what the answer is.
+        new = text[len(have) - offset:] if offset <= len(have) else text
+        if not new:
+            return
+        self.drafts[key] = have + new
+        # A line printed meanwhile cut the answer: it starts again on a line of its own, whole.
+        self.screen.stream(key, AGENT, new if self.screen.streaming == key else have + new)
+
+    def _discard(self, key: tuple[str, int], reason: str) -> None:
+        draft = self.drafts.pop(key, None)
+        if draft is None:
+            return
+        self.screen.end_stream()
+        self.screen.line(f"[bold magenta]\\[runtime][/] the answer above was discarded "
+                         f"({escape(reason)})")
+
+    def _status(self, run: str, d: Mapping[str, Any]) -> None:
+        try:
+            status = RunStatus(str(d.get("status")))
+        except ValueError:
+            return
+        if not status.ended:
+            if status is RunStatus.AWAITING_APPROVAL:
+                self.screen.end_stream()
+            return
+        for key in [k for k in self.drafts if k[0] == run]:
+            self._discard(key, f"the run {status.value}")  # ended without committing it
+        if status is RunStatus.COMPLETED:
+            return
+        code = d.get("failure_code")
+        code = None if code == status.value else code
+        self.screen.line(f"[bold magenta]\\[runtime][/] run {escape(run)} {status.value}"
+                         + (f" ({escape(str(code))})" if code else ""))
+
+
+__all__ = ("FeedItem", "Screen", "View", "by_runtime", "escape", "fold", "runtime_summary",
+           "visible")
