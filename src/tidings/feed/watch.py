@@ -103,9 +103,12 @@ class Watch:
 
     async def __anext__(self) -> FeedEvent:
         while True:
+            if self._closed:  # at once, even with events ready (a server shutting down)
+                self._detach()
+                raise StopAsyncIteration
             if self._ready:
                 return self._ready.popleft()
-            if self._closed or self._ending:
+            if self._ending:  # deleted: what came before the deletion is served first
                 self._detach()
                 raise StopAsyncIteration
             if self._catching_up:
