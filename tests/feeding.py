@@ -132,4 +132,5 @@ class Pieces:
         return ModelReply("".join(self.pieces), model=request.model)
 
 
-__all__ = ("Collector", "Pieces", "assembled", "committed", "deltas", "journal", "turn_ended")
+__all__ = ("Collector", "FeedEvent", "Pieces", "assembled", "committed", "deltas", "journal",
+           "turn_ended")

@@ -199,6 +199,23 @@ async def test_b1_a_failing_models_partial_text_is_discarded(runtimes: RuntimeFa
     await watcher.stop()
 
 
+async def test_b1_a_timed_out_calls_partial_text_is_discarded(runtimes: RuntimeFactory) -> None:
+    model = Pieces(["Thinking about it"], hang=True)
+    config = RuntimeConfig(turns=TurnConfig(model_timeout=timedelta(milliseconds=200),
+                                            model_attempts=1))
+    rt = await runtimes(models=[model], config=config)
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await rt.post(conv, "take your time", owner=OWNER)
+    events = await watcher.until(lambda events: turn_ended(events, "needs_attention"),
+                                 what="the run to need attention")
+    [run] = await rt.runs(conv)
+    assert assembled(events) == "Thinking about it"
+    assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "timed_out"}]
+    assert committed(events, "assistant") == []
+    await watcher.stop()
+
+
 class FailsOnce:
     """Breaks off mid-answer once (a retryable failure), then answers in full."""
 

@@ -152,6 +152,7 @@ class FeedHub:
             )
             channel.start()
             self._ask_for_drafts(channel)
+            self._want_hints()
             if self._poller is None or self._poller.done():
                 self._poller = asyncio.create_task(self._poll(), name="tidings-feed-poll")
         channel.watches.add(watch)
@@ -171,6 +172,12 @@ class FeedHub:
         if channel is not None and not channel.watches:
             del self._channels[conversation_id]
             channel.cancel()
+            self._want_hints()
+
+    def _want_hints(self) -> None:
+        """Journal hints are for channels: with none, the writers need not wake this loop."""
+        if self._subscription is not None:
+            self._subscription.journal = bool(self._channels)
 
     def _ask_for_drafts(self, channel: Channel) -> None:
         now = self.now_us()
@@ -183,6 +190,7 @@ class FeedHub:
     def _listen(self) -> None:
         if self._subscription is None and not self._closed:
             self._subscription = self.store.feed.subscribe(self._journal_hints, self._heard)
+            self._want_hints()
 
     def _journal_hints(self, hints: Mapping[str, int]) -> None:
         for conversation_id, seq in hints.items():

@@ -92,6 +92,7 @@ class Watch:
         self._ready: deque[FeedEvent] = deque()
         self._queued: deque[FeedEvent] = deque()
         self._wake: asyncio.Event = asyncio.Event()
+        self._ended = asyncio.Event()
         self._attached = False
         self._started = False
         self._catching_up = True
@@ -103,9 +104,12 @@ class Watch:
 
     async def __anext__(self) -> FeedEvent:
         while True:
+            if self._closed:  # at once, even with events ready (a server shutting down)
+                self._detach()
+                raise StopAsyncIteration
             if self._ready:
                 return self._ready.popleft()
-            if self._closed or self._ending:
+            if self._ending:  # deleted: what came before the deletion is served first
                 self._detach()
                 raise StopAsyncIteration
             if self._catching_up:
@@ -150,6 +154,7 @@ class Watch:
     def close(self) -> None:
         """End the watch: its consumer's next read (or the one it waits in) ends."""
         self._closed = True
+        self._ended.set()
         self._wake.set()
 
     async def aclose(self) -> None:
@@ -188,9 +193,9 @@ class Watch:
                 self._delta(delta_event(self.conversation_id, key, 0, text, now))
 
     async def _pause(self) -> None:
-        self._wake.clear()
+        """Wait before reading again after a failed read (less if the watch is closed)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), self._retry_s)
+            await asyncio.wait_for(self._ended.wait(), self._retry_s)
 
     # -- what is served -----------------------------------------------------------------------
 

@@ -39,13 +39,17 @@ JournalHints = Callable[[Mapping[str, int]], None]
 LiveMessages = Callable[[list[str]], None]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class FeedSubscription:
-    """One subscriber: its loop and what it is called with (compared by identity)."""
+    """One subscriber: its loop and what it is called with (compared by identity).
+
+    ``journal`` says whether it wants journal hints now (a hub that watches nothing does
+    not: the writers then skip waking its loop for every commit)."""
 
     loop: asyncio.AbstractEventLoop
     on_journal: JournalHints
     on_live: LiveMessages
+    journal: bool = True
 
 
 class FeedSignals:
@@ -73,7 +77,7 @@ class FeedSignals:
             return
         hints = dict(advanced)
         for subscriber in self._subscribers:
-            if not subscriber.loop.is_closed():
+            if subscriber.journal and not subscriber.loop.is_closed():
                 subscriber.loop.call_soon_threadsafe(subscriber.on_journal, hints)
 
     def live(self, messages: Iterable[str]) -> None:
