@@ -24,7 +24,7 @@ from tidings.records import (
     usage_from_row,
 )
 from tidings.store import Row, Store, Tx
-from tidings.transcript import MESSAGE_COMMITTED, ConversationTx
+from tidings.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED, ConversationTx
 from tidings.types import (
     Conversation,
     ConversationId,
@@ -57,28 +57,42 @@ def check_profile(profile: Profile) -> Profile:
 
 def read_events(tx: Tx, conversation_id: str, *, after_seq: int, limit: int) -> list[Event]:
     """A page of the journal after ``after_seq``, each ``message_committed`` event filled in
-    with its message from the transcript (one more query for the page, none without one).
+    with its message from the transcript and each ``input_accepted`` with the input's text and
+    whether it is the runtime's own words (one more query for each kind the page holds).
 
-    The journal row keeps only the message's position; its text is written once, in the
-    transcript.
+    The journal row keeps only the message's position or the input's id; its text is written
+    once, in the transcript or the inputs.
     """
     events = [event_from_row(r) for r in tx.all(
         "events_after", conversation_id=conversation_id, after_seq=after_seq, limit=limit,
     )]
     seqs = [int(e.data["message_seq"]) for e in events
             if e.type == MESSAGE_COMMITTED and "message_seq" in e.data]
-    if not seqs:
-        return events
+    input_ids = [str(e.data["input_id"]) for e in events
+                 if e.type == INPUT_ACCEPTED and "input_id" in e.data]
     messages = {
         m.seq: m for m in map(message_from_row, tx.all(
             "messages_by_seq", conversation_id=conversation_id, seqs=seqs,
         ))
-    }
-    return [
-        replace(e, data=committed_data(message)) if e.type == MESSAGE_COMMITTED
-        and (message := messages.get(int(e.data.get("message_seq", 0)))) is not None else e
-        for e in events
-    ]
+    } if seqs else {}
+    contents = {
+        str(r["input_id"]): str(r["content"]) for r in tx.all(
+            "inputs_content_by_id", conversation_id=conversation_id, input_ids=input_ids,
+        )
+    } if input_ids else {}
+    if not messages and not contents:
+        return events
+
+    def filled(e: Event) -> Event:
+        if e.type == MESSAGE_COMMITTED:
+            message = messages.get(int(e.data.get("message_seq", 0)))
+            return e if message is None else replace(e, data=committed_data(message))
+        if e.type == INPUT_ACCEPTED and (text := contents.get(str(e.data.get("input_id")))):
+            return replace(e, data={**e.data, "content": text,
+                                    "by_runtime": e.data.get("origin") != Origin.PERSON.value})
+        return e
+
+    return [filled(e) for e in events]
 
 
 def committed_data(message: Message) -> dict[str, Any]:

@@ -41,6 +41,9 @@ from tidings.types import (
 
 MESSAGE_COMMITTED = "message_committed"
 """The journal event written with each transcript message (its data: the message's seq)."""
+INPUT_ACCEPTED = "input_accepted"
+"""The journal event written as an input enters (its data: the input's id and stamps; reads
+add its text)."""
 
 RUN_CHANGES = frozenset({"turn_status", "input_materialized", "input_cancelled"})
 """The events that change what a run or an input is: their unit tells the conversation's

@@ -346,6 +346,29 @@ async def test_b1_committed_messages_carry_role_text_tool_calls_results_and_orig
     await watcher.stop()
 
 
+async def test_b1_an_accepted_input_carries_its_text_at_once(runtimes: RuntimeFactory) -> None:
+    rt = await runtimes(models=[story_model()])
+    conv = await open_conversation(rt)
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    posted = await rt.post(conv, "tell me a story", owner=OWNER)
+    await kernel_mail(rt, conv, "task-1 finished")
+    events = await watcher.until(
+        lambda es: len([e for e in es if e.type == "input_accepted"]) == 2, what="two inputs")
+    person, notice = [e.data for e in events if e.type == "input_accepted"]
+    # A chat UI shows the person's words before the answer streams, and marks the notice.
+    assert (person["input_id"], person["content"], person["by_runtime"]) == (
+        posted.input_id, "tell me a story", False)
+    assert (notice["content"], notice["by_runtime"], notice["origin"]) == (
+        "task-1 finished", True, "task_result")
+    kinds = [e.type for e in events]
+    if "message_delta" in kinds:
+        assert kinds.index("input_accepted") < kinds.index("message_delta")
+    # The same on a plain read of the journal.
+    read = [e.data for e in await rt.events(conv, owner=OWNER) if e.type == "input_accepted"]
+    assert [d["content"] for d in read] == ["tell me a story", "task-1 finished"]
+    await watcher.stop()
+
+
 async def test_b1_watch_is_owner_scoped(runtimes: RuntimeFactory) -> None:
     rt = await runtimes(models=[story_model()])
     conv = await open_conversation(rt)

@@ -38,7 +38,7 @@ from tidings.errors import (
 from tidings.policy import check_id, check_text, encode_json
 from tidings.records import input_from_row
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx
+from tidings.transcript import INPUT_ACCEPTED, ConversationTx
 from tidings.types import (
     Author,
     AuthorKind,
@@ -153,7 +153,7 @@ def add_input(
         now_us=cx.now_us,
     )
     cx.accepted.append(accepted)
-    cx.record_event("input_accepted", input_accepted_data(accepted))
+    cx.record_event(INPUT_ACCEPTED, input_accepted_data(accepted))
     return accepted
 
 

@@ -227,6 +227,11 @@ SELECT * FROM messages
  WHERE conversation_id = :conversation_id AND seq = ANY(:seqs::bigint[])
  ORDER BY seq;
 
+-- inputs_content_by_id --
+-- The text of the inputs a page of the journal announces (its input_accepted events).
+SELECT input_id, content FROM inputs
+ WHERE conversation_id = :conversation_id AND input_id = ANY(:input_ids::text[]);
+
 -- journal_heads --
 -- How far each watched conversation's journal has come: the feed's slow poll, one query for
 -- every conversation a process watches.
