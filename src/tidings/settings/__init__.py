@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tomllib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from tidings.settings.lines import key_lines, line_of, present_path
 from tidings.settings.schema import ConfigFile
 from tidings.tools.registry import Tool
 from tidings.types import Profile
+
+_AT = re.compile(r" \(at line (\d+), column (\d+)\)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +75,11 @@ def load_settings(path: str | os.PathLike[str], *,
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        # The message ends "(at line L, column C)"; the line is kept as an attribute too.
-        line = getattr(exc, "lineno", None)
-        raise ConfigError(f"not valid TOML: {exc}", path=str(where), line=line) from None
+        # The message ends "(at line L, column C)" (Python 3.14 also has the attributes).
+        at = _AT.search(str(exc))
+        reason = _AT.sub(f" (column {at[2]})", str(exc)) if at else str(exc)
+        raise ConfigError(f"not valid TOML: {reason}", path=str(where),
+                          line=int(at[1]) if at else None) from None
     lines = key_lines(text)
 
     def fail(key: tuple[str, ...], message: str) -> NoReturn:
