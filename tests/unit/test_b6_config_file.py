@@ -114,7 +114,8 @@ async def test_b6_a_full_file_loads_models_profiles_tools_and_mcp_servers(
     tmp_path: Path, server: LoopbackServer
 ) -> None:
     (tmp_path / "rules.json").write_text(json.dumps(
-        {"rules": [{"when": {"text_contains": "hi"}, "reply": {"text": "from the file"}}]}), "utf-8")
+        {"rules": [{"when": {"text_contains": "hi"}, "reply": {"text": "from the file"}}]}),
+        "utf-8")
     settings = load_settings(write(tmp_path, FULL.format(base=server.base_url)), environ=ENV)
     try:
         await _check_full(settings, server)
