@@ -135,3 +135,16 @@ async def test_b6_open_refuses_a_config_with_mcp_servers_it_cannot_run_yet(
     with pytest.raises(ConfigError, match="does not run MCP servers yet"):
         async with tidings.open(str(tmp_path / "t.db"), config=config):
             pass
+
+
+def test_b6_the_readme_config_loads(tmp_path: Path) -> None:
+    readme = DOC.parents[1] / "README.md"
+    section = readme.read_text("utf-8").split("## One config file\n", 1)[1].split("\n## ")[0]
+    found = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert found is not None
+    config = tmp_path / "tidings.toml"
+    config.write_text(found.group(1), "utf-8")
+    (tmp_path / "my_tools.py").write_text(blocks("python")[1], "utf-8")
+    settings = tidings.load_settings(config, environ=SECRETS)
+    assert settings.profiles["assistant"].model == "gpt"
+    assert [t.name for t in settings.tools] == ["weather"]

@@ -152,7 +152,9 @@ async def _check_full(settings: Settings, server: LoopbackServer) -> None:
     assert sent.body["temperature"] == 0.25
     assert sent.body["max_tokens"] == 321
     assert header(server, "authorization") == "Bearer sk-fast"
-    assert settings.models["fast"].context_chars == 50000
+    fast = settings.models["fast"]
+    assert isinstance(fast, OpenAIChatModel)
+    assert fast.context_chars == 50000
 
     server.push(anthropic_stream([anthropic_start(), *anthropic_text_block(0, ["careful"]),
                                   *anthropic_end()]))
