@@ -14,6 +14,7 @@ from tidings.errors import (
     BacklogFullError,
     CommitOutcomeUnknownError,
     CompactionRefusedError,
+    ConfigError,
     ConnectionLostError,
     ConversationClosedError,
     DatabaseBusyError,
@@ -37,6 +38,7 @@ from tidings.errors import (
     UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
+    UnknownProfileError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
@@ -55,6 +57,8 @@ from tidings.results import (
     ResultsConfig,
 )
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.settings import MCPServerSpec, Settings, load_settings
+from tidings.settings import open as open
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.turns.runner import TurnConfig
@@ -91,10 +95,10 @@ from tidings.types import (
 
 __version__ = "0.1.0"
 
-open = Runtime.open
-"""``async with tidings.open(database_url, models=[...]) as runtime:`` -- the composition root:
-open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
-instances, and shut down gracefully on exit (see :meth:`Runtime.open`)."""
+# ``async with tidings.open(database_url, models=[...]) as runtime:`` -- the composition root:
+# open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
+# instances, and shut down gracefully on exit (see :meth:`Runtime.open`);
+# ``tidings.open(config="tidings.toml")`` takes the models, profiles and tools of a config file.
 
 __all__ = (
     "Answer",
@@ -105,6 +109,7 @@ __all__ = (
     "Clock",
     "CommitOutcomeUnknownError",
     "CompactionRefusedError",
+    "ConfigError",
     "ConnectionLostError",
     "Conversation",
     "ConversationClosedError",
@@ -131,6 +136,7 @@ __all__ = (
     "InvalidInputError",
     "Lease",
     "Lifetime",
+    "MCPServerSpec",
     "ManualClock",
     "MasterKey",
     "MasterKeyError",
@@ -166,6 +172,7 @@ __all__ = (
     "RuntimeConfig",
     "RuntimeLockedError",
     "ScriptedModel",
+    "Settings",
     "Signal",
     "SlotLostError",
     "SqliteStore",
@@ -185,11 +192,13 @@ __all__ = (
     "UnknownApprovalError",
     "UnknownConversationError",
     "UnknownOperationError",
+    "UnknownProfileError",
     "UnknownResultError",
     "UnknownRunError",
     "UnknownTaskError",
     "Usage",
     "__version__",
+    "load_settings",
     "open",
     "open_store",
 )

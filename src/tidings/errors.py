@@ -235,6 +235,38 @@ class ConversationClosedError(TidingsError):
         self.status = status
 
 
+class UnknownProfileError(InvalidInputError):
+    """No profile of that name is configured; nothing was written."""
+
+    code = "unknown_profile"
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none is configured"
+        super().__init__(f"no profile is named {name!r} (known: {listed})")
+        self.name = name
+        self.known = tuple(known)
+
+
+class ConfigError(TidingsError):
+    """The configuration file is malformed; nothing was started.
+
+    ``line`` is the file's line at fault (1-based) when it could be found; ``key`` the dotted
+    key path (``models.fast.api_key_env``) when one key is at fault.
+    """
+
+    code = "config_error"
+
+    def __init__(
+        self, message: str, *, path: str, line: int | None = None, key: str | None = None
+    ) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.key = key
+        self.reason = message
+
+
 class OriginNotAllowedError(InvalidInputError):
     """Only the kernel may write task_result and child inputs; nothing was written."""
 

@@ -29,6 +29,7 @@ from tidings.clock import Clock, SystemClock
 from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
+from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
 from tidings.instances import Instance
 from tidings.keyring import Keyring
@@ -83,9 +84,10 @@ class Runtime(BackgroundViews):
         self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
-        owns_store: bool = False,
+        owns_store: bool = False, profiles: Mapping[str, Profile] | None = None,
     ) -> None:
         self.store = store
+        self.profiles = dict(profiles or {})  # named profiles (a config file's), by name
         self.clock: Clock = clock or SystemClock()
         self.config = config = config or RuntimeConfig()
         self.models: dict[str, Model] = (
@@ -170,6 +172,7 @@ class Runtime(BackgroundViews):
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None, locked: bool = False,
+        profiles: Mapping[str, Profile] | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -178,7 +181,7 @@ class Runtime(BackgroundViews):
         """
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(store, models=models, tools=tools, clock=clock, config=config,
-                      master_key=master_key, owns_store=True)
+                      master_key=master_key, owns_store=True, profiles=profiles)
         try:
             await runtime.start(locked=locked)
             yield runtime
@@ -236,9 +239,13 @@ class Runtime(BackgroundViews):
 
     @mutation
     async def create_conversation(
-        self, owner: str, profile: Profile, *, title: str = ""
+        self, owner: str, profile: Profile | str, *, title: str = ""
     ) -> Conversation:
-        return await self.conversations.create(owner, profile, title=title)
+        """``profile``: a :class:`Profile`, or the name of one of :attr:`profiles`."""
+        if isinstance(profile, str) and profile not in self.profiles:
+            raise UnknownProfileError(profile, list(self.profiles))
+        named = self.profiles[profile] if isinstance(profile, str) else profile
+        return await self.conversations.create(owner, named, title=title)
 
     async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         """The conversation, with its usage: the sums over its runs."""

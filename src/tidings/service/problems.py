@@ -31,6 +31,7 @@ from tidings.errors import (
     BacklogFullError,
     CommitOutcomeUnknownError,
     CompactionRefusedError,
+    ConfigError,
     ConnectionLostError,
     ConversationClosedError,
     CorruptDatabaseError,
@@ -59,6 +60,7 @@ from tidings.errors import (
     UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
+    UnknownProfileError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
@@ -73,6 +75,8 @@ STATUS: Mapping[type[TidingsError], int] = {
     # bad input: nothing was written
     InvalidInputError: 422,
     OriginNotAllowedError: 422,
+    UnknownProfileError: 422,
+    ConfigError: 500,
     PayloadTooLargeError: 413,
     # admission bounds: back off and retry
     BacklogFullError: 429,

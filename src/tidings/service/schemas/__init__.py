@@ -68,7 +68,9 @@ class ProfileBody(_Request):
 
 
 class ConversationCreate(_Request):
-    profile: ProfileBody
+    profile: ProfileBody | str = Field(
+        description="The agent's profile, or the name of a profile the service was given."
+    )
     title: str = ""
 
 
