@@ -57,6 +57,7 @@ from tidings.results import (
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.tools.typed import tool
 from tidings.turns.runner import TurnConfig
 from tidings.types import (
     Answer,
@@ -192,4 +193,5 @@ __all__ = (
     "__version__",
     "open",
     "open_store",
+    "tool",
 )

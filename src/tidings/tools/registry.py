@@ -17,7 +17,8 @@ from tidings.errors import InvalidInputError
 from tidings.models.base import ToolSpec
 from tidings.types import ToolContext as ToolContext
 
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+"""What a tool's name may be."""
 
 TOOL_RESULT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
@@ -64,7 +65,7 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        if _NAME.fullmatch(tool.name) is None:
+        if TOOL_NAME.fullmatch(tool.name) is None:
             raise InvalidInputError(f"tool name {tool.name!r} is not a valid identifier")
         if tool.name in self._tools:
             raise InvalidInputError(f"a tool named {tool.name!r} is already registered")
