@@ -14,9 +14,10 @@ import tidings
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_approvals import held
 from tests.scenarios.test_tasks import wait_for_runs
-from tidings import Message, Profile, Rule, ScriptedModel, ToolContext
+from tidings import InvalidInputError, Message, Profile, Rule, ScriptedModel, ToolContext
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolSpec
 from tidings.runtime import Runtime
+from tidings.types import ConversationId, RunId
 
 
 class Weather:
@@ -196,3 +197,47 @@ async def test_b3_an_exception_in_the_function_is_the_tool_error_the_model_reads
     result = next(m for m in messages if m.role == "tool")
     assert result.meta.get("is_error") is True
     assert result.content == "error: LookupError: no station near Atlantis"
+
+
+async def test_b3_a_typed_tool_starts_a_background_task_through_its_context(
+    runtimes: RuntimeFactory,
+) -> None:
+    keys: list[str] = []
+
+    @tidings.tool
+    async def build(target: str, ctx: ToolContext) -> str:
+        """Build a target in the background."""
+        key = await ctx.start_task(["sh", "-c", f"echo built {target}"])
+        keys.append(key)
+        return f"started {key}"
+
+    model = ScriptedModel([
+        Rule({"meta_kind": "task_notification"}, {"text": "The build finished."}),
+        Rule({"tool_result": "build"}, {"text": "Started."}),
+        Rule({"text_contains": "build"},
+             {"tool_calls": [{"name": "build", "arguments": {"target": "docs"}}]}),
+    ])
+    rt = await runtimes(models=[model], tools=[build])
+    conv = (await rt.create_conversation("alice", Profile(model="scripted", tools=("build",)))
+            ).conversation_id
+    answer = await rt.post(conv, "build the docs", wait=True)
+    assert answer.reply == "Started."
+    await wait_for_runs(rt, conv, 2)  # the task's end woke a second turn
+    (key,) = keys
+    messages = await rt.transcript(conv)
+    result = next(m for m in messages if m.role == "tool")
+    assert result.content == f"started {key}"
+    assert result.meta.get("task_key") == key  # the result that committed names the task
+    notice = next(m for m in messages if m.meta.get("kind") == "task_notification")
+    assert key in notice.content
+    assert messages[-1].content == "The build finished."
+    (task,) = await rt.task_list(conv)
+    assert task.task_key == key
+    assert task.state.value == "exited"
+    assert task.exit_code == 0
+
+
+async def test_b3_a_context_outside_a_turn_cannot_start_a_task() -> None:
+    context = ToolContext(ConversationId("conv_1"), RunId("run_1"), "call_1")
+    with pytest.raises(InvalidInputError, match="only in a turn"):
+        await context.start_task("true")

@@ -3,8 +3,8 @@
 The tool's name is the function's, its description the docstring, and its JSON schema comes
 from the signature through pydantic: type hints, defaults, ``Annotated[T, "description"]`` or
 ``Field(description=...)``, pydantic models, ``Optional``, lists, dicts, ``Literal`` and enums.
-A parameter annotated :class:`ToolContext` receives the call's context and is not part of the
-schema.
+A parameter annotated :class:`ToolContext` receives the call's context (ids, and a way to
+start a background task) and is not part of the schema.
 
 The model's arguments are validated before the function runs; invalid ones -- a missing or
 mistyped field, or one the function does not take -- come back to the model as one error
@@ -28,6 +28,7 @@ import pydantic_core
 from pydantic.fields import FieldInfo
 
 from tidings.tools.registry import TOOL_NAME, Tool, ToolContext, ToolOutput
+from tidings.types import ToolContext as CallIds
 
 INVALID_ARGUMENTS = "invalid_arguments"
 """The ``error`` of the result a call with invalid arguments gets (and its message's meta)."""
@@ -60,10 +61,9 @@ def _is_context(annotation: object) -> bool:
     """``ToolContext``, also as ``Annotated[ToolContext, ...]`` or ``ToolContext | None``."""
     if typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
-    if annotation is ToolContext:
-        return True
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and (
-        ToolContext in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_context(a) for a in typing.get_args(annotation))
+    return isinstance(annotation, type) and issubclass(annotation, CallIds)
 
 
 def _field(annotation: Any, default: Any) -> tuple[Any, Any]:
