@@ -36,6 +36,21 @@ async def test_b3_the_typed_tool_example_of_the_docs_prints_what_it_says(
     assert out.decode().splitlines() == shown.splitlines()
 
 
+async def test_b3_the_background_task_example_of_the_docs_hears_the_task_end(
+    backend: Backend, tmp_path: Path
+) -> None:
+    example = blocks("python")[1]
+    assert "ctx.start_task(" in example
+    example = example.replace("sqlite:///agent.db", backend.url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", example, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().splitlines() == ["Building; I will tell you.", "The docs are built."]
+
+
 async def test_b3_the_readme_tool_is_a_typed_tool_that_validates() -> None:
     readme = DOCS.parents[1] / "README.md"
     section = readme.read_text("utf-8").split("## Your own tools\n", 1)[1].split("\n## ", 1)[0]
