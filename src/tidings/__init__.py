@@ -61,6 +61,7 @@ from tidings.settings import MCPServerSpec, Settings, load_settings
 from tidings.settings import open as open
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.tools.typed import tool
 from tidings.turns.runner import TurnConfig
 from tidings.types import (
     Answer,
@@ -201,4 +202,5 @@ __all__ = (
     "load_settings",
     "open",
     "open_store",
+    "tool",
 )

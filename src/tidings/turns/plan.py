@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from tidings.feed import Draft
 from tidings.models.base import ToolCall
+from tidings.tools.registry import TaskStarter
 from tidings.tracing import NO_SPAN, Span
 from tidings.types import (
     ConversationId,
@@ -47,8 +48,8 @@ class TurnConfig:
     """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
 
 
-class TurnTasks(Protocol):
-    """What a turn needs of the background tasks it started."""
+class TurnTasks(TaskStarter, Protocol):
+    """What a turn needs of the background tasks it started (and its tools start)."""
 
     async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool: ...
 

@@ -283,7 +283,8 @@ class TurnRunner:
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
             obligations = self.obligations
             outputs = await asyncio.gather(*(
-                execute(plan, offered, call, self.tracing) if call.call_id not in held
+                execute(plan, offered, call, self.tracing, obligations.tasks)
+                if call.call_id not in held
                 else obligations.execute_approved(plan, progress, offered, call,
                                                   held[call.call_id])
                 for call in calls
