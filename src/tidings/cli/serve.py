@@ -18,6 +18,7 @@ import click
 
 from tidings.cli.app import main, redact
 from tidings.cli.app import run as run_async
+from tidings.cli.masterkey import check_master_key
 from tidings.logs import configure_logging, json_logs_requested
 from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
@@ -95,10 +96,12 @@ def parse_models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
 @click.option("--locked", is_flag=True,
               help="Boot locked (L1): serve, but claim and deliver nothing until an operator "
                    "posts the master key to /v1/unlock.")
+@click.option("--require-master-key", is_flag=True,
+              help="Refuse to start without a master key (without one, results are not kept).")
 def serve(
     database: str, host: str, port: int, tokens: tuple[str, ...],
     operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
-    model_base_url: str | None, json_logs: bool, locked: bool,
+    model_base_url: str | None, json_logs: bool, locked: bool, require_master_key: bool,
 ) -> None:
     """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -110,6 +113,7 @@ def serve(
     operators = [*operator_tokens, *(
         t.strip() for t in os.environ.get(OPERATOR_TOKENS_ENV, "").split(",") if t.strip())]
     models = parse_models(model_specs, model_base_url)
+    check_master_key(required=require_master_key, locked=locked)
     if not by_token and not operators:
         log.warning("no tokens were given: every request but /health will be refused")
 
