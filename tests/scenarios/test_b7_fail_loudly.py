@@ -83,8 +83,8 @@ def _listing(folder: Path) -> list[str]:
 async def test_b7_sqlite_path_that_cannot_be_opened_names_path_and_reason(
     tmp_path: Path, where: str, reason: str,
 ) -> None:
-    (tmp_path / "a-file").write_text("not a directory")  # noqa: ASYNC240 (the test's setup)
-    (tmp_path / "a-dir").mkdir()  # noqa: ASYNC240
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "a-dir").mkdir()
     path = tmp_path / where
     before = _listing(tmp_path)
     with pytest.raises(DatabasePathError) as refused:
