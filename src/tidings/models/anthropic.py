@@ -95,10 +95,16 @@ class AnthropicModel:
         max_retries: int = 0,
         stream: bool = True,
         context_chars: int | None = None,
+        max_output_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
         self.context_chars = context_chars
+        self.max_output_tokens = max_output_tokens
+        """The output-token limit of every request (None: the request's own, 4096 by default)."""
+        self.temperature = temperature
+        """Sent when set; None leaves the provider's default."""
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY,
             base_url=base_url,
@@ -120,12 +126,16 @@ class AnthropicModel:
         if tools and not request.system:
             # No stable prompt to carry the cache breakpoint: the tools are the whole prefix.
             tools[-1]["cache_control"] = {"type": "ephemeral"}
+        limit = self.max_output_tokens or request.max_output_tokens
+        # This SDK's typed parameters do not name temperature: it goes in the body as is.
+        extra = None if self.temperature is None else {"temperature": self.temperature}
         assembly = _StreamAssembly()
         try:
             if not self.stream:
                 message = await self._client.messages.create(
                     model=self.name,
-                    max_tokens=request.max_output_tokens,
+                    max_tokens=limit,
+                    extra_body=extra,
                     system=system or anthropic.omit,
                     messages=messages,
                     tools=tools or anthropic.omit,
@@ -133,7 +143,8 @@ class AnthropicModel:
                 return self._reply_from_message(message)
             stream = await self._client.messages.create(
                 model=self.name,
-                max_tokens=request.max_output_tokens,
+                max_tokens=limit,
+                extra_body=extra,
                 system=system or anthropic.omit,
                 messages=messages,
                 tools=tools or anthropic.omit,

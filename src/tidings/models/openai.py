@@ -80,10 +80,16 @@ class OpenAIChatModel:
         stream: bool = True,
         context_chars: int | None = None,
         token_limit_field: TokenLimitField | None = None,
+        max_output_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
         self.context_chars = context_chars
+        self.max_output_tokens = max_output_tokens
+        """The output-token limit of every request (None: the request's own, 4096 by default)."""
+        self.temperature = temperature
+        """Sent when set; None leaves the provider's default."""
         self.token_limit_field: TokenLimitField = token_limit_field or (
             "max_completion_tokens" if base_url is None else "max_tokens"
         )
@@ -104,7 +110,8 @@ class OpenAIChatModel:
         """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
         messages = wire_messages(request)
         tools = [wire_tool(spec) for spec in request.tools] or openai.omit
-        limit = request.max_output_tokens
+        limit = self.max_output_tokens or request.max_output_tokens
+        temperature = openai.omit if self.temperature is None else self.temperature
         max_tokens = limit if self.token_limit_field == "max_tokens" else openai.omit
         max_completion_tokens = (
             limit if self.token_limit_field == "max_completion_tokens" else openai.omit
@@ -118,6 +125,7 @@ class OpenAIChatModel:
                     tools=tools,
                     max_tokens=max_tokens,
                     max_completion_tokens=max_completion_tokens,
+                    temperature=temperature,
                 )
                 return self._reply_from_completion(completion, assembly.counts)
             stream = await self._client.chat.completions.create(
@@ -126,6 +134,7 @@ class OpenAIChatModel:
                 tools=tools,
                 max_tokens=max_tokens,
                 max_completion_tokens=max_completion_tokens,
+                temperature=temperature,
                 stream=True,
                 stream_options={"include_usage": True},
             )
