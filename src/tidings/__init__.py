@@ -6,6 +6,9 @@ a safe point, once as far as the model is concerned, through any crash.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from tidings.clock import Clock, ManualClock, SystemClock
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
@@ -100,6 +103,26 @@ __version__ = "0.1.0"
 # open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
 # instances, and shut down gracefully on exit (see :meth:`Runtime.open`);
 # ``tidings.open(config="tidings.toml")`` takes the models, profiles and tools of a config file.
+
+if TYPE_CHECKING:  # at run time, imported on first use (see __getattr__)
+    from tidings.models.anthropic import AnthropicModel as AnthropicModel
+    from tidings.models.openai import OpenAIChatModel as OpenAIChatModel
+
+_ADAPTERS = {"OpenAIChatModel": ("openai", "openai"), "AnthropicModel": ("anthropic", "anthropic")}
+
+
+def __getattr__(name: str) -> object:
+    """The SDK adapters, imported when first named: the base install needs neither SDK."""
+    if name in _ADAPTERS:
+        extra, module = _ADAPTERS[name]
+        try:
+            imported = importlib.import_module(f"tidings.models.{module}")
+        except ImportError as exc:
+            raise ImportError(
+                f"tidings.{name} needs its SDK: pip install 'tidings[{extra}]'") from exc
+        return getattr(imported, name)
+    raise AttributeError(f"module 'tidings' has no attribute {name!r}")
+
 
 __all__ = (
     "Answer",

@@ -44,6 +44,33 @@ class PayloadTooLargeError(InvalidInputError):
         self.limit_bytes = limit_bytes
 
 
+class UnknownModelOrToolError(InvalidInputError):
+    """The profile names a model or a tool this runtime does not have; nothing was written."""
+
+    code = "unknown_model_or_tool"
+
+    def __init__(
+        self,
+        *,
+        unknown_models: Sequence[str],
+        unknown_tools: Sequence[str],
+        registered_models: Sequence[str],
+        registered_tools: Sequence[str],
+    ) -> None:
+        said = []
+        if unknown_models:
+            said.append(f"unknown model(s) {', '.join(map(repr, unknown_models))} (registered: "
+                        f"{', '.join(map(repr, registered_models)) or 'none'})")
+        if unknown_tools:
+            said.append(f"unknown tool(s) {', '.join(map(repr, unknown_tools))} (registered: "
+                        f"{', '.join(map(repr, registered_tools)) or 'none'})")
+        super().__init__("the profile names " + "; ".join(said))
+        self.unknown_models = tuple(unknown_models)
+        self.unknown_tools = tuple(unknown_tools)
+        self.registered_models = tuple(registered_models)
+        self.registered_tools = tuple(registered_tools)
+
+
 class BacklogFullError(TidingsError):
     """The conversation's unacknowledged backlog is at its limit; nothing was published."""
 
@@ -157,6 +184,17 @@ class SchemaError(StoreError):
     """The database schema is newer than this version of tidings, or a migration failed."""
 
     code = "schema_error"
+
+
+class DatabasePathError(StoreError):
+    """The database file cannot be opened where it was asked for; nothing was created."""
+
+    code = "database_path"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot open the database {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 # -- conversations, the door, the coordinator ------------------------------------------------

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -56,6 +56,11 @@ class Metrics:
         self._lock = threading.Lock()  # guards creating a family, not recording into one
         self._counters: dict[str, Counter] = {}
         self._histograms: dict[str, Histogram] = {}
+        self._live: list[Callable[[], Iterable[Gauge]]] = []
+
+    def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
+        """Gauges a component reads from its own state at every render (models cooling down)."""
+        self._live.append(read)
 
     def count(
         self, name: str, help: str, amount: float = 1, labels: Mapping[str, str] | None = None
@@ -98,7 +103,8 @@ class Metrics:
 
     def render(self, gauges: Iterable[Gauge] = ()) -> str:
         """The Prometheus text format (version 0.0.4): the gauges, then every recorded series."""
-        return generate_latest(_Exposition(self.registry, tuple(gauges))).decode()
+        live = [g for read in self._live for g in read()]
+        return generate_latest(_Exposition(self.registry, (*gauges, *live))).decode()
 
     def _counter(self, name: str, help: str, labels: Mapping[str, str] | None) -> Counter:
         with self._lock:

@@ -101,7 +101,8 @@ class Runtime(BackgroundViews):
             on_gone=lambda report: self.takeover.instances_gone(report),
         )
         self.outbox = Outbox(store, instance=self.instance)
-        self.conversations = Conversations(store, self.clock)
+        self.conversations = Conversations(
+            store, self.clock, registered=lambda: (self.models, self.tools.names()))
         self.door = Door(store, self.clock, config.door)
         self.keyring = Keyring(store, self.clock, config.results, master_key)
         # Every start goes through the coordinator (C2), made last: what needs it is given a

@@ -19,6 +19,7 @@ import click
 
 from tidings.cli.app import main, redact
 from tidings.cli.app import run as run_async
+from tidings.cli.masterkey import check_master_key
 from tidings.errors import ConfigError
 from tidings.logs import configure_logging, json_logs_requested
 from tidings.models.base import Model
@@ -122,10 +123,12 @@ def _load_settings(path: str | None) -> Settings | None:
 @click.option("--locked", is_flag=True,
               help="Boot locked (L1): serve, but claim and deliver nothing until an operator "
                    "posts the master key to /v1/unlock.")
+@click.option("--require-master-key", is_flag=True,
+              help="Refuse to start without a master key (without one, results are not kept).")
 def serve(
     config_path: str | None, database: str | None, host: str | None, port: int | None,
     tokens: tuple[str, ...], operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
-    model_base_url: str | None, json_logs: bool, locked: bool,
+    model_base_url: str | None, json_logs: bool, locked: bool, require_master_key: bool,
 ) -> None:
     """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -148,6 +151,7 @@ def serve(
     host = host or (settings.host if settings else None) or "127.0.0.1"
     port = port if port is not None else (settings.port if settings else None)
     port = 8080 if port is None else port
+    check_master_key(required=require_master_key, locked=locked)
     if not by_token and not operators:
         log.warning("no tokens were given: every request but /health will be refused")
 

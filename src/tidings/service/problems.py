@@ -36,6 +36,7 @@ from tidings.errors import (
     ConversationClosedError,
     CorruptDatabaseError,
     DatabaseBusyError,
+    DatabasePathError,
     DiskFullError,
     DuplicateTaskKeyError,
     InputQueueFullError,
@@ -59,6 +60,7 @@ from tidings.errors import (
     TidingsError,
     UnknownApprovalError,
     UnknownConversationError,
+    UnknownModelOrToolError,
     UnknownOperationError,
     UnknownProfileError,
     UnknownResultError,
@@ -77,6 +79,7 @@ STATUS: Mapping[type[TidingsError], int] = {
     OriginNotAllowedError: 422,
     UnknownProfileError: 422,
     ConfigError: 500,
+    UnknownModelOrToolError: 422,  # the profile names what this runtime does not have
     PayloadTooLargeError: 413,
     # admission bounds: back off and retry
     BacklogFullError: 429,
@@ -101,6 +104,7 @@ STATUS: Mapping[type[TidingsError], int] = {
     # the store, or this instance, cannot serve now
     StoreError: 503,
     DatabaseBusyError: 503,
+    DatabasePathError: 503,  # raised when the store opens: a service never sees it
     DiskFullError: 503,
     ConnectionLostError: 503,
     CommitOutcomeUnknownError: 503,

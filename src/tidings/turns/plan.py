@@ -40,6 +40,10 @@ class TurnConfig:
     retry_base: timedelta = timedelta(milliseconds=500)
     retry_cap: timedelta = timedelta(seconds=8)
     model_timeout: timedelta = timedelta(seconds=120)
+    model_cooldown_base: timedelta = timedelta(seconds=5)
+    """A model found unavailable is skipped this long (jittered, doubling each time it is found
+    unavailable again, up to ``model_cooldown_cap``) before it is asked again (B9)."""
+    model_cooldown_cap: timedelta = timedelta(minutes=5)
     slot_ttl: timedelta = timedelta(seconds=30)
     task_drain: timedelta = timedelta(minutes=10)
     history_budget_chars: int | None = None
