@@ -140,12 +140,14 @@ async def test_b3_a_sync_function_runs_off_the_event_loop_thread() -> None:
 
 async def test_b3_a_parameter_named_like_a_pydantic_attribute_keeps_its_name() -> None:
     @tidings.tool
-    def describe(schema: str, json: int = 1) -> str:
+    def describe(schema: str, json: int = 1, model_config: str = "", model_name: str = "") -> str:
         """Names pydantic's own models use."""
-        return f"{schema}/{json}"
+        return f"{schema}/{json}/{model_config}/{model_name}"
 
-    assert set(describe.parameters["properties"]) == {"schema", "json"}
-    assert await describe.handler(CTX, {"schema": "s", "json": 2}) == "s/2"
+    assert set(describe.parameters["properties"]) == {"schema", "json", "model_config",
+                                                      "model_name"}
+    assert await describe.handler(CTX, {"schema": "s", "json": 2, "model_config": "c",
+                                        "model_name": "n"}) == "s/2/c/n"
     bad = await describe.handler(CTX, {"json": "x"})
     assert isinstance(bad, ToolOutput)
     assert [f["loc"] for f in json_fields(bad)] == [["schema"], ["json"]]

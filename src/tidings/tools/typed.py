@@ -121,7 +121,7 @@ class _Signature:
             self.arguments.append((key, name))
         self.model: type[pydantic.BaseModel] = pydantic.create_model(
             f"{fn.__name__}_arguments",
-            __config__=pydantic.ConfigDict(extra="forbid"),
+            __config__=pydantic.ConfigDict(extra="forbid", protected_namespaces=()),
             **fields,
         )
 
