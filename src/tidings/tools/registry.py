@@ -17,7 +17,8 @@ from tidings.errors import InvalidInputError
 from tidings.models.base import ToolSpec
 from tidings.types import ToolContext as ToolContext
 
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(\.[A-Za-z0-9_-]{1,64})?")
+"""A tool's name; an MCP server's tools are named ``server.tool``."""
 
 TOOL_RESULT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
