@@ -27,7 +27,8 @@ from typing import Any
 
 from mcp import Client, StdioServerParameters
 
-from tidings.mcp import MCPConnection, MCPServer
+from tidings.mcp import MCPServer
+from tidings.mcp.connection import MCPConnection
 from tidings.metrics import Metrics
 from tidings.tools.registry import ToolContext, ToolRegistry
 from tidings.types import ConversationId, RunId

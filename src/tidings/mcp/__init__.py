@@ -4,18 +4,24 @@ Declare servers with :class:`MCPServer` (a command started as a stdio subprocess
 streamable HTTP URL) and pass them to the runtime (``Runtime.open(..., mcp_servers=[...])``
 or ``RuntimeConfig(mcp_servers=...)``). Each server's tools are registered as
 ``<server>.<tool>`` once it is connected, so a profile names them like any other tool.
+
+The SDK is imported only when a runtime declares a server: importing tidings stays quick.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tidings.errors import InvalidInputError
-from tidings.mcp.connection import DISCONNECTS, RECONNECTS, UP, MCPConnection
 from tidings.mcp.declaration import MCPServer
+from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.metrics import Metrics
 from tidings.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from tidings.mcp.connection import MCPConnection
 
 
 class MCPServers:
@@ -24,6 +30,11 @@ class MCPServers:
     def __init__(self, servers: Iterable[MCPServer], registry: ToolRegistry,
                  metrics: Metrics) -> None:
         self.connections: dict[str, MCPConnection] = {}
+        servers = tuple(servers)
+        if not servers:
+            return
+        from tidings.mcp.connection import MCPConnection  # the SDK, once it is needed
+
         for server in servers:
             if server.name in self.connections:
                 raise InvalidInputError(f"two MCP servers are named {server.name!r}")
@@ -45,4 +56,4 @@ class MCPServers:
                 wait.cancel()
 
 
-__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPConnection", "MCPServer", "MCPServers")
+__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPServer", "MCPServers")

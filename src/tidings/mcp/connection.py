@@ -29,15 +29,13 @@ from mcp_types import Tool as MCPTool
 
 from tidings.mcp import results
 from tidings.mcp.declaration import MCPServer
+from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.metrics import Metrics
 from tidings.policy import backoff
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 
 log = logging.getLogger("tidings.mcp")
 
-UP = "tidings_mcp_server_up"
-RECONNECTS = "tidings_mcp_reconnects_total"
-DISCONNECTS = "tidings_mcp_disconnects_total"
 _LIST_PAGES = 100  # a server whose listing never ends cannot hold the start forever
 
 
@@ -293,4 +291,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPConnection")
+__all__ = ("MCPConnection",)
