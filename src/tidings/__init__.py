@@ -48,6 +48,7 @@ from tidings.errors import (
 )
 from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
+from tidings.mcp import MCPServer
 from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig, SweepReport
@@ -160,6 +161,7 @@ __all__ = (
     "InvalidInputError",
     "Lease",
     "Lifetime",
+    "MCPServer",
     "MCPServerSpec",
     "ManualClock",
     "MasterKey",

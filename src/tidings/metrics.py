@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Gauge as PromGauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from tidings.types import Usage
@@ -61,6 +62,7 @@ class Metrics:
     def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
         """Gauges a component reads from its own state at every render (models cooling down)."""
         self._live.append(read)
+        self._gauges: dict[str, PromGauge] = {}
 
     def count(
         self, name: str, help: str, amount: float = 1, labels: Mapping[str, str] | None = None
@@ -93,6 +95,21 @@ class Metrics:
     ) -> None:
         histogram = self._histogram(name, help, labels)
         (histogram.labels(**labels) if labels else histogram).observe(max(0.0, seconds))
+
+    def set_gauge(
+        self, name: str, help: str, value: float, labels: Mapping[str, str] | None = None
+    ) -> None:
+        """A gauge this process sets as things change (an MCP server's connection is up)."""
+        with self._lock:
+            gauge = self._gauges.get(name)
+            if gauge is None:
+                gauge = self._gauges[name] = PromGauge(
+                    name, help, sorted(labels or ()), registry=self.registry
+                )
+        (gauge.labels(**labels) if labels else gauge).set(value)
+
+    def gauge_value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        return self.registry.get_sample_value(name, dict(labels or {}))
 
     def counter_value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(_counter_name(name), dict(labels or {}))

@@ -40,6 +40,7 @@ from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.mail.stop import StopCascade
+from tidings.mcp import MCPServer, MCPServers
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox
@@ -85,6 +86,7 @@ class Runtime(BackgroundViews):
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         owns_store: bool = False, profiles: Mapping[str, Profile] | None = None,
+        mcp_servers: Iterable[MCPServer] = (),
     ) -> None:
         self.store = store
         self.profiles = dict(profiles or {})  # named profiles (a config file's), by name
@@ -105,8 +107,7 @@ class Runtime(BackgroundViews):
             store, self.clock, registered=lambda: (self.models, self.tools.names()))
         self.door = Door(store, self.clock, config.door)
         self.keyring = Keyring(store, self.clock, config.results, master_key)
-        # Every start goes through the coordinator (C2), made last: what needs it is given a
-        # way to reach it, not the coordinator itself.
+        # Every start goes through the coordinator (C2), made last: the rest get a way to it.
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
@@ -148,10 +149,12 @@ class Runtime(BackgroundViews):
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
         )
+        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics)
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
             Loop("tidings-supervisor", first=self._close_supervisor),
+            *self.mcp.connections.values(),
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
@@ -173,7 +176,7 @@ class Runtime(BackgroundViews):
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None, locked: bool = False,
-        profiles: Mapping[str, Profile] | None = None,
+        profiles: Mapping[str, Profile] | None = None, mcp_servers: Iterable[MCPServer] = (),
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -182,7 +185,8 @@ class Runtime(BackgroundViews):
         """
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(store, models=models, tools=tools, clock=clock, config=config,
-                      master_key=master_key, owns_store=True, profiles=profiles)
+                      master_key=master_key, owns_store=True, profiles=profiles,
+                      mcp_servers=mcp_servers)
         try:
             await runtime.start(locked=locked)
             yield runtime
@@ -217,6 +221,7 @@ class Runtime(BackgroundViews):
     async def _boot(self) -> None:
         await self.instance.start()
         self.lifetime.start()
+        await self.mcp.started()  # MCP tools registered before the first turn
         await self.takeover.take_up()
 
     async def close(self) -> None:

@@ -92,9 +92,6 @@ def _load_settings(path: str | None) -> Settings | None:
         settings = load_settings(path)
     except ConfigError as exc:
         raise click.ClickException(exc.message) from None
-    if settings.mcp_servers:
-        raise click.ClickException(f"{path}: mcp: this build does not run MCP servers yet: "
-                                   "remove the [mcp] tables")
     return settings
 
 
@@ -174,7 +171,9 @@ def serve(
         try:
             async with open_runtime(database, models=models, locked=locked,
                                     tools=settings.tools if settings else (),
-                                    profiles=settings.profiles if settings else None) as runtime:
+                                    profiles=settings.profiles if settings else None,
+                                    mcp_servers=[s.server() for s in settings.mcp_servers]
+                                    if settings else ()) as runtime:
                 log.info("runtime started", extra={
                     "instance_id": runtime.instance_id, "database": redact(database),
                     "models": list(runtime.models)})

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from tidings.clock import Clock
 from tidings.config import RuntimeConfig
 from tidings.errors import ConfigError, InvalidInputError
+from tidings.mcp import MCPServer
 from tidings.models.base import Model
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
@@ -135,7 +136,7 @@ async def open(
     models: Mapping[str, Model] | Iterable[Model] = (), tools: Iterable[Tool] = (),
     profiles: Mapping[str, Profile] | None = None, clock: Clock | None = None,
     master_key: MasterKey | None = None, store_options: Mapping[str, Any] | None = None,
-    locked: bool = False,
+    locked: bool = False, mcp_servers: Iterable[MCPServer] = (),
 ) -> AsyncIterator[Runtime]:
     """:meth:`Runtime.open`, and ``config`` may be a config file's path: its models, profiles
     and tools join those given here (which win on a shared name), and its database is used
@@ -149,16 +150,15 @@ async def open(
         given = {**settings.models, **given}
         tools = [*settings.tools, *tools]
         profiles = {**settings.profiles, **(profiles or {})}
-        if settings.mcp_servers:
-            raise ConfigError("this build does not run MCP servers yet: remove the [mcp] tables",
-                              path=str(settings.path), key="mcp")
     if database_url is None:
         raise InvalidInputError("no database: give its URL, or a config file with "
                                 "[runtime] database")
     async with Runtime.open(database_url, models=given, tools=tools, clock=clock,
                             config=runtime_config, master_key=master_key,
-                            store_options=store_options, locked=locked,
-                            profiles=profiles) as runtime:
+                            store_options=store_options, locked=locked, profiles=profiles,
+                            mcp_servers=[*(s.server() for s in (settings.mcp_servers
+                                                                 if settings else ())),
+                                         *mcp_servers]) as runtime:
         yield runtime
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from tidings.errors import InvalidInputError
+from tidings.mcp import MCPServer
 from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
 from tidings.settings.schema import MCPTable, ModelTable, ProfileTable
@@ -40,6 +41,11 @@ class MCPServerSpec:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+
+    def server(self) -> MCPServer:
+        """The runtime's declaration of this server."""
+        return MCPServer(self.name, command=self.command, args=self.args, env=dict(self.env),
+                         cwd=self.cwd, url=self.url, headers=dict(self.headers))
 
 
 def _secret(environ: Mapping[str, str], name: str, alias: str, fail: Fail,

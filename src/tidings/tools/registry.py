@@ -20,8 +20,8 @@ from tidings.tasks.service import StartedTask
 from tidings.tasks.spawn import ProcessSpec
 from tidings.types import ToolContext as CallIds
 
-TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
-"""What a tool's name may be."""
+TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(\.[A-Za-z0-9_-]{1,64})?")
+"""What a tool's name may be; an MCP server's tools are named ``server.tool``."""
 
 TOOL_RESULT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
