@@ -5,6 +5,7 @@ process, both backends: the database from the file, or from ``--database``), as 
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -17,9 +18,10 @@ import pytest
 
 import tidings
 from tests.conftest import Backend
+from tests.mcp_servers import WEATHER
 from tests.service.test_cli import ENV, WAIT_S, Lines, assert_one_line_error, free_port
 from tests.service.test_cli import tidings as run_cli
-from tidings import ConfigError, UnknownProfileError
+from tidings import UnknownProfileError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 SECRETS = {"OPENAI_API_KEY": "sk-test-openai", "ANTHROPIC_API_KEY": "sk-test-anthropic",
@@ -127,14 +129,15 @@ def test_b6_serve_refuses_a_malformed_config_in_one_line(tmp_path: Path) -> None
     assert_one_line_error(result, "B6_UNSET_KEY (the API key of model 'gpt') is not set")
 
 
-async def test_b6_open_refuses_a_config_with_mcp_servers_it_cannot_run_yet(
+async def test_b6_b4_a_config_files_mcp_server_runs_and_its_tools_are_offered(
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "tidings.toml"
-    config.write_text('[mcp.files]\ncommand = "files-server"\n', "utf-8")
-    with pytest.raises(ConfigError, match="does not run MCP servers yet"):
-        async with tidings.open(str(tmp_path / "t.db"), config=config):
-            pass
+    command = json.dumps([sys.executable, str(WEATHER)])
+    config.write_text(f"[mcp.weather]\ncommand = {command}\n", "utf-8")
+    async with tidings.open(str(tmp_path / "t.db"), config=config,
+                            models=[tidings.ScriptedModel()]) as rt:
+        assert "weather.forecast" in rt.tools.names()
 
 
 def test_b6_the_readme_config_loads(tmp_path: Path) -> None:
