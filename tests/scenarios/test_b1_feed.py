@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -99,23 +99,31 @@ async def test_b1_deltas_reach_a_watcher_in_order_then_the_committed_message(
 async def test_b1_a_watcher_that_fell_behind_gets_the_queued_pieces_as_one_delta(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[story_model()])
+    model = Pieces(["Once ", "upon ", "a ", "time."])
+    rt = await runtimes(models=[model])
     conv = await open_conversation(rt)
     watch = rt.watch(conv, owner=OWNER)
     assert isinstance(watch, Watch)
-    first = await anext(watch)  # joined: from now on everything queues for it
-    assert first.seq == 1
+    events: list[FeedEvent] = []
+
+    async def read_until(done: Callable[[list[FeedEvent]], bool]) -> None:
+        while not done(events):
+            events.append(await asyncio.wait_for(anext(watch), 10))
+
+    await read_until(lambda es: bool(es))  # joined: from now on everything queues for it
     await rt.post(conv, "tell me a story", owner=OWNER)
-    await rt.settle(conv)  # the whole answer streamed (eight pieces) while nobody read
-    events: list[FeedEvent] = [first]
-    while not turn_ended(events):
-        events.append(await asyncio.wait_for(anext(watch), 10))
-    # One delta with the whole text, then the committed message: not eight sends to catch up.
-    live = [e for e in events if e.seq is None]
-    assert [(e.type, e.data["offset"], e.data["text"]) for e in live] == [
-        ("message_delta", 0, STORY)]
+    await read_until(lambda es: assembled(es) == "Once ")
+    model.allow(2)  # two more pieces while nobody reads
+    await wait_until(lambda: [t for _, t in rt.feed.drafts_of(conv)] == ["Once upon a "],
+                     what="two more pieces written")
+    before = len(events)
+    await read_until(lambda es: assembled(es) == "Once upon a ")
+    # The two pieces that queued come as one delta, where the last one ended.
+    assert deltas(events[before:]) == [(5, "upon a ")]
+    model.allow()
+    await read_until(turn_ended)
     [answer] = committed(events, "assistant")
-    assert answer["content"] == STORY
+    assert answer["content"] == "Once upon a time."
     await watch.aclose()
 
 

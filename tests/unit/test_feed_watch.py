@@ -46,6 +46,9 @@ class Host:
     def now_us(self) -> int:
         return 0
 
+    def journal_head(self, conversation_id: str) -> int:
+        return 0  # no hints here: only what the reads return
+
     async def read(self, after: int) -> list[Event]:
         self.reads.append(after)
         return [e for e in self.journal if e.seq > after]

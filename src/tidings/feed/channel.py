@@ -80,6 +80,11 @@ class Channel:
 
     # -- hints and the reader -----------------------------------------------------------------
 
+    @property
+    def head(self) -> int:
+        """The last journal sequence known to be committed: handed out, or hinted."""
+        return max(self.last or 0, self._hinted)
+
     def hint(self, seq: int) -> None:
         """The journal reached ``seq``: read on if that is past what was handed out."""
         if seq > self._hinted:

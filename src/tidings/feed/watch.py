@@ -62,6 +62,8 @@ class WatchHost(Protocol):
 
     def drafts_of(self, conversation_id: str) -> list[tuple[DraftKey, str]]: ...
 
+    def journal_head(self, conversation_id: str) -> int: ...
+
     def now_us(self) -> int: ...
 
 
@@ -98,6 +100,7 @@ class Watch:
         self._catching_up = True
         self._ending = False  # the conversation was deleted: end once what is ready is served
         self._closed = False
+        self._deferred: FeedEvent | None = None
 
     def __aiter__(self) -> Watch:
         return self
@@ -202,6 +205,14 @@ class Watch:
     def _take(self, event: FeedEvent) -> None:
         if event.seq is not None:
             self._journal(event)
+        elif (event is not self._deferred
+              and self._host.journal_head(self.conversation_id) > self.last):
+            # Rows committed before this live event have not been served here yet (the
+            # channel's reader started past this watch's position, or has not read them):
+            # serve them first, then the event -- once; it passes after one catch-up.
+            self._deferred = event
+            self._queued.appendleft(event)
+            self._catching_up = True
         elif event.type == MESSAGE_DELTA:
             self._delta(event)
         elif event.type == MESSAGE_DISCARDED:
