@@ -251,7 +251,7 @@ async def test_m1_person_input_records_author_on_input_and_event(
 
     events = await rt.events(conv)
     assert accepted_events(events)[posted.input_id] == {
-        "input_id": posted.input_id,
+        "input_id": posted.input_id, "content": posted.content, "by_runtime": False,
         "origin": "person",
         "authored_by": {"kind": "human", "handle": "alice", "display_name": "Alice"},
         "queue_position": 1,
@@ -292,7 +292,7 @@ async def test_m1_agent_send_carries_its_stamps(runtimes: RuntimeFactory) -> Non
     assert posted.run_public_id == "run_peer_1"
     assert posted.task_key == "build-42"
     assert accepted_events(await rt.events(conv))[posted.input_id] == {
-        "input_id": posted.input_id,
+        "input_id": posted.input_id, "content": posted.content, "by_runtime": True,
         "origin": "agent",
         "authored_by": {"kind": "agent", "handle": "helper-bot", "display_name": "Helper Bot"},
         "queue_position": 1,
@@ -463,7 +463,7 @@ async def test_m1_archived_refuses_callers_but_admits_kernel_mail(
     assert answer.role == "assistant"
     assert answer.run_id == run.run_id
     assert accepted_events(await rt.events(conv))[mail.input_id] == {
-        "input_id": mail.input_id,
+        "input_id": mail.input_id, "content": mail.content, "by_runtime": True,
         "origin": "task_result",
         "authored_by": {"kind": "agent", "handle": "tidings", "display_name": "tidings kernel"},
         "queue_position": 1,

@@ -188,6 +188,7 @@ async def test_h1_a_conversation_task_notice_is_a_task_result_input_the_woken_ru
     events = await rt.events(conv)
     assert accepted_notices(events) == [{
         "input_id": notice.input_id, "origin": "task_result",
+        "content": notice.content, "by_runtime": True,
         "authored_by": {"kind": "human", "handle": OWNER, "display_name": OWNER},
         "queue_position": 2, "delivery_mode": "queue",
         "run_public_id": first.run_id, "task_key": task_key,
