@@ -56,6 +56,7 @@ from tidings.models.base import (
     spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
+from tidings.models.names import ToolNames
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -120,6 +121,12 @@ class AnthropicModel:
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
         """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        names = ToolNames(request, model=self.name)  # "server.tool" as the API takes it
+        return names.reply(await self._complete(names.request(request), on_delta))
+
+    async def _complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None
+    ) -> ModelReply:
         system = wire_system(request)
         messages = wire_messages(request.messages)
         tools = [wire_tool(spec) for spec in request.tools]

@@ -47,6 +47,7 @@ from tidings.models.base import (
     spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
+from tidings.models.names import ToolNames
 
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -108,6 +109,12 @@ class OpenAIChatModel:
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
         """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        names = ToolNames(request, model=self.name)  # "server.tool" as the API takes it
+        return names.reply(await self._complete(names.request(request), on_delta))
+
+    async def _complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None
+    ) -> ModelReply:
         messages = wire_messages(request)
         tools = [wire_tool(spec) for spec in request.tools] or openai.omit
         limit = self.max_output_tokens or request.max_output_tokens
