@@ -132,5 +132,18 @@ class Pieces:
         return ModelReply("".join(self.pieces), model=request.model)
 
 
-__all__ = ("Collector", "FeedEvent", "Pieces", "assembled", "committed", "deltas", "journal",
-           "turn_ended")
+@dataclass
+class Elsewhere:
+    """A model registered only so that a conversation naming it can be created here, while its
+    turns run in another process: called here, it fails the test's turn loudly."""
+
+    name: str = "scripted"
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        raise AssertionError("this process was not meant to run the turn")
+
+
+__all__ = ("Collector", "Elsewhere", "FeedEvent", "Pieces", "assembled", "committed", "deltas",
+           "journal", "turn_ended")

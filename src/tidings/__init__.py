@@ -6,6 +6,9 @@ a safe point, once as far as the model is concerned, through any crash.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from tidings.clock import Clock, ManualClock, SystemClock
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
@@ -14,6 +17,7 @@ from tidings.errors import (
     BacklogFullError,
     CommitOutcomeUnknownError,
     CompactionRefusedError,
+    ConfigError,
     ConnectionLostError,
     ConversationClosedError,
     DatabaseBusyError,
@@ -37,12 +41,14 @@ from tidings.errors import (
     UnknownApprovalError,
     UnknownConversationError,
     UnknownOperationError,
+    UnknownProfileError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
 )
 from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
+from tidings.mcp import MCPServer
 from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig, SweepReport
@@ -55,8 +61,11 @@ from tidings.results import (
     ResultsConfig,
 )
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.settings import MCPServerSpec, Settings, load_settings
+from tidings.settings import open as open
 from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.tools.typed import tool
 from tidings.turns.runner import TurnConfig
 from tidings.types import (
     Answer,
@@ -91,10 +100,30 @@ from tidings.types import (
 
 __version__ = "0.1.0"
 
-open = Runtime.open
-"""``async with tidings.open(database_url, models=[...]) as runtime:`` -- the composition root:
-open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
-instances, and shut down gracefully on exit (see :meth:`Runtime.open`)."""
+# ``async with tidings.open(database_url, models=[...]) as runtime:`` -- the composition root:
+# open the database (migrating it), boot a runtime with a new instance id, reconcile earlier
+# instances, and shut down gracefully on exit (see :meth:`Runtime.open`);
+# ``tidings.open(config="tidings.toml")`` takes the models, profiles and tools of a config file.
+
+if TYPE_CHECKING:  # at run time, imported on first use (see __getattr__)
+    from tidings.models.anthropic import AnthropicModel as AnthropicModel
+    from tidings.models.openai import OpenAIChatModel as OpenAIChatModel
+
+_ADAPTERS = {"OpenAIChatModel": ("openai", "openai"), "AnthropicModel": ("anthropic", "anthropic")}
+
+
+def __getattr__(name: str) -> object:
+    """The SDK adapters, imported when first named: the base install needs neither SDK."""
+    if name in _ADAPTERS:
+        extra, module = _ADAPTERS[name]
+        try:
+            imported = importlib.import_module(f"tidings.models.{module}")
+        except ImportError as exc:
+            raise ImportError(
+                f"tidings.{name} needs its SDK: pip install 'tidings[{extra}]'") from exc
+        return getattr(imported, name)
+    raise AttributeError(f"module 'tidings' has no attribute {name!r}")
+
 
 __all__ = (
     "Answer",
@@ -105,6 +134,7 @@ __all__ = (
     "Clock",
     "CommitOutcomeUnknownError",
     "CompactionRefusedError",
+    "ConfigError",
     "ConnectionLostError",
     "Conversation",
     "ConversationClosedError",
@@ -131,6 +161,8 @@ __all__ = (
     "InvalidInputError",
     "Lease",
     "Lifetime",
+    "MCPServer",
+    "MCPServerSpec",
     "ManualClock",
     "MasterKey",
     "MasterKeyError",
@@ -166,6 +198,7 @@ __all__ = (
     "RuntimeConfig",
     "RuntimeLockedError",
     "ScriptedModel",
+    "Settings",
     "Signal",
     "SlotLostError",
     "SqliteStore",
@@ -185,11 +218,14 @@ __all__ = (
     "UnknownApprovalError",
     "UnknownConversationError",
     "UnknownOperationError",
+    "UnknownProfileError",
     "UnknownResultError",
     "UnknownRunError",
     "UnknownTaskError",
     "Usage",
     "__version__",
+    "load_settings",
     "open",
     "open_store",
+    "tool",
 )

@@ -8,6 +8,7 @@ from datetime import timedelta
 from tidings.approvals import ApprovalConfig
 from tidings.coordinator import CoordinatorConfig
 from tidings.mail.door import DoorConfig
+from tidings.mcp import MCPServer
 from tidings.outbox import OutboxConfig
 from tidings.results import ResultsConfig
 from tidings.tracing import TracerSource
@@ -40,6 +41,8 @@ class RuntimeConfig:
     answer_poll: timedelta = timedelta(milliseconds=500)
     """How often a wait for an input's answer looks again by itself: what this process commits
     wakes it at once, what another process of a cluster commits is seen at the next look."""
+    mcp_servers: tuple[MCPServer, ...] = ()
+    """MCP servers whose tools this runtime offers (with those ``Runtime.open`` is given)."""
 
 
 __all__ = ("RuntimeConfig",)

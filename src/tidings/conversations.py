@@ -8,12 +8,17 @@ so a principal cannot learn that someone else's conversation exists.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from tidings.clock import Clock
-from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
+from tidings.errors import (
+    InvalidInputError,
+    UnknownConversationError,
+    UnknownModelOrToolError,
+    UnknownRunError,
+)
 from tidings.policy import check_cursor, check_id, check_position, check_text
 from tidings.records import (
     conversation_from_row,
@@ -53,6 +58,25 @@ def check_profile(profile: Profile) -> Profile:
     if profile.approval_mode not in ("never", "always", "writes"):
         raise InvalidInputError("approval_mode must be one of never, always, writes")
     return profile
+
+
+Registered = Callable[[], tuple[Collection[str], Collection[str]]]
+"""The names a runtime has now: its models', its tools'."""
+
+
+def check_registered(profile: Profile, registered: Registered | None) -> None:
+    """Refuse a profile that names a model or a tool the runtime does not have (B7): it would
+    fail only later, deep in a run. ``None`` checks nothing (a store without a runtime)."""
+    if registered is None:
+        return
+    models, tools = registered()
+    unknown_models = [m for m in dict.fromkeys(profile.models) if m not in models]
+    unknown_tools = [t for t in dict.fromkeys(profile.tools) if t not in tools]
+    if unknown_models or unknown_tools:
+        raise UnknownModelOrToolError(
+            unknown_models=unknown_models, unknown_tools=unknown_tools,
+            registered_models=sorted(models), registered_tools=sorted(tools),
+        )
 
 
 def read_events(tx: Tx, conversation_id: str, *, after_seq: int, limit: int) -> list[Event]:
@@ -129,13 +153,20 @@ def _page(limit: int) -> int:
 class Conversations:
     """Conversation records and their readable history."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, registered: Registered | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.registered = registered
+        """What a new or changed profile may name (the runtime's models and tools)."""
 
-    async def create(self, owner: str, profile: Profile, *, title: str = "") -> Conversation:
+    async def create(
+        self, owner: str, profile: Profile, *, title: str = "", checked: bool = True
+    ) -> Conversation:
+        """A new conversation; ``checked`` refuses a profile naming what is not registered."""
         check_id(owner, "owner")
         check_profile(profile)
+        if checked:
+            check_registered(profile, self.registered)
         check_text(title, "title", limit_bytes=1024)
         conversation_id = new_id("conv")
 
@@ -190,7 +221,9 @@ class Conversations:
     async def create_child(self, parent_id: str, title: str) -> ConversationId:
         """A conversation for a parent's child request: the parent's owner and profile."""
         parent = await self.get(parent_id)
-        child = await self.create(parent.owner, parent.profile, title=title[:200])
+        # The parent's profile was checked when it was set: a child is not refused for it.
+        child = await self.create(parent.owner, parent.profile, title=title[:200],
+                                  checked=False)
         return child.conversation_id
 
     async def list_owned(
@@ -251,6 +284,7 @@ class Conversations:
         self, conversation_id: str, profile: Profile, *, owner: str | None = None
     ) -> Conversation:
         check_profile(profile)
+        check_registered(profile, self.registered)
 
         def change(cx: ConversationTx) -> Conversation:
             cx.update(profile=profile)
@@ -349,4 +383,7 @@ class Conversations:
         return run
 
 
-__all__ = ("MESSAGE_COMMITTED", "Conversations", "check_profile", "committed_data", "read_events")
+__all__ = (
+    "MESSAGE_COMMITTED", "Conversations", "Registered", "check_profile", "check_registered",
+    "committed_data", "read_events",
+)

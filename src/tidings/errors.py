@@ -44,6 +44,33 @@ class PayloadTooLargeError(InvalidInputError):
         self.limit_bytes = limit_bytes
 
 
+class UnknownModelOrToolError(InvalidInputError):
+    """The profile names a model or a tool this runtime does not have; nothing was written."""
+
+    code = "unknown_model_or_tool"
+
+    def __init__(
+        self,
+        *,
+        unknown_models: Sequence[str],
+        unknown_tools: Sequence[str],
+        registered_models: Sequence[str],
+        registered_tools: Sequence[str],
+    ) -> None:
+        said = []
+        if unknown_models:
+            said.append(f"unknown model(s) {', '.join(map(repr, unknown_models))} (registered: "
+                        f"{', '.join(map(repr, registered_models)) or 'none'})")
+        if unknown_tools:
+            said.append(f"unknown tool(s) {', '.join(map(repr, unknown_tools))} (registered: "
+                        f"{', '.join(map(repr, registered_tools)) or 'none'})")
+        super().__init__("the profile names " + "; ".join(said))
+        self.unknown_models = tuple(unknown_models)
+        self.unknown_tools = tuple(unknown_tools)
+        self.registered_models = tuple(registered_models)
+        self.registered_tools = tuple(registered_tools)
+
+
 class BacklogFullError(TidingsError):
     """The conversation's unacknowledged backlog is at its limit; nothing was published."""
 
@@ -159,6 +186,17 @@ class SchemaError(StoreError):
     code = "schema_error"
 
 
+class DatabasePathError(StoreError):
+    """The database file cannot be opened where it was asked for; nothing was created."""
+
+    code = "database_path"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot open the database {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 # -- conversations, the door, the coordinator ------------------------------------------------
 
 
@@ -233,6 +271,38 @@ class ConversationClosedError(TidingsError):
         super().__init__(f"conversation {conversation_id!r} is {status}")
         self.conversation_id = conversation_id
         self.status = status
+
+
+class UnknownProfileError(InvalidInputError):
+    """No profile of that name is configured; nothing was written."""
+
+    code = "unknown_profile"
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none is configured"
+        super().__init__(f"no profile is named {name!r} (known: {listed})")
+        self.name = name
+        self.known = tuple(known)
+
+
+class ConfigError(TidingsError):
+    """The configuration file is malformed; nothing was started.
+
+    ``line`` is the file's line at fault (1-based) when it could be found; ``key`` the dotted
+    key path (``models.fast.api_key_env``) when one key is at fault.
+    """
+
+    code = "config_error"
+
+    def __init__(
+        self, message: str, *, path: str, line: int | None = None, key: str | None = None
+    ) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.key = key
+        self.reason = message
 
 
 class OriginNotAllowedError(InvalidInputError):

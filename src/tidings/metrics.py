@@ -19,10 +19,11 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Gauge as PromGauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from tidings.types import Usage
@@ -56,6 +57,12 @@ class Metrics:
         self._lock = threading.Lock()  # guards creating a family, not recording into one
         self._counters: dict[str, Counter] = {}
         self._histograms: dict[str, Histogram] = {}
+        self._live: list[Callable[[], Iterable[Gauge]]] = []
+
+    def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
+        """Gauges a component reads from its own state at every render (models cooling down)."""
+        self._live.append(read)
+        self._gauges: dict[str, PromGauge] = {}
 
     def count(
         self, name: str, help: str, amount: float = 1, labels: Mapping[str, str] | None = None
@@ -89,6 +96,21 @@ class Metrics:
         histogram = self._histogram(name, help, labels)
         (histogram.labels(**labels) if labels else histogram).observe(max(0.0, seconds))
 
+    def set_gauge(
+        self, name: str, help: str, value: float, labels: Mapping[str, str] | None = None
+    ) -> None:
+        """A gauge this process sets as things change (an MCP server's connection is up)."""
+        with self._lock:
+            gauge = self._gauges.get(name)
+            if gauge is None:
+                gauge = self._gauges[name] = PromGauge(
+                    name, help, sorted(labels or ()), registry=self.registry
+                )
+        (gauge.labels(**labels) if labels else gauge).set(value)
+
+    def gauge_value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        return self.registry.get_sample_value(name, dict(labels or {}))
+
     def counter_value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(_counter_name(name), dict(labels or {}))
         return value or 0
@@ -98,7 +120,8 @@ class Metrics:
 
     def render(self, gauges: Iterable[Gauge] = ()) -> str:
         """The Prometheus text format (version 0.0.4): the gauges, then every recorded series."""
-        return generate_latest(_Exposition(self.registry, tuple(gauges))).decode()
+        live = [g for read in self._live for g in read()]
+        return generate_latest(_Exposition(self.registry, (*gauges, *live))).decode()
 
     def _counter(self, name: str, help: str, labels: Mapping[str, str] | None) -> Counter:
         with self._lock:

@@ -136,6 +136,8 @@ def run_from_row(row: Row) -> Run:
         # A row written back by an insert or an update carries no usage: the run has not
         # ended, or its usage is written beside it (the reads join it in).
         usage=usage_from_row(row) if "model_calls" in row else Usage(),
+        model_failures=tuple(json.loads(row["model_failures"]))
+        if row.get("model_failures") else (),
     )
 
 

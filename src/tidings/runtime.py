@@ -29,6 +29,7 @@ from tidings.clock import Clock, SystemClock
 from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator
+from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
 from tidings.instances import Instance
 from tidings.keyring import Keyring
@@ -39,6 +40,7 @@ from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.mail.stop import StopCascade
+from tidings.mcp import MCPServer, MCPServers
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox
@@ -83,9 +85,11 @@ class Runtime(BackgroundViews):
         self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
-        owns_store: bool = False,
+        owns_store: bool = False, profiles: Mapping[str, Profile] | None = None,
+        mcp_servers: Iterable[MCPServer] = (),
     ) -> None:
         self.store = store
+        self.profiles = dict(profiles or {})  # named profiles (a config file's), by name
         self.clock: Clock = clock or SystemClock()
         self.config = config = config or RuntimeConfig()
         self.models: dict[str, Model] = (
@@ -99,11 +103,11 @@ class Runtime(BackgroundViews):
             on_gone=lambda report: self.takeover.instances_gone(report),
         )
         self.outbox = Outbox(store, instance=self.instance)
-        self.conversations = Conversations(store, self.clock)
+        self.conversations = Conversations(
+            store, self.clock, registered=lambda: (self.models, self.tools.names()))
         self.door = Door(store, self.clock, config.door)
         self.keyring = Keyring(store, self.clock, config.results, master_key)
-        # Every start goes through the coordinator (C2), made last: what needs it is given a
-        # way to reach it, not the coordinator itself.
+        # Every start goes through the coordinator (C2), made last: the rest get a way to it.
         self.supervisor = Supervisor(clock=self.clock)
         self.tasks = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
@@ -145,10 +149,12 @@ class Runtime(BackgroundViews):
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
         )
+        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics)
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
             Loop("tidings-supervisor", first=self._close_supervisor),
+            *self.mcp.connections.values(),
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
@@ -170,6 +176,7 @@ class Runtime(BackgroundViews):
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None, locked: bool = False,
+        profiles: Mapping[str, Profile] | None = None, mcp_servers: Iterable[MCPServer] = (),
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -178,7 +185,8 @@ class Runtime(BackgroundViews):
         """
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(store, models=models, tools=tools, clock=clock, config=config,
-                      master_key=master_key, owns_store=True)
+                      master_key=master_key, owns_store=True, profiles=profiles,
+                      mcp_servers=mcp_servers)
         try:
             await runtime.start(locked=locked)
             yield runtime
@@ -213,6 +221,7 @@ class Runtime(BackgroundViews):
     async def _boot(self) -> None:
         await self.instance.start()
         self.lifetime.start()
+        await self.mcp.started()  # MCP tools registered before the first turn
         await self.takeover.take_up()
 
     async def close(self) -> None:
@@ -236,9 +245,13 @@ class Runtime(BackgroundViews):
 
     @mutation
     async def create_conversation(
-        self, owner: str, profile: Profile, *, title: str = ""
+        self, owner: str, profile: Profile | str, *, title: str = ""
     ) -> Conversation:
-        return await self.conversations.create(owner, profile, title=title)
+        """``profile``: a :class:`Profile`, or the name of one of :attr:`profiles`."""
+        if isinstance(profile, str) and profile not in self.profiles:
+            raise UnknownProfileError(profile, list(self.profiles))
+        named = self.profiles[profile] if isinstance(profile, str) else profile
+        return await self.conversations.create(owner, named, title=title)
 
     async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         """The conversation, with its usage: the sums over its runs."""

@@ -397,6 +397,8 @@ class Run:
     usage: Usage = Usage()
     """What the run's model calls spent, written with its end (zero while it runs, and for a
     run whose process died before its end)."""
+    model_failures: tuple[dict[str, Any], ...] = ()
+    """Each model a run that exhausted them asked, and why it failed (``model``, ``reason``...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ they were withdrawn when the run's end is known."""
 from __future__ import annotations
 
 from tests.conftest import Backend
-from tests.feeding import Collector, FeedEvent, assembled, committed, journal
+from tests.feeding import Collector, Elsewhere, FeedEvent, assembled, committed, journal
 from tests.scenarios.test_b1_feed_cluster import peer
 from tidings import Profile, Runtime
 
@@ -21,7 +21,7 @@ def interrupted(events: list[FeedEvent]) -> bool:
 async def test_b1_a_crashed_writers_draft_is_never_shown_after_a_restart(
     backend: Backend,
 ) -> None:
-    async with Runtime.open(backend.url, models=[]) as rt:
+    async with Runtime.open(backend.url, models=[Elsewhere()]) as rt:
         conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
         before = Collector(rt.watch(conv, owner=OWNER))
         await before.until(lambda events: journal(events), what="the history")

@@ -574,3 +574,35 @@ async def test_b8_anthropic_stream_cut_after_message_start_reports_what_it_spent
     assert caught.value.kind is ModelErrorKind.RETRYABLE
     assert (caught.value.input_tokens, caught.value.cache_read_tokens) == (105, 100)
     assert caught.value.output_tokens == 1  # what message_start counted
+
+
+FORECAST = ToolSpec(name="weather.forecast", description="The forecast.",
+                    parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+
+
+async def test_b4_anthropic_an_mcp_tools_dotted_name_is_sent_as_the_api_takes_it(
+    server: LoopbackServer, model: AnthropicModel
+) -> None:
+    """Anthropic accepts only [A-Za-z0-9_-] in tool names: ``server.tool`` goes as
+    ``server__tool`` (offered, called, answered) and comes back as tidings' own name."""
+    server.push(
+        anthropic_stream([
+            anthropic_start(),
+            *anthropic_tool_block(0, "tu_1", "weather__forecast", ['{"city": "Oslo"}']),
+            *anthropic_end("tool_use"),
+        ]),
+        text_stream("Rain."),
+    )
+    first = await model.complete(request(tools=(FORECAST,)))
+    assert [c.name for c in first.tool_calls] == ["weather.forecast"]
+    assert server.requests[0].body["tools"][0]["name"] == "weather__forecast"
+
+    await model.complete(request(
+        PromptMessage(role="user", content="hello"),
+        PromptMessage(role="assistant", content="", tool_calls=first.tool_calls),
+        PromptMessage(role="tool", content="rain", tool_call_id="tu_1",
+                      tool_name="weather.forecast"),
+        tools=(FORECAST,),
+    ))
+    sent = server.requests[1].body["messages"]
+    assert sent[1]["content"][0]["name"] == "weather__forecast"

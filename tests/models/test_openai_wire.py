@@ -540,3 +540,35 @@ async def test_b8_openai_unreadable_reply_still_reports_what_it_spent(
     assert caught.value.kind is ModelErrorKind.RETRYABLE
     assert (caught.value.input_tokens, caught.value.output_tokens) == (50, 8)
     assert caught.value.cache_read_tokens == 30
+
+
+FORECAST = ToolSpec(name="weather.forecast", description="The forecast.",
+                    parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+
+
+async def test_b4_openai_an_mcp_tools_dotted_name_is_sent_as_the_api_takes_it(
+    server: LoopbackServer, model: OpenAIChatModel
+) -> None:
+    """OpenAI accepts only [A-Za-z0-9_-] in tool names: ``server.tool`` goes as
+    ``server__tool`` (offered, called, answered) and comes back as tidings' own name."""
+    server.push(
+        openai_stream([
+            openai_chunk(tool_calls=[openai_tool_fragment(
+                0, call_id="c_1", name="weather__forecast", arguments='{"city": "Oslo"}')]),
+            openai_chunk(finish_reason="tool_calls"),
+        ]),
+        text_stream("Rain."),
+    )
+    first = await model.complete(request(tools=(FORECAST,)))
+    assert [c.name for c in first.tool_calls] == ["weather.forecast"]
+    assert server.requests[0].body["tools"][0]["function"]["name"] == "weather__forecast"
+
+    await model.complete(request(
+        PromptMessage(role="user", content="hello"),
+        PromptMessage(role="assistant", content="", tool_calls=first.tool_calls),
+        PromptMessage(role="tool", content="rain", tool_call_id="c_1",
+                      tool_name="weather.forecast"),
+        tools=(FORECAST,),
+    ))
+    sent = server.requests[1].body["messages"]
+    assert sent[2]["tool_calls"][0]["function"]["name"] == "weather__forecast"

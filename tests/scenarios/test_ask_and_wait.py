@@ -100,7 +100,7 @@ async def final_reply(rt: Runtime, conv: str, run_id: str) -> str:
 async def test_b2_wait_returns_the_run_and_reply_of_a_simple_turn(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[SCRIPT])
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     answer = await rt.post(conv, "hello there", wait=True, timeout=WAIT_S)
@@ -124,7 +124,7 @@ async def test_b2_queued_behind_a_running_turn_resolves_to_the_later_run(
     runtimes: RuntimeFactory,
 ) -> None:
     model = Held()
-    rt = await runtimes(models=[model])
+    rt = await runtimes(models=[model], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     first = await rt.post(conv, "hold this")
     await within(model.entered, "the first turn is running")
@@ -203,7 +203,7 @@ async def test_b2_a_held_call_ends_the_wait_with_awaiting_approval(
 async def test_b2_a_failed_run_answers_failed_with_its_failure(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[SCRIPT])
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     answer = await rt.post(conv, "fail now", wait=True, timeout=WAIT_S)
@@ -221,7 +221,7 @@ async def test_b2_timeout_answers_as_it_stands_and_the_input_is_answered_afterwa
     runtimes: RuntimeFactory,
 ) -> None:
     model = Held()
-    rt = await runtimes(models=[model])
+    rt = await runtimes(models=[model], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     running = await rt.post(conv, "hold on", wait=True, timeout=0.2, idempotency_key="k1")
@@ -260,7 +260,7 @@ async def test_b2_timeout_answers_as_it_stands_and_the_input_is_answered_afterwa
 
 async def test_b2_an_input_withdrawn_unread_answers_cancelled(runtimes: RuntimeFactory) -> None:
     model = Held()
-    rt = await runtimes(models=[model])
+    rt = await runtimes(models=[model], tools=[Gate().tool()])
     parent = (await rt.create_conversation(
         "alice", Profile(model="scripted", tools=("spawn", "send", "cancel")))).conversation_id
     await rt.post(parent, "hello", wait=True, timeout=WAIT_S)
@@ -286,7 +286,7 @@ async def test_b2_an_input_withdrawn_unread_answers_cancelled(runtimes: RuntimeF
 async def test_b2_another_principal_cannot_wait_on_a_foreign_conversation(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[SCRIPT])
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     with pytest.raises(UnknownConversationError) as foreign:
@@ -300,7 +300,7 @@ async def test_b2_another_principal_cannot_wait_on_a_foreign_conversation(
 async def test_b2_a_bad_timeout_is_refused_before_anything_is_written(
     runtimes: RuntimeFactory,
 ) -> None:
-    rt = await runtimes(models=[SCRIPT])
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()])
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     for bad in (-1.0, float("nan")):
         with pytest.raises(InvalidInputError):
@@ -314,7 +314,8 @@ async def test_b2_a_wait_wakes_when_this_process_commits_the_runs_end(
     """Its own poll, and its timeout, are an hour away: only the wake-up of the commit that
     ends the run can end the wait within the test's bound."""
     model = Held()
-    rt = await runtimes(models=[model], config=RuntimeConfig(answer_poll=timedelta(hours=1)))
+    rt = await runtimes(models=[model], tools=[Gate().tool()],
+                        config=RuntimeConfig(answer_poll=timedelta(hours=1)))
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     waiting = asyncio.create_task(rt.post(conv, "hold it", wait=True, timeout=3600))
     await within(model.entered, "the turn is running")
@@ -343,8 +344,10 @@ async def test_b2_a_run_another_instance_executes_ends_the_wait(postgres_url: st
     watchers hear only its own units)."""
     model = Held()
     async with contextlib.AsyncExitStack() as stack:
-        executor = await stack.enter_async_context(Runtime.open(postgres_url, models=[model]))
-        waiter = await stack.enter_async_context(Runtime.open(postgres_url, models=[SCRIPT]))
+        executor = await stack.enter_async_context(Runtime.open(postgres_url, models=[model],
+                                                                    tools=[Gate().tool()]))
+        waiter = await stack.enter_async_context(Runtime.open(postgres_url, models=[SCRIPT],
+                                                                  tools=[Gate().tool()]))
         conv = (await executor.create_conversation("alice", PROFILE)).conversation_id
         item = await executor.post(conv, "hold it there")  # the executor's turn takes it
         await within(model.entered, "the executor's turn is running")

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import drop_postgres_database, fresh_postgres_database
 from tests.crash.turn_helpers import TurnChild
-from tests.feeding import Collector, assembled, committed, deltas, journal, turn_ended
+from tests.feeding import Collector, Elsewhere, assembled, committed, deltas, journal, turn_ended
 from tidings import Profile, Runtime
 from tidings.feed import wire
 
@@ -90,7 +90,7 @@ class Heard:
 async def test_b1_a_watcher_in_another_process_gets_the_deltas_and_the_commits(
     postgres_url: str,
 ) -> None:
-    async with Runtime.open(postgres_url, models=[]) as rt, peer(postgres_url) as writer:
+    async with Runtime.open(postgres_url, models=[Elsewhere()]) as rt, peer(postgres_url) as writer:
         conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
         watcher = Collector(rt.watch(conv, owner=OWNER))
         await watcher.until(lambda events: journal(events), what="the history")
@@ -124,7 +124,7 @@ async def test_b1_a_watcher_in_another_process_gets_the_deltas_and_the_commits(
 async def test_b1_a_process_that_starts_watching_mid_answer_asks_the_writer_for_its_draft(
     postgres_url: str,
 ) -> None:
-    async with Runtime.open(postgres_url, models=[]) as rt, peer(postgres_url) as writer:
+    async with Runtime.open(postgres_url, models=[Elsewhere()]) as rt, peer(postgres_url) as writer:
         conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
         heard = Heard(rt, conv)
         await writer.send(post=conv, text="tell me a story")

@@ -329,10 +329,13 @@ async def test_a4_unavailable_model_falls_back_in_order(runtimes: RuntimeFactory
     secondary = Failing("secondary", ALWAYS, ModelErrorKind.UNAVAILABLE, log=log)
     last = Failing("last", log=log)
     spare = Failing("spare", log=log)
-    rt = await runtimes(models=[primary, broken, secondary, last, spare], config=FAST)
+    missing = Failing("missing", log=log)
+    rt = await runtimes(models=[primary, missing, broken, secondary, last, spare], config=FAST)
     conv = await new_conversation(rt, Profile(
         model="primary", fallbacks=("missing", "broken", "secondary", "last", "spare"),
     ))
+    # A model the profile named when it was created, gone since (a restart without it).
+    del rt.models["missing"]
     await rt.post(conv, "hello")
     await settle(rt, conv)
 

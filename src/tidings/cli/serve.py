@@ -13,14 +13,20 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tidings.cli.app import main, redact
 from tidings.cli.app import run as run_async
+from tidings.cli.masterkey import check_master_key
+from tidings.errors import ConfigError
 from tidings.logs import configure_logging, json_logs_requested
 from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from tidings.settings import Settings
 
 # The logger keeps the name it had when the command line was one module: log readers match it.
 log = logging.getLogger("tidings.cli")
@@ -76,11 +82,30 @@ def parse_models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
     return models
 
 
+def _load_settings(path: str | None) -> Settings | None:
+    """The config file's settings; a malformed file is one line naming the line and key."""
+    if path is None:
+        return None
+    from tidings.settings import load_settings
+
+    try:
+        settings = load_settings(path)
+    except ConfigError as exc:
+        raise click.ClickException(exc.message) from None
+    return settings
+
+
 @main.command()
-@click.option("--database", default="tidings.db", show_default=True, envvar="TIDINGS_DATABASE",
-              help="A SQLite file path (or sqlite:///path), or postgresql://… to scale out.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--config", "config_path", default=None, metavar="FILE",
+              type=click.Path(dir_okay=False),
+              help="A tidings.toml: models, profiles, tools, MCP servers, database, serving "
+                   "(the options below win over it).")
+@click.option("--database", default=None, envvar="TIDINGS_DATABASE",
+              help="A SQLite file path (or sqlite:///path), or postgresql://… to scale out "
+                   "[default: the config file's, else tidings.db].")
+@click.option("--host", default=None, help="[default: the config file's, else 127.0.0.1]")
+@click.option("--port", default=None, type=click.IntRange(0, 65535),
+              help="[default: the config file's, else 8080]")
 @click.option("--token", "tokens", multiple=True, metavar="PRINCIPAL=TOKEN",
               help=f"A principal's bearer token (repeatable; also ${TOKENS_ENV}=a=t1,b=t2).")
 @click.option("--operator-token", "operator_tokens", multiple=True, metavar="TOKEN",
@@ -95,10 +120,12 @@ def parse_models(specs: tuple[str, ...], base_url: str | None) -> list[Model]:
 @click.option("--locked", is_flag=True,
               help="Boot locked (L1): serve, but claim and deliver nothing until an operator "
                    "posts the master key to /v1/unlock.")
+@click.option("--require-master-key", is_flag=True,
+              help="Refuse to start without a master key (without one, results are not kept).")
 def serve(
-    database: str, host: str, port: int, tokens: tuple[str, ...],
-    operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
-    model_base_url: str | None, json_logs: bool, locked: bool,
+    config_path: str | None, database: str | None, host: str | None, port: int | None,
+    tokens: tuple[str, ...], operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
+    model_base_url: str | None, json_logs: bool, locked: bool, require_master_key: bool,
 ) -> None:
     """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -106,18 +133,30 @@ def serve(
     and re-executes the process; the new instance completes the restart.
     """
     configure_logging(json_format=json_logs_requested(json_logs))
-    by_token = _parse_tokens(tokens, os.environ.get(TOKENS_ENV))
+    settings = _load_settings(config_path)
+    tokens_env = settings.tokens_env if settings and settings.tokens_env else TOKENS_ENV
+    operators_env = (settings.operator_tokens_env
+                     if settings and settings.operator_tokens_env else OPERATOR_TOKENS_ENV)
+    by_token = _parse_tokens(tokens, os.environ.get(tokens_env))
     operators = [*operator_tokens, *(
-        t.strip() for t in os.environ.get(OPERATOR_TOKENS_ENV, "").split(",") if t.strip())]
-    models = parse_models(model_specs, model_base_url)
+        t.strip() for t in os.environ.get(operators_env, "").split(",") if t.strip())]
+    # A config file's models are its own; --model adds to them (the default echo only alone).
+    models: dict[str, Model] = dict(settings.models) if settings else {}
+    if model_specs or not models:
+        models.update((m.name, m) for m in parse_models(model_specs, model_base_url))
+    database = database or (settings.database if settings else None) or "tidings.db"
+    host = host or (settings.host if settings else None) or "127.0.0.1"
+    port = port if port is not None else (settings.port if settings else None)
+    port = 8080 if port is None else port
+    check_master_key(required=require_master_key, locked=locked)
     if not by_token and not operators:
         log.warning("no tokens were given: every request but /health will be refused")
 
     async def run() -> bool:
         """Serve until a signal (False) or a requested restart (True)."""
         # Imported here: the command line's other commands need no web stack.
-        from tidings.runtime import Runtime
         from tidings.service import Server, create_app
+        from tidings.settings import open as open_runtime
 
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -130,7 +169,11 @@ def serve(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
         try:
-            async with Runtime.open(database, models=models, locked=locked) as runtime:
+            async with open_runtime(database, models=models, locked=locked,
+                                    tools=settings.tools if settings else (),
+                                    profiles=settings.profiles if settings else None,
+                                    mcp_servers=[s.server() for s in settings.mcp_servers]
+                                    if settings else ()) as runtime:
                 log.info("runtime started", extra={
                     "instance_id": runtime.instance_id, "database": redact(database),
                     "models": list(runtime.models)})

@@ -56,6 +56,7 @@ from tidings.models.base import (
     spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
+from tidings.models.names import ToolNames
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -95,10 +96,16 @@ class AnthropicModel:
         max_retries: int = 0,
         stream: bool = True,
         context_chars: int | None = None,
+        temperature: float | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
         self.context_chars = context_chars
+        self.temperature = temperature
+        """The sampling temperature sent on every call (None: the provider's default)."""
+        self.max_output_tokens = max_output_tokens
+        """The output-token bound sent on every call (None: the request's)."""
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY,
             base_url=base_url,
@@ -114,18 +121,28 @@ class AnthropicModel:
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
         """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        names = ToolNames(request, model=self.name)  # "server.tool" as the API takes it
+        return names.reply(await self._complete(names.request(request), on_delta))
+
+    async def _complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None
+    ) -> ModelReply:
         system = wire_system(request)
         messages = wire_messages(request.messages)
         tools = [wire_tool(spec) for spec in request.tools]
         if tools and not request.system:
             # No stable prompt to carry the cache breakpoint: the tools are the whole prefix.
             tools[-1]["cache_control"] = {"type": "ephemeral"}
+        limit = self.max_output_tokens or request.max_output_tokens
+        # This SDK's signature has no temperature; the Messages API still takes it.
+        extra = None if self.temperature is None else {"temperature": self.temperature}
         assembly = _StreamAssembly()
         try:
             if not self.stream:
                 message = await self._client.messages.create(
                     model=self.name,
-                    max_tokens=request.max_output_tokens,
+                    max_tokens=limit,
+                    extra_body=extra,
                     system=system or anthropic.omit,
                     messages=messages,
                     tools=tools or anthropic.omit,
@@ -133,7 +150,8 @@ class AnthropicModel:
                 return self._reply_from_message(message)
             stream = await self._client.messages.create(
                 model=self.name,
-                max_tokens=request.max_output_tokens,
+                max_tokens=limit,
+                extra_body=extra,
                 system=system or anthropic.omit,
                 messages=messages,
                 tools=tools or anthropic.omit,

@@ -47,6 +47,7 @@ from tidings.models.base import (
     spent,
 )
 from tidings.models.failures import Answered, Sdk, classify, detail, malformed, status_kind
+from tidings.models.names import ToolNames
 
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -79,11 +80,17 @@ class OpenAIChatModel:
         max_retries: int = 0,
         stream: bool = True,
         context_chars: int | None = None,
+        temperature: float | None = None,
+        max_output_tokens: int | None = None,
         token_limit_field: TokenLimitField | None = None,
     ) -> None:
         self.name = name
         self.stream = stream
         self.context_chars = context_chars
+        self.temperature = temperature
+        """The sampling temperature sent on every call (None: the provider's default)."""
+        self.max_output_tokens = max_output_tokens
+        """The output-token bound sent on every call (None: the request's)."""
         self.token_limit_field: TokenLimitField = token_limit_field or (
             "max_completion_tokens" if base_url is None else "max_tokens"
         )
@@ -102,9 +109,16 @@ class OpenAIChatModel:
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
         """Send ``request``; return the whole reply or raise a classified :class:`ModelError`."""
+        names = ToolNames(request, model=self.name)  # "server.tool" as the API takes it
+        return names.reply(await self._complete(names.request(request), on_delta))
+
+    async def _complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None
+    ) -> ModelReply:
         messages = wire_messages(request)
         tools = [wire_tool(spec) for spec in request.tools] or openai.omit
-        limit = request.max_output_tokens
+        limit = self.max_output_tokens or request.max_output_tokens
+        temperature = openai.omit if self.temperature is None else self.temperature
         max_tokens = limit if self.token_limit_field == "max_tokens" else openai.omit
         max_completion_tokens = (
             limit if self.token_limit_field == "max_completion_tokens" else openai.omit
@@ -118,6 +132,7 @@ class OpenAIChatModel:
                     tools=tools,
                     max_tokens=max_tokens,
                     max_completion_tokens=max_completion_tokens,
+                    temperature=temperature,
                 )
                 return self._reply_from_completion(completion, assembly.counts)
             stream = await self._client.chat.completions.create(
@@ -126,6 +141,7 @@ class OpenAIChatModel:
                 tools=tools,
                 max_tokens=max_tokens,
                 max_completion_tokens=max_completion_tokens,
+                temperature=temperature,
                 stream=True,
                 stream_options={"include_usage": True},
             )

@@ -31,10 +31,12 @@ from tidings.errors import (
     BacklogFullError,
     CommitOutcomeUnknownError,
     CompactionRefusedError,
+    ConfigError,
     ConnectionLostError,
     ConversationClosedError,
     CorruptDatabaseError,
     DatabaseBusyError,
+    DatabasePathError,
     DiskFullError,
     DuplicateTaskKeyError,
     InputQueueFullError,
@@ -58,7 +60,9 @@ from tidings.errors import (
     TidingsError,
     UnknownApprovalError,
     UnknownConversationError,
+    UnknownModelOrToolError,
     UnknownOperationError,
+    UnknownProfileError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
@@ -73,6 +77,9 @@ STATUS: Mapping[type[TidingsError], int] = {
     # bad input: nothing was written
     InvalidInputError: 422,
     OriginNotAllowedError: 422,
+    UnknownProfileError: 422,
+    ConfigError: 500,
+    UnknownModelOrToolError: 422,  # the profile names what this runtime does not have
     PayloadTooLargeError: 413,
     # admission bounds: back off and retry
     BacklogFullError: 429,
@@ -97,6 +104,7 @@ STATUS: Mapping[type[TidingsError], int] = {
     # the store, or this instance, cannot serve now
     StoreError: 503,
     DatabaseBusyError: 503,
+    DatabasePathError: 503,  # raised when the store opens: a service never sees it
     DiskFullError: 503,
     ConnectionLostError: 503,
     CommitOutcomeUnknownError: 503,

@@ -108,7 +108,8 @@ async def create_conversation(
     body: ConversationCreate, runtime: RuntimeDep, owner: Principal
 ) -> ConversationOut:
     conversation = await runtime.create_conversation(
-        owner, body.profile.to_profile(), title=body.title
+        owner, body.profile if isinstance(body.profile, str) else body.profile.to_profile(),
+        title=body.title,
     )
     return ConversationOut.of(conversation)
 

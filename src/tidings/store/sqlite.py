@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 from tidings.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
+    DatabasePathError,
     DiskFullError,
     IntegrityViolationError,
     ReadOnlyDatabaseError,
@@ -66,6 +67,29 @@ def classify(exc: sqlite3.Error) -> StoreError:
     if base == "SQLITE_CONSTRAINT":
         return IntegrityViolationError(str(exc), db_code=name)
     return StoreError(str(exc), db_code=name or None)
+
+
+def check_path(path: Path) -> None:
+    """Refuse, naming the path and the reason, a database file that cannot be opened where it
+    was asked for (B7). Directories are never created: a mistyped one must not become a new,
+    empty database beside the real one."""
+    shown = str(path)
+    if path.is_dir():
+        raise DatabasePathError(shown, "it is a directory; give the path of a file inside it")
+    parent = path.parent
+    if not parent.exists():
+        raise DatabasePathError(
+            shown, f"the directory {str(parent)!r} does not exist (tidings does not create "
+            "directories: create it, or correct the path)")
+    if not parent.is_dir():
+        raise DatabasePathError(shown, f"{str(parent)!r} is not a directory")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise DatabasePathError(shown, "permission denied: the file is not readable and "
+                                    "writable by this user")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise DatabasePathError(
+            shown, f"permission denied: this user cannot create files in {str(parent)!r}")
 
 
 class SqliteTx(Tx):
@@ -140,10 +164,14 @@ class SqliteStore(Store):
         return conn
 
     def _open_sync(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_path(self.path)
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN":
+                raise DatabasePathError(
+                    str(self.path), f"SQLite cannot open it ({exc}): check the path, its "
+                    "permissions and the file system") from exc
             raise classify(exc) from exc
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from tidings.tools.typed import tool
 
-__all__ = ("Tool", "ToolContext", "ToolOutput", "ToolRegistry")
+__all__ = ("Tool", "ToolContext", "ToolOutput", "ToolRegistry", "tool")

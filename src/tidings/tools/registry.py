@@ -9,19 +9,63 @@ a handler runs cancels the handler and records a ``cancelled`` result.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
 
 from tidings.errors import InvalidInputError
 from tidings.models.base import ToolSpec
-from tidings.types import ToolContext as ToolContext
+from tidings.tasks.service import StartedTask
+from tidings.tasks.spawn import ProcessSpec
+from tidings.types import ToolContext as CallIds
 
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(\.[A-Za-z0-9_-]{1,64})?")
+"""What a tool's name may be; an MCP server's tools are named ``server.tool``."""
 
 TOOL_RESULT_LIMIT = 64 * 1024
 """The most bytes (UTF-8) of a tool's result the model reads; a turn cuts a longer one and
 says where and how much. Tools that page (results, task output) size their pages to fit."""
+
+
+class TaskStarter(Protocol):
+    """Starts a background task for a tool call (the runtime's background tasks)."""
+
+    async def start(
+        self, context: CallIds, spec: ProcessSpec, *, lifetime: str = "conversation"
+    ) -> StartedTask: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext(CallIds):
+    """Who is calling a tool (the conversation, the run, the model's call id) and, in a turn, a
+    way to start a background task for the call (:meth:`start_task`)."""
+
+    tasks: TaskStarter | None = field(default=None, compare=False, repr=False)
+    started: list[str] = field(default_factory=list, compare=False, repr=False)
+    """The key of the task this call started, if any: the call's result carries it."""
+
+    async def start_task(
+        self, command: str | Sequence[str], *, lifetime: str = "conversation",
+        timeout_s: float = 600.0,
+    ) -> str:
+        """Start ``command`` (a shell command line, or an argv list run without a shell) as a
+        background task of this call, and return its task key. Its end comes back to the
+        conversation as a notice (``lifetime="conversation"``), or before this turn's reply is
+        final (``"turn"``). One task per call; killed after ``timeout_s`` seconds."""
+        if self.tasks is None:
+            raise InvalidInputError("background tasks start only in a turn of a runtime")
+        if self.started:
+            raise InvalidInputError(f"this call started task {self.started[0]} already: "
+                                    "a tool call starts one background task at most")
+        if not timeout_s > 0:
+            raise InvalidInputError("timeout_s must be more than 0")
+        timeout = timedelta(seconds=timeout_s)
+        spec = (ProcessSpec(command=command, shell=True, timeout=timeout)
+                if isinstance(command, str) else ProcessSpec(argv=tuple(command), timeout=timeout))
+        started = await self.tasks.start(self, spec, lifetime=lifetime)
+        self.started.append(started.task_key)
+        return started.task_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +108,7 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        if _NAME.fullmatch(tool.name) is None:
+        if TOOL_NAME.fullmatch(tool.name) is None:
             raise InvalidInputError(f"tool name {tool.name!r} is not a valid identifier")
         if tool.name in self._tools:
             raise InvalidInputError(f"a tool named {tool.name!r} is already registered")

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from tidings.errors import TidingsError
 from tidings.models.base import ToolCall
-from tidings.tools.registry import TOOL_RESULT_LIMIT, Tool, ToolContext, ToolOutput
+from tidings.tools.registry import TOOL_RESULT_LIMIT, TaskStarter, Tool, ToolContext, ToolOutput
 from tidings.tracing import Tracing
 from tidings.turns import spans
 from tidings.turns.plan import TurnPlan
@@ -18,22 +18,28 @@ log = logging.getLogger("tidings.turns")
 
 
 async def execute(
-    plan: TurnPlan, offered: Sequence[Tool], call: ToolCall, tracing: Tracing
+    plan: TurnPlan, offered: Sequence[Tool], call: ToolCall, tracing: Tracing,
+    tasks: TaskStarter | None = None,
 ) -> ToolOutput:
     """Run ``call`` on the tool offered under its name; an error, or a result past
     ``TOOL_RESULT_LIMIT`` bytes (cut, and said so), is what the model reads. The call is a
-    span, current while the tool runs: what the tool starts (a background task) is its child."""
+    span, current while the tool runs: what the tool starts (a background task) is its child.
+    ``tasks`` is how the tool's context starts a background task."""
     with spans.tool_call(tracing, plan, call) as span:
-        output = await _run(plan, offered, call)
+        context = ToolContext(plan.conversation_id, plan.run_id, call.call_id, tasks=tasks)
+        output = await _run(offered, call, context)
+        if context.started and "task_key" not in output.meta:
+            # The result that commits names the task, as the shell tool's does: the turn
+            # marks it committed (and waits for it if it is the turn's).
+            output = replace(output, meta={**output.meta, "task_key": context.started[0]})
         spans.tool_ended(span, output)
         return output
 
 
-async def _run(plan: TurnPlan, offered: Sequence[Tool], call: ToolCall) -> ToolOutput:
+async def _run(offered: Sequence[Tool], call: ToolCall, context: ToolContext) -> ToolOutput:
     tool = next((t for t in offered if t.name == call.name), None)
     if tool is None:
         return ToolOutput(f"error: no tool named {call.name!r} is available", is_error=True)
-    context = ToolContext(plan.conversation_id, plan.run_id, call.call_id)
     try:
         result = await tool.handler(context, call.arguments)
     except asyncio.CancelledError:

@@ -10,6 +10,7 @@ the turn owes through its :class:`~tidings.turns.obligations.TurnObligations`.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from tidings.models.base import ModelReply
 from tidings.outbox import Outbox
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
+from tidings.turns.fallback import model_failures
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import TurnFailed, TurnPlan, TurnProgress, TurnTasks
 from tidings.turns.writer import TurnWriter
@@ -184,17 +186,26 @@ class TurnEnding:
                 output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
                 cache_write_tokens=usage.cache_write_tokens,
             )
+        failures = tuple(model_failures(errors)) if status is not RunStatus.COMPLETED else ()
+        if failures:
+            # Which models were asked and why each failed, on the run itself (B7).
+            cx.tx.run_later(
+                "record_run_failures", conversation_id=plan.conversation_id,
+                run_id=plan.run_id, models=json.dumps(failures),
+            )
         run = Run(
             run_id=plan.run_id, conversation_id=plan.conversation_id, trigger=plan.trigger,
             status=status, model=progress.model, failure_code=code, steps=progress.steps,
             created_at_us=plan.started_at_us, started_at_us=plan.started_at_us,
-            ended_at_us=cx.now_us, usage=usage,
+            ended_at_us=cx.now_us, usage=usage, model_failures=failures,
         )
         data: dict[str, Any] = {"run_public_id": plan.run_id, "status": status.value}
         if code is not None:
             data["failure_code"] = code
         if errors:
             data["errors"] = list(errors)[-8:]
+            if failures:
+                data["model_failures"] = list(failures)
             # The route spent (a model skipped as unavailable spent nothing): a retry of a
             # mail run does not renew it (M10).
             data["models_spent"] = list(dict.fromkeys(

@@ -189,7 +189,7 @@ class TurnObligations:
         if not applied:
             return ToolOutput("this approval was applied already: nothing is applied twice",
                               is_error=True, meta=meta)
-        output = await execute(plan, offered, call, self.tracing)
+        output = await execute(plan, offered, call, self.tracing, self.tasks)
         return replace(output, meta={**output.meta, "approval_id": approval_id,
                                      "approval": "applied"})
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from tidings.feed import Draft
 from tidings.models.base import ToolCall
+from tidings.tools.registry import TaskStarter
 from tidings.tracing import NO_SPAN, Span
 from tidings.types import (
     ConversationId,
@@ -39,6 +40,10 @@ class TurnConfig:
     retry_base: timedelta = timedelta(milliseconds=500)
     retry_cap: timedelta = timedelta(seconds=8)
     model_timeout: timedelta = timedelta(seconds=120)
+    model_cooldown_base: timedelta = timedelta(seconds=5)
+    """A model found unavailable is skipped this long (jittered, doubling each time it is found
+    unavailable again, up to ``model_cooldown_cap``) before it is asked again (B9)."""
+    model_cooldown_cap: timedelta = timedelta(minutes=5)
     slot_ttl: timedelta = timedelta(seconds=30)
     task_drain: timedelta = timedelta(minutes=10)
     history_budget_chars: int | None = None
@@ -47,8 +52,8 @@ class TurnConfig:
     """How long a reply waits for its turn-lifetime tasks before it is final (M4)."""
 
 
-class TurnTasks(Protocol):
-    """What a turn needs of the background tasks it started."""
+class TurnTasks(TaskStarter, Protocol):
+    """What a turn needs of the background tasks it started (and its tools start)."""
 
     async def wait_journalled(self, task_keys: Sequence[str], within: float) -> bool: ...
 

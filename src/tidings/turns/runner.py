@@ -29,11 +29,11 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tidings.approvals import Approvals
-from tidings.clock import Clock, to_us
-from tidings.feed import Draft, FeedHub
+from tidings.clock import Clock
+from tidings.feed import FeedHub
 from tidings.mail import queue
 from tidings.mail.door import Door
 from tidings.metrics import Metrics
@@ -47,7 +47,6 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.outbox import Outbox
-from tidings.policy import backoff
 from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tools.registry import (
@@ -60,6 +59,8 @@ from tidings.turns import spans
 from tidings.turns.calls import execute
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.ending import TurnEnding
+from tidings.turns.fallback import Fallback
+from tidings.turns.fallback import discard as _discard
 from tidings.turns.history import HistoryCache
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import (
@@ -72,7 +73,6 @@ from tidings.turns.plan import (
     TurnTasks,
 )
 from tidings.turns.request import fit_history, input_message, retry_profile
-from tidings.turns.usage import spend
 from tidings.turns.writer import TurnWriter
 from tidings.types import (
     Message,
@@ -128,6 +128,9 @@ class TurnRunner:
         self.clock = clock
         self.config = config or TurnConfig()
         self._rng = rng or random.Random()
+        self.fallback = Fallback(models, self.config, clock, metrics=metrics,
+                                 tracing=self.tracing, feed=feed, rng=self._rng)
+        """The models asked in order, and those cooling down (B9): shared by every turn."""
         self.history = HistoryCache(store, limit=self.config.history_messages)
         self.writer = TurnWriter(store, clock, self.history)
         self.obligations = TurnObligations(
@@ -283,7 +286,8 @@ class TurnRunner:
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
             obligations = self.obligations
             outputs = await asyncio.gather(*(
-                execute(plan, offered, call, self.tracing) if call.call_id not in held
+                execute(plan, offered, call, self.tracing, obligations.tasks)
+                if call.call_id not in held
                 else obligations.execute_approved(plan, progress, offered, call,
                                                   held[call.call_id])
                 for call in calls
@@ -306,76 +310,12 @@ class TurnRunner:
         self, request: ModelRequest, profile: Profile, progress: TurnProgress,
         plan: TurnPlan | None = None,
     ) -> ModelReply:
-        """Ask each model of the profile in turn: retry the retryable, skip the unavailable.
-
-        A permanent error fails the run; when every model is spent the run needs attention
-        and automatic advancement waits for a person (C8).
+        """Ask each model of the profile in turn (:class:`~tidings.turns.fallback.Fallback`).
 
         With a ``plan``, each call streams its text to the feed as a draft of this step
         (B1): sealed when the reply is in (it commits next), discarded when the call failed.
         """
-        errors: list[dict[str, Any]] = []
-        cfg = self.config
-        for name in profile.models:
-            model = self.models.get(name)
-            if model is None:
-                errors.append({"model": name, "kind": "unavailable", "error": "not registered"})
-                continue
-            for attempt in range(1, cfg.model_attempts + 1):
-                draft = self._draft(plan, progress)
-                try:
-                    async with (
-                        spans.model_call(self.tracing, progress.span, request, model=name,
-                                         attempt=attempt) as span,
-                        asyncio.timeout(to_us(cfg.model_timeout) / 1e6),
-                    ):
-                        reply = await model.complete(
-                            replace(request, model=name),
-                            on_delta=None if draft is None else draft.append,
-                        )
-                        spans.model_replied(span, reply)
-                    if draft is not None:
-                        draft.seal()
-                    spend(progress, self.metrics, name, reply)
-                    progress.model = name
-                    return reply
-                except TimeoutError:
-                    error = ModelError(ModelErrorKind.RETRYABLE, "timed out", model=name)
-                    _discard(progress, "timed_out")
-                except ModelError as exc:
-                    error = exc
-                    _discard(progress, error.failure_code)
-                except Exception as exc:  # an adapter bug must not take the runtime down
-                    log.exception("model %s raised an unclassified error", name)
-                    error = ModelError(ModelErrorKind.UNAVAILABLE, type(exc).__name__, model=name)
-                    _discard(progress, error.failure_code)
-                spend(progress, self.metrics, name, error)  # a failed call may have spent too
-                errors.append(
-                    {"model": name, "kind": error.kind.value, "attempt": attempt,
-                     "error": error.message[:200]}
-                )
-                if self.metrics is not None:
-                    self.metrics.count(
-                        "tidings_model_errors_total", "Failed model calls, by kind.",
-                        labels={"model": name, "kind": error.kind.value},
-                    )
-                if error.kind is ModelErrorKind.PERMANENT:
-                    raise TurnFailed(RunStatus.FAILED, error.failure_code, errors)
-                if error.kind is ModelErrorKind.UNAVAILABLE:
-                    break
-                if attempt < cfg.model_attempts:
-                    await asyncio.sleep(self._retry_delay(attempt))
-        raise TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
-
-    def _draft(self, plan: TurnPlan | None, progress: TurnProgress) -> Draft | None:
-        if self.feed is None or plan is None:
-            return None
-        progress.draft = self.feed.draft(plan.conversation_id, plan.run_id, progress.steps)
-        return progress.draft
-
-    def _retry_delay(self, attempt: int) -> float:
-        cfg = self.config
-        return backoff(attempt, self._rng, base=cfg.retry_base, cap=cfg.retry_cap).total_seconds()
+        return await self.fallback.call(request, profile, progress, plan)
 
     # -- commits ------------------------------------------------------------------------------
 
@@ -465,13 +405,6 @@ class TurnRunner:
                 ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
             ) from None
         return reply.text
-
-
-def _discard(progress: TurnProgress, reason: str) -> None:
-    """The step's answer in progress will not commit: watchers drop it (B1)."""
-    if progress.draft is not None:
-        progress.draft.discard(reason)
-        progress.draft = None
 
 
 SUMMARY_REQUEST = (

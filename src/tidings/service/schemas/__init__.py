@@ -68,7 +68,9 @@ class ProfileBody(_Request):
 
 
 class ConversationCreate(_Request):
-    profile: ProfileBody
+    profile: ProfileBody | str = Field(
+        description="The agent's profile, or the name of a profile the service was given."
+    )
     title: str = ""
 
 
@@ -261,6 +263,10 @@ class RunOut(BaseModel):
     usage: UsageOut = Field(description=(
         "What the run's model calls spent, written with its end (zero while it runs); a "
         "failed or stopped run keeps what it spent."))
+    model_failures: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "For a run that ended without an answer after its models failed: each model asked, in "
+        "order, and why it failed -- model, reason (not registered, cooling down, HTTP 503, "
+        "timed out, ...), kind, status, error_class, message (an excerpt) and attempts."))
 
     @classmethod
     def of(cls, r: Run) -> RunOut:
@@ -269,6 +275,7 @@ class RunOut(BaseModel):
             status=r.status, model=r.model, failure_code=r.failure_code, steps=r.steps,
             created_at_us=r.created_at_us, started_at_us=r.started_at_us,
             ended_at_us=r.ended_at_us, usage=UsageOut.of(r.usage),
+            model_failures=[dict(f) for f in r.model_failures],
         )
 
 

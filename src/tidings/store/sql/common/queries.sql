@@ -265,6 +265,11 @@ INSERT INTO run_usage (conversation_id, run_id, model_calls, input_tokens, outpu
 VALUES (:conversation_id, :run_id, :model_calls, :input_tokens, :output_tokens,
         :cache_read_tokens, :cache_write_tokens);
 
+-- record_run_failures --
+-- Which models an ending run asked and why each failed (B7), written in its final unit.
+INSERT INTO run_failures (conversation_id, run_id, models)
+VALUES (:conversation_id, :run_id, :models);
+
 -- {run_usage} --
 -- A run's usage columns, for a read of ``runs r LEFT JOIN run_usage u``: zero for a run that
 -- has not ended, or called no model.
@@ -288,17 +293,19 @@ SELECT CAST(coalesce(sum(model_calls), 0) AS bigint) AS model_calls,
 -- reads as ``awaiting_approval`` then (the status is derived, never stored).
 SELECT r.*, EXISTS (SELECT 1 FROM approvals a
                      WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval,
-       {run_usage}
+       {run_usage}, f.models AS model_failures
   FROM runs r
   LEFT JOIN run_usage u ON u.conversation_id = r.conversation_id AND u.run_id = r.run_id
+  LEFT JOIN run_failures f ON f.conversation_id = r.conversation_id AND f.run_id = r.run_id
  WHERE r.run_id = :run_id;
 
 -- list_runs --
 SELECT r.*, EXISTS (SELECT 1 FROM approvals a
                      WHERE a.run_id = r.run_id AND a.status = 'pending') AS awaiting_approval,
-       {run_usage}
+       {run_usage}, f.models AS model_failures
   FROM runs r
   LEFT JOIN run_usage u ON u.conversation_id = r.conversation_id AND u.run_id = r.run_id
+  LEFT JOIN run_failures f ON f.conversation_id = r.conversation_id AND f.run_id = r.run_id
  WHERE r.conversation_id = :conversation_id
  ORDER BY r.created_at_us, r.run_id LIMIT :limit;
 

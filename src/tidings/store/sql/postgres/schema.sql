@@ -167,6 +167,15 @@ CREATE TABLE IF NOT EXISTS run_usage (
     PRIMARY KEY (conversation_id, run_id)
 );
 
+-- Which models a run that exhausted them asked, and why each failed (a JSON list), written
+-- with its end.
+CREATE TABLE IF NOT EXISTS run_failures (
+    conversation_id text NOT NULL,
+    run_id text NOT NULL REFERENCES runs (run_id),
+    models text NOT NULL,
+    PRIMARY KEY (conversation_id, run_id)
+);
+
 CREATE TABLE IF NOT EXISTS messages (
     conversation_id text NOT NULL REFERENCES conversations (conversation_id),
     seq bigint NOT NULL,

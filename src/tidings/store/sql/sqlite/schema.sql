@@ -180,6 +180,15 @@ CREATE TABLE IF NOT EXISTS run_usage (
     PRIMARY KEY (conversation_id, run_id)
 );
 
+-- Which models a run that exhausted them asked, and why each failed (a JSON list), written
+-- with its end.
+CREATE TABLE IF NOT EXISTS run_failures (
+    conversation_id TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    models TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, run_id)
+);
+
 CREATE TABLE IF NOT EXISTS messages (
     conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
     seq INTEGER NOT NULL,

@@ -1,0 +1,59 @@
+"""MCP servers' tools as tools of a runtime, through the official ``mcp`` SDK.
+
+Declare servers with :class:`MCPServer` (a command started as a stdio subprocess, or a
+streamable HTTP URL) and pass them to the runtime (``Runtime.open(..., mcp_servers=[...])``
+or ``RuntimeConfig(mcp_servers=...)``). Each server's tools are registered as
+``<server>.<tool>`` once it is connected, so a profile names them like any other tool.
+
+The SDK is imported only when a runtime declares a server: importing tidings stays quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tidings.errors import InvalidInputError
+from tidings.mcp.declaration import MCPServer
+from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
+from tidings.metrics import Metrics
+from tidings.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from tidings.mcp.connection import MCPConnection
+
+
+class MCPServers:
+    """Every declared server's connection; each is a component of the runtime's lifetime."""
+
+    def __init__(self, servers: Iterable[MCPServer], registry: ToolRegistry,
+                 metrics: Metrics) -> None:
+        self.connections: dict[str, MCPConnection] = {}
+        servers = tuple(servers)
+        if not servers:
+            return
+        from tidings.mcp.connection import MCPConnection  # the SDK, once it is needed
+
+        for server in servers:
+            if server.name in self.connections:
+                raise InvalidInputError(f"two MCP servers are named {server.name!r}")
+            self.connections[server.name] = MCPConnection(server, registry, metrics)
+
+    def __getitem__(self, name: str) -> MCPConnection:
+        return self.connections[name]
+
+    async def started(self) -> None:
+        """Wait until every server's first connection attempt ended (it is bounded by the
+        server's connect timeout): its tools are registered before the first turn, when it
+        could be reached."""
+        within = max((2 * c.server.connect_timeout.total_seconds()
+                      for c in self.connections.values()), default=0.0)
+        waits = [asyncio.ensure_future(c.tried()) for c in self.connections.values()]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=within)
+            for wait in pending:
+                wait.cancel()
+
+
+__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPServer", "MCPServers")

@@ -1,0 +1,294 @@
+"""One MCP server's connection: a long-lived component of the runtime (see :mod:`tidings.lifetime`).
+
+``run()`` connects (starting the subprocess, or opening the HTTP session), lists the server's
+tools and registers each as ``<server>.<tool>``, then holds the connection until it breaks --
+the subprocess exits, the transport closes, a call finds it broken. A broken connection is
+logged, counted and tried again after a capped, jittered backoff, for as long as the runtime
+runs; it is never dropped silently. Meanwhile its tools answer a typed ``mcp_unavailable``
+error, and a call in flight when the connection breaks answers that error too: never a hang,
+never a success. ``shutdown()`` closes the session and ends the subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.message import SessionMessage
+from mcp_types import CONNECTION_CLOSED
+from mcp_types import Tool as MCPTool
+
+from tidings.mcp import results
+from tidings.mcp.declaration import MCPServer
+from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
+from tidings.metrics import Metrics
+from tidings.policy import backoff
+from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+
+log = logging.getLogger("tidings.mcp")
+
+_LIST_PAGES = 100  # a server whose listing never ends cannot hold the start forever
+
+
+class MCPConnection:
+    """The connection to one declared server, and the tools it registered."""
+
+    def __init__(self, server: MCPServer, registry: ToolRegistry, metrics: Metrics,
+                 *, rng: random.Random | None = None) -> None:
+        self.server = server
+        self._registry = registry
+        self._metrics = metrics
+        self._rng = rng or random.Random()
+        self._client: Client | None = None
+        self._lost = asyncio.Event()
+        self._reason = "not connected yet"
+        self._tried = asyncio.Event()
+        self._task: asyncio.Task[object] | None = None
+        self._stopping = False
+        self._ended = asyncio.Event()
+        self.connections = 0
+        """How many times this connection was made (1 after the first, +1 each reconnect)."""
+        self._set_up(False)
+
+    @property
+    def name(self) -> str:
+        return f"tidings-mcp-{self.server.name}"
+
+    @property
+    def up(self) -> bool:
+        return self._client is not None
+
+    async def tried(self) -> None:
+        """Return once the first connection attempt ended, connected or not."""
+        await self._tried.wait()
+
+    # -- the component ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        if self._stopping:
+            return
+        self._task = asyncio.current_task()
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+        finally:
+            self._ended.set()
+
+    async def shutdown(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            await self._ended.wait()
+
+    async def _serve(self) -> None:
+        failures = 0
+        while True:
+            lost = self._lost = asyncio.Event()
+            try:
+                async with self._connect(lost) as client:
+                    async with asyncio.timeout(self.server.connect_timeout.total_seconds()):
+                        tools = await _list_tools(client)
+                    self._register(tools)
+                    self._client, failures = client, 0
+                    self.connections += 1
+                    self._set_up(True)
+                    if self.connections > 1:
+                        self._metrics.count(RECONNECTS, "MCP server connections made again "
+                                            "after one broke, by server.",
+                                            labels={"server": self.server.name})
+                    log.info("MCP server %s connected (%s): %d tools", self.server.name,
+                             self.server.transport, len(tools))
+                    self._tried.set()
+                    await lost.wait()
+            except Exception as exc:  # any failure of a connection is retried
+                if not lost.is_set():
+                    self._reason = _describe(exc)
+            finally:
+                was_up, self._client = self._client is not None, None
+                lost.set()
+                self._set_up(False)
+            self._tried.set()
+            failures += 1
+            if was_up:
+                self._metrics.count(DISCONNECTS, "MCP server connections that broke, by server.",
+                                    labels={"server": self.server.name})
+            delay = backoff(failures, self._rng, base=self.server.reconnect_base,
+                            cap=self.server.reconnect_cap)
+            log.warning("MCP server %s %s: %s; connecting again in %.2f s", self.server.name,
+                        "disconnected" if was_up else "could not be connected", self._reason,
+                        delay.total_seconds())
+            await asyncio.sleep(delay.total_seconds())
+
+    @contextlib.asynccontextmanager
+    async def _connect(self, lost: asyncio.Event) -> AsyncIterator[Client]:
+        client = Client(_watched(self.server, lost, self._lose), cache=None,
+                        read_timeout_seconds=self.server.timeout.total_seconds())
+        async with contextlib.AsyncExitStack() as stack:
+            async with asyncio.timeout(self.server.connect_timeout.total_seconds()):
+                await stack.enter_async_context(client)
+            yield client
+
+    def _lose(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._reason = reason
+            self._lost.set()
+
+    def _set_up(self, up: bool) -> None:
+        self._metrics.set_gauge(UP, "1 while the MCP server is connected, by server.",
+                                1.0 if up else 0.0, {"server": self.server.name})
+
+    # -- the tools ----------------------------------------------------------------------------
+
+    def _register(self, tools: list[MCPTool]) -> None:
+        for tool in tools:
+            full = f"{self.server.name}.{tool.name}"
+            if full in self._registry:
+                continue  # registered at an earlier connection (or a host's own tool wins)
+            try:
+                self._registry.register(Tool(
+                    full, tool.description or tool.title or tool.name,
+                    _handler(self, tool.name), dict(tool.input_schema),
+                    read_only=bool(tool.annotations and tool.annotations.read_only_hint),
+                ))
+            except Exception as exc:  # a name tidings cannot offer is skipped
+                log.warning("MCP server %s: tool %r is not offered: %s", self.server.name,
+                            tool.name, exc)
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
+        """Call ``tool`` on the server; a broken or absent connection is a typed error."""
+        client, lost, name = self._client, self._lost, self.server.name
+        if client is None:
+            return results.failure(results.UNAVAILABLE, name, tool, self._reason)
+        timeout = self.server.timeout.total_seconds()
+        call = asyncio.ensure_future(client.call_tool(tool, dict(arguments),
+                                                      read_timeout_seconds=timeout))
+        broke = asyncio.ensure_future(lost.wait())
+        try:
+            done, _ = await asyncio.wait((call, broke), timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            broke.cancel()
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+        if call not in done:
+            if lost.is_set():
+                return results.failure(results.UNAVAILABLE, name, tool,
+                                       f"the connection broke during the call: {self._reason}")
+            return results.failure(results.TIMEOUT, name, tool,
+                                   f"no answer within {timeout:g} s")
+        try:
+            result = call.result()
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                self._lose("the connection closed")
+                return results.failure(results.UNAVAILABLE, name, tool,
+                                       f"the connection broke during the call: {self._reason}")
+            return results.failure(results.PROTOCOL, name, tool, exc.error.message,
+                                   code=exc.code)
+        except Exception as exc:  # a transport failure: the connection is gone
+            self._lose(_describe(exc))
+            return results.failure(results.UNAVAILABLE, name, tool,
+                                   f"the connection broke during the call: {self._reason}")
+        return results.tool_output(name, tool, result)
+
+
+def _handler(connection: MCPConnection, tool: str) -> Any:
+    async def handle(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
+        return await connection.call(tool, arguments)
+    return handle
+
+
+async def _list_tools(client: Client) -> list[MCPTool]:
+    tools: list[MCPTool] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+@contextlib.asynccontextmanager
+async def _watched(server: MCPServer, lost: asyncio.Event, lose: Any) -> AsyncIterator[Any]:
+    """The SDK's transport for ``server``, its read side watched: the end of what the server
+    sends (a subprocess that exited, a stream that closed) marks the connection lost."""
+    async with contextlib.AsyncExitStack() as stack:
+        if server.url is not None:
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers=dict(server.headers) or None))
+            transport: Any = streamable_http_client(server.url, http_client=http)
+        else:
+            transport = stdio_client(StdioServerParameters(
+                command=server.command[0], args=list(server.command[1:]),
+                env=dict(server.env) or None, cwd=server.cwd))
+        read, write = await stack.enter_async_context(transport)
+        yield _WatchedRead(read, lambda: lose("the server closed the connection")), write
+
+
+class _WatchedRead:
+    """A read stream that says when it ends."""
+
+    def __init__(self, inner: Any, ended: Any) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # ``last_context`` and the like
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except Exception:
+            self._ended()
+            raise
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.__anext__()
+        except (StopAsyncIteration, Exception):
+            self._ended()
+            raise
+        return item
+
+    async def __aenter__(self) -> _WatchedRead:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    if isinstance(exc, TimeoutError):
+        return "no answer within the connect timeout"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+__all__ = ("MCPConnection",)

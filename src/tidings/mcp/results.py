@@ -1,0 +1,79 @@
+"""What the model reads of an MCP tool call: its result, or a typed error.
+
+Text content is joined; when a result carries no text, its structured content is the JSON
+the model reads (the structured content is kept in the result's meta either way); images,
+audio and resources are described in a line each, never inlined. A result the server marks
+``isError`` is a tool error. What goes wrong around the call (the server is not connected,
+the connection broke, the call took too long) is a typed error the model can read::
+
+    {"error": "mcp_unavailable", "server": "weather", "tool": "forecast", "reason": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcp_types import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+
+from tidings.tools.registry import ToolOutput
+
+UNAVAILABLE = "mcp_unavailable"
+"""The server is not connected, or its connection broke while the call was made."""
+TIMEOUT = "mcp_timeout"
+"""The call did not answer within the server's call timeout."""
+PROTOCOL = "mcp_error"
+"""The server refused the call (an MCP protocol error: an unknown tool, bad arguments)."""
+
+
+def tool_output(server: str, tool: str, result: CallToolResult) -> ToolOutput:
+    """The model's reading of a completed call."""
+    lines = [_describe(block) for block in result.content]
+    text = "\n".join(line for line in lines if line)
+    meta: dict[str, Any] = {"mcp_server": server, "mcp_tool": tool}
+    if result.structured_content is not None:
+        meta["structured"] = result.structured_content
+        if not text:
+            text = json.dumps(result.structured_content, ensure_ascii=False, default=str)
+    return ToolOutput(text, is_error=bool(result.is_error), meta=meta)
+
+
+def failure(kind: str, server: str, tool: str, reason: str, **extra: Any) -> ToolOutput:
+    """A typed error: what went wrong around the call, as JSON the model reads."""
+    body: dict[str, Any] = {"error": kind, "server": server, "tool": tool, "reason": reason}
+    body.update(extra)
+    return ToolOutput(json.dumps(body, ensure_ascii=False), is_error=True,
+                      meta={"mcp_server": server, "mcp_tool": tool, "error": kind})
+
+
+def _describe(block: object) -> str:
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ImageContent):
+        return f"[image: {block.mime_type}, {_decoded_size(block.data)} bytes]"
+    if isinstance(block, AudioContent):
+        return f"[audio: {block.mime_type}, {_decoded_size(block.data)} bytes]"
+    if isinstance(block, ResourceLink):
+        return f"[resource link: {block.uri}{f' ({block.name})' if block.name else ''}]"
+    if isinstance(block, EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            return resource.text
+        return (f"[resource: {resource.uri}, {resource.mime_type or 'binary'}, "
+                f"{_decoded_size(resource.blob)} bytes]")
+    return f"[{type(block).__name__}]"
+
+
+def _decoded_size(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+__all__ = ("PROTOCOL", "TIMEOUT", "UNAVAILABLE", "failure", "tool_output")

@@ -1,0 +1,184 @@
+"""The config file's shape, as pydantic models: every table forbids keys it does not know.
+
+The file names secrets, it never holds them: an API key is read from the environment variable
+``api_key_env`` names, a token list from ``tokens_env``; a literal ``api_key`` is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Provider = Literal["openai", "anthropic", "scripted"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name(value: str | None) -> str | None:
+    """An environment variable's name; anything else (a key pasted in, say) is refused."""
+    if value is not None and ENV_NAME.fullmatch(value) is None:
+        raise ValueError(
+            "this names an environment variable (like OPENAI_API_KEY), not its value: "
+            "put the secret in the environment and its name here"
+        )
+    return value
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeTable(_Table):
+    """``[runtime]``: where the runtime keeps its state."""
+
+    database: str | None = Field(default=None, min_length=1)
+    """A SQLite path (or ``sqlite:///path``) or a ``postgresql://`` URL without a password."""
+    database_env: str | None = None
+    """The environment variable that holds the database URL (one with a password, say)."""
+
+    _env = field_validator("database_env")(env_name)
+
+    @model_validator(mode="after")
+    def _one_database(self) -> RuntimeTable:
+        if self.database is not None and self.database_env is not None:
+            raise ValueError("give database or database_env, not both")
+        return self
+
+
+class ServeTable(_Table):
+    """``[serve]``: what ``tidings serve`` listens on and whom it lets in."""
+
+    host: str | None = Field(default=None, min_length=1)
+    port: int | None = Field(default=None, ge=0, le=65535)
+    tokens_env: str | None = None
+    """The environment variable holding ``principal=token`` pairs, comma-separated."""
+    operator_tokens_env: str | None = None
+    """The environment variable holding operator tokens, comma-separated."""
+
+    _env = field_validator("tokens_env", "operator_tokens_env")(env_name)
+
+
+class RuleTable(_Table):
+    """One scripted rule: when the newest message matches, the reply."""
+
+    when: dict[str, Any]
+    reply: dict[str, Any]
+
+
+_PROVIDER_ONLY: dict[str, tuple[str, ...]] = {
+    "scripted": ("rules", "default"),
+    "openai": ("model", "base_url", "api_key_env", "temperature", "max_output_tokens",
+               "timeout_seconds", "token_limit_field"),
+    "anthropic": ("model", "base_url", "api_key_env", "temperature", "max_output_tokens",
+                  "timeout_seconds"),
+}
+
+
+class ModelTable(_Table):
+    """``[models.<alias>]``: one model, registered under its alias (what profiles name)."""
+
+    provider: Provider
+    model: str | None = Field(default=None, min_length=1)
+    """The provider's name for the model (``gpt-4o-mini``); distinct from the alias."""
+    base_url: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    context_chars: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    token_limit_field: Literal["max_tokens", "max_completion_tokens"] | None = None
+    rules: str | list[RuleTable] | None = None
+    """Scripted: a JSON rules file (relative to the config file), or the rules inline."""
+    default: dict[str, Any] | None = None
+    """Scripted: the reply when no rule matches (default: echo the input)."""
+
+    _env = field_validator("api_key_env")(env_name)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "a literal API key is not allowed in the config file: put it in an environment "
+                "variable and name that variable with api_key_env"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _fits_provider(self) -> ModelTable:
+        allowed = _PROVIDER_ONLY[self.provider]
+        foreign = [
+            name for names in _PROVIDER_ONLY.values() for name in names
+            if name not in allowed and getattr(self, name) is not None
+        ]
+        if foreign:
+            raise ValueError(
+                f"{', '.join(sorted(set(foreign)))} does not apply to a {self.provider} model")
+        if self.provider != "scripted" and self.model is None:
+            raise ValueError(f"a {self.provider} model needs model (the provider's model name)")
+        return self
+
+
+class ProfileTable(_Table):
+    """``[profiles.<name>]``: an agent a conversation can be opened with by name."""
+
+    model: str | None = Field(default=None, min_length=1)
+    models: list[str] | None = Field(default=None, min_length=1)
+    """The model aliases in order: the first is asked first, the others are fallbacks."""
+    tools: list[str] = Field(default_factory=list)
+    system: str | None = None
+    approval_mode: Literal["never", "writes", "always"] = "never"
+    automatic_tools: Literal["read_only", "all"] = "read_only"
+
+    @model_validator(mode="after")
+    def _one_model_key(self) -> ProfileTable:
+        if (self.model is None) == (self.models is None):
+            raise ValueError("give model (one alias) or models (aliases in order), not both")
+        return self
+
+    @property
+    def aliases(self) -> list[str]:
+        return [self.model] if self.model is not None else list(self.models or ())
+
+
+class MCPTable(_Table):
+    """``[mcp.<name>]``: an MCP server, a subprocess (``command``) or an HTTP ``url``.
+
+    Values of ``env`` and ``headers`` may be written ``${NAME}``: read from the environment.
+    """
+
+    command: str | list[str] | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = Field(default=None, min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPTable:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs command (a subprocess) or url, not both")
+        if self.command is not None and (self.headers):
+            raise ValueError("headers are for a url server")
+        if self.url is not None and (self.args or self.env or self.cwd is not None):
+            raise ValueError("args, env and cwd are for a command server")
+        if self.command == [] or self.command == "":
+            raise ValueError("command is empty")
+        return self
+
+
+class ConfigFile(_Table):
+    """The whole file. ``tools`` sits at the top, before any table."""
+
+    runtime: RuntimeTable = Field(default_factory=RuntimeTable)
+    serve: ServeTable = Field(default_factory=ServeTable)
+    tools: list[str] = Field(default_factory=list)
+    """Python tools by import path, ``package.module:name``."""
+    models: dict[str, ModelTable] = Field(default_factory=dict)
+    profiles: dict[str, ProfileTable] = Field(default_factory=dict)
+    mcp: dict[str, MCPTable] = Field(default_factory=dict)
+
+
+__all__ = ("ConfigFile", "MCPTable", "ModelTable", "ProfileTable", "RuntimeTable", "ServeTable")

@@ -1,0 +1,11 @@
+-- Which models a run that exhausted them asked, and why each failed (B7): one JSON list per
+-- run that ended failed or needing attention after a model failure, written with its end
+-- (model, reason, kind, status, error_class, message, attempts). A table of its own, as for a
+-- run's usage. Additive and idempotent.
+
+CREATE TABLE IF NOT EXISTS run_failures (
+    conversation_id text NOT NULL,
+    run_id text NOT NULL REFERENCES runs (run_id),
+    models text NOT NULL,
+    PRIMARY KEY (conversation_id, run_id)
+);

@@ -1,0 +1,51 @@
+"""Small MCP servers written with the ``mcp`` SDK's server API, run by the tests, and the
+declarations that start them."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from tidings import MCPServer
+
+WEATHER = Path(__file__).with_name("weather.py")
+
+
+def weather_stdio(name: str = "weather", **options: Any) -> MCPServer:
+    """The weather server as a stdio subprocess of the runtime."""
+    return MCPServer(name, command=[sys.executable, str(WEATHER)], **options)
+
+
+@contextlib.contextmanager
+def weather_http(name: str = "weather", **options: Any) -> Iterator[MCPServer]:
+    """The weather server over streamable HTTP on a free loopback port, for the block."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, str(WEATHER), "--http", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until it accepts connections (a failed start fails the test)
+            if process.poll() is not None:
+                raise AssertionError(f"the HTTP weather server exited: {process.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("the HTTP weather server did not start within 30 s")
+            time.sleep(0.05)
+        yield MCPServer(name, url=f"http://127.0.0.1:{port}/mcp", **options)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+LONG = timedelta(hours=1)
+"""A reconnect backoff no test waits out: the server stays down for the rest of the test."""
