@@ -58,11 +58,11 @@ class Metrics:
         self._counters: dict[str, Counter] = {}
         self._histograms: dict[str, Histogram] = {}
         self._live: list[Callable[[], Iterable[Gauge]]] = []
+        self._gauges: dict[str, PromGauge] = {}
 
     def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
         """Gauges a component reads from its own state at every render (models cooling down)."""
         self._live.append(read)
-        self._gauges: dict[str, PromGauge] = {}
 
     def count(
         self, name: str, help: str, amount: float = 1, labels: Mapping[str, str] | None = None
