@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -93,14 +94,18 @@ class StreamModel:
     ) -> ModelReply:
         self.stamps = []
         text = ""
+        start = time.monotonic()
         for i in range(self.chunks):
+            # Piece i arrives ``i * delay_s`` after the first, as from a network: when the
+            # event loop comes back late, every piece that arrived meanwhile is handed over.
+            wait = start + i * self.delay_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
             piece = f"w{i} "
             if on_delta is not None:
                 self.stamps.append((len(text), time.time_ns()))
                 on_delta(piece)
             text += piece
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
         return ModelReply(text=text, model=self.name)
 
 
@@ -126,16 +131,20 @@ async def wait_http(base: str, seconds: float = 30.0) -> None:
 
 async def watch_main(base: str, conversation: str, count: int, after: int, out: str,
                      ready: str) -> int:
-    """``count`` SSE watchers of one conversation; each stamps the deltas it reads and stops at
-    the first committed assistant message. Writes ``[[offset, end, ns], ...]`` per watcher.
+    """``count`` SSE watchers of one conversation; each stamps what it reads and stops at the
+    first committed assistant message. Writes ``{"seen": [[[offset, end, ns], ...], ...],
+    "cpu_s": ...}``: the deltas each watcher read, and this process's CPU time while reading.
 
-    A plain HTTP/1.1 reader over asyncio streams (chunked framing undone, only the data lines
-    of deltas and commits parsed): on a 2-CPU machine a heavier client would measure itself."""
+    While the answer streams a watcher only reads and stamps (one ``read`` per arrival, the
+    bytes kept); the chunked framing and the events are decoded once the stream has ended. On a
+    2-CPU machine that shares its cores with the server, a client that parses as it reads
+    measures itself: 500 watchers parsing every delta cost more CPU than the server sending
+    them."""
     host, port = base.removeprefix("http://").split(":")
     path = f"/v1/conversations/{conversation}/events"
     request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
                f"Authorization: Bearer {TOKEN}\r\nLast-Event-ID: {after}\r\n\r\n").encode()
-    seen: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
+    reads: list[list[tuple[int, bytes]]] = [[] for _ in range(count)]
     connected = 0
     all_connected = asyncio.Event()
 
@@ -146,27 +155,24 @@ async def watch_main(base: str, conversation: str, count: int, after: int, out: 
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(head.decode(errors="replace").splitlines()[0])
+        mine = reads[i]
+        # The feed starts one row back: that row arriving means the server has read this
+        # watcher's backlog and serves it live (the answer starts only once every watcher is).
+        first = await reader.read(1 << 16)
+        mine.append((time.time_ns(), first))
         connected += 1
         if connected == count:
             all_connected.set()
-        buffer = b""
+        tail = first[-32:]
         try:
             while True:
-                size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
-                if size == 0:
+                data = await reader.read(1 << 16)
+                if not data:
                     return
-                buffer += (await reader.readexactly(size + 2))[:-2]
-                stamp = time.time_ns()
-                *events, buffer = buffer.split(b"\r\n\r\n")
-                for raw in events:
-                    if b"event: message_delta" in raw:
-                        data = json.loads(raw.split(b"data: ", 1)[1])["data"]
-                        start = int(data["offset"])
-                        seen[i].append((start, start + len(data["text"]), stamp))
-                    elif b"event: message_committed" in raw:
-                        message = json.loads(raw.split(b"data: ", 1)[1])["data"]["message"]
-                        if message["role"] == "assistant" and not message.get("tool_calls"):
-                            return
+                mine.append((time.time_ns(), data))
+                if b"message_committed" in tail + data and answered(mine):
+                    return
+                tail = data[-32:]
         finally:
             writer.close()
 
@@ -177,9 +183,65 @@ async def watch_main(base: str, conversation: str, count: int, after: int, out: 
         if t.done() and t.exception() is not None:
             raise t.exception()  # type: ignore[misc]
     write_file(ready, "ready")
+    cpu0 = time.process_time()
     await asyncio.gather(*tasks)
-    write_file(out, json.dumps(seen))
+    cpu_s = time.process_time() - cpu0
+    write_file(out, json.dumps({"seen": [deltas(r) for r in reads], "cpu_s": cpu_s}))
     return 0
+
+
+def sse_events(reads: list[tuple[int, bytes]]) -> list[tuple[bytes, int]]:
+    """The SSE events of a chunked response body read as ``reads`` (stamp, bytes), each with
+    the stamp of the read that completed it."""
+    raw = b"".join(data for _, data in reads)
+    ends: list[int] = []
+    total = 0
+    for _, data in reads:
+        total += len(data)
+        ends.append(total)
+    events: list[tuple[bytes, int]] = []
+    body = b""
+    pos = 0
+    while pos < len(raw):
+        eol = raw.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        size = int(raw[pos:eol], 16)
+        start = eol + 2
+        if size == 0 or start + size > len(raw):
+            break
+        body += raw[start:start + size]
+        pos = start + size + 2
+        *complete, body = body.split(b"\r\n\r\n")
+        if complete:
+            stamp = reads[bisect.bisect_left(ends, start + size)][0]
+            events.extend((event, stamp) for event in complete)
+    return events
+
+
+def answered(reads: list[tuple[int, bytes]]) -> bool:
+    """Whether the stream so far holds the committed assistant answer."""
+    for event, _ in sse_events(reads):
+        if b"event: message_committed" in event:
+            message = json.loads(event.split(b"data: ", 1)[1])["data"]["message"]
+            if message["role"] == "assistant" and not message.get("tool_calls"):
+                return True
+    return False
+
+
+def deltas(reads: list[tuple[int, bytes]]) -> list[tuple[int, int, int]]:
+    """``(offset, end, stamp)`` of each ``message_delta`` read, then ``(-1, -1, stamp)`` of
+    the committed answer (which holds the whole text)."""
+    out: list[tuple[int, int, int]] = []
+    for event, stamp in sse_events(reads):
+        if b"event: message_delta" in event:
+            data = json.loads(event.split(b"data: ", 1)[1])["data"]
+            start = int(data["offset"])
+            out.append((start, start + len(data["text"]), stamp))
+        elif b"event: message_committed" in event and b'"role":"assistant"' in event:
+            out.append((-1, -1, stamp))
+            break
+    return out
 
 
 def write_file(path: str, text: str) -> None:
@@ -195,7 +257,8 @@ async def serve_main(url: str, port: int) -> int:
     read, while the turns run in the first process."""
     async with Runtime.open(url, models=[StreamModel()]) as rt:
         app = create_app(rt, tokens={TOKEN: PRINCIPAL})
-        server = Server(app, port=port, log_level="warning")
+        server = Server(app, port=port, log_level="warning",
+                        freeze_heap=True)  # as `tidings serve` does
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
         await server.serve()
@@ -209,6 +272,7 @@ class Watchers:
 
     def __init__(self, base: str, conversation: str, count: int, after: int, folder: str) -> None:
         self.files: list[tuple[str, str]] = []
+        self.cpu_s = 0.0  # the client processes' CPU time while the answer streamed
         self.procs: list[subprocess.Popen[bytes]] = []
         per = [count // CLIENT_PROCESSES + (1 if i < count % CLIENT_PROCESSES else 0)
                for i in range(min(CLIENT_PROCESSES, count))]
@@ -237,10 +301,13 @@ class Watchers:
 
     def read(self) -> list[list[tuple[int, int, int]]]:
         seen: list[list[tuple[int, int, int]]] = []
+        self.cpu_s = 0.0
         for (out, _), p in zip(self.files, self.procs, strict=True):
             if p.returncode != 0:
                 raise RuntimeError(f"a watcher process exited with {p.returncode}")
-            seen.extend([tuple(x) for x in w] for w in json.loads(Path(out).read_text()))
+            report = json.loads(Path(out).read_text())
+            seen.extend([tuple(x) for x in w] for w in report["seen"])
+            self.cpu_s += float(report["cpu_s"])
         return seen
 
     async def results(self, seconds: float = 120.0) -> list[list[tuple[int, int, int]]]:
@@ -265,40 +332,65 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def latencies_ms(stamps: Sequence[tuple[int, int]],
-                 seen: list[list[tuple[int, int, int]]]) -> tuple[list[float], int]:
+                 seen: list[list[tuple[int, int, int]]]) -> tuple[list[float], int, int]:
     """Each emitted piece, for each watcher: when the delta holding it arrived, minus its
-    stamp. Also the number of (watcher, piece) pairs never seen."""
+    stamp -- or, for a piece whose delta the commit overtook (another process's NOTIFY of the
+    committed answer can arrive before the live one of its last piece), when the committed
+    answer holding it arrived. Also the number of (watcher, piece) pairs seen only in the
+    commit, and never seen."""
     out: list[float] = []
-    missing = 0
+    at_commit = missing = 0
     for deltas in seen:
-        deltas = sorted(deltas, key=lambda d: d[2])  # the first delta covering an offset wins
-        j = 0
+        committed = [d[2] for d in deltas if d[0] < 0]
+        deltas = sorted((d for d in deltas if d[0] >= 0), key=lambda d: d[2])
+        j = 0  # the first delta covering an offset wins
         for offset, stamp in sorted(stamps):
             while j < len(deltas) and deltas[j][1] <= offset:
                 j += 1
             if j < len(deltas) and deltas[j][0] <= offset < deltas[j][1]:
                 out.append((deltas[j][2] - stamp) / 1e6)
+            elif committed:
+                out.append((committed[0] - stamp) / 1e6)
+                at_commit += 1
             else:
                 missing += 1
-    return out, missing
+    return out, at_commit, missing
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """The CPU time (user + system) of a process: this one, or another one from /proc."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def stream_answers(rt: Runtime, model: StreamModel, base: str, count: int, answers: int,
-                         folder: str) -> dict[str, Any]:
+                         folder: str, peer: int | None) -> dict[str, Any]:
     samples: list[float] = []
     missing = 0
+    sends = at_commit = 0
+    cpu = {"turn_process_s": 0.0, "serving_process_s": 0.0, "watcher_processes_s": 0.0}
     for _ in range(answers):
         conv = (await rt.create_conversation(PRINCIPAL, Profile(model="bench"))).conversation_id
-        after = max((e.seq for e in await rt.events(conv, owner=PRINCIPAL)), default=0)
-        watchers = Watchers(base, conv, count, after, folder)
+        after = max(e.seq for e in await rt.events(conv, owner=PRINCIPAL))
+        watchers = Watchers(base, conv, count, after - 1, folder)
         try:
             await watchers.connected()
+            log(f"    {count} watcher(s) connected; streaming")
+            own0, peer0 = time.process_time(), cpu_seconds(peer)
             await rt.post(conv, "stream, please", owner=PRINCIPAL)
             seen = await watchers.results()
+            own, served = time.process_time() - own0, cpu_seconds(peer) - peer0
+            cpu["turn_process_s"] += own
+            cpu["serving_process_s"] += served if peer is not None else own
+            cpu["watcher_processes_s"] += watchers.cpu_s
         finally:
             watchers.kill()
         await rt.settle(conv)
-        lat, miss = latencies_ms(model.stamps, seen)
+        lat, overtaken, miss = latencies_ms(model.stamps, seen)
+        sends += sum(len(deltas) - 1 for deltas in seen)
+        at_commit += overtaken
         samples.extend(lat)
         missing += miss
     return {
@@ -307,9 +399,16 @@ async def stream_answers(rt: Runtime, model: StreamModel, base: str, count: int,
         "pieces_per_answer": model.chunks,
         "samples": len(samples),
         "missing": missing,
+        "seen_at_commit": at_commit,
         "p50_ms": statistics.median(samples) if samples else None,
         "p99_ms": percentile(samples, 0.99) if samples else None,
         "max_ms": max(samples) if samples else None,
+        # How many deltas a watcher read per answer (pieces that queued while it was busy
+        # come merged as one).
+        "deltas_per_watcher": round(sends / (count * answers), 1),
+        # Where the CPU went while the answers streamed (the serving process is the turn's
+        # own on SQLite, the peer on PostgreSQL).
+        "cpu": {key: round(value / answers, 3) for key, value in cpu.items()},
     }
 
 
@@ -342,7 +441,8 @@ async def one_backend(backend: str, args: argparse.Namespace, plan: Plan) -> dic
         model.chunks, model.delay_s = args.chunks, args.chunk_ms / 1000
         async with Runtime.open(url, models=[model]) as rt:
             app = create_app(rt, tokens={TOKEN: PRINCIPAL})
-            server = Server(app, port=free_port(), log_level="warning")
+            server = Server(app, port=free_port(), log_level="warning",
+                        freeze_heap=True)  # as `tidings serve` does
             serving = asyncio.create_task(server.serve())
             peer: subprocess.Popen[bytes] | None = None
             try:
@@ -361,7 +461,8 @@ async def one_backend(backend: str, args: argparse.Namespace, plan: Plan) -> dic
                     for count in (1, args.watchers):
                         log(f"  {backend}: {count} watcher(s), {plan.answers} answers")
                         figures[f"watchers_{count}"] = await stream_answers(
-                            rt, model, base, count, plan.answers, folder)
+                            rt, model, base, count, plan.answers, folder,
+                            None if peer is None else peer.pid)
                 log(f"  {backend}: turn overhead, streaming on and off")
                 figures["overhead"] = await turn_overhead(rt, model, plan.overhead_turns)
             finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidings.feed.channel import coalesced
 from tidings.feed.drafts import DraftKey, delta_event, discarded_event
 from tidings.feed.watch import QUEUE_LIMIT, Watch
 from tidings.types import ConversationId, Event, FeedEvent, RunId
@@ -45,9 +46,6 @@ class Host:
 
     def now_us(self) -> int:
         return 0
-
-    def journal_head(self, conversation_id: str) -> int:
-        return 0  # no hints here: only what the reads return
 
     async def read(self, after: int) -> list[Event]:
         self.reads.append(after)
@@ -135,3 +133,43 @@ async def test_b1_a_deleted_conversation_ends_the_watch_after_what_came_before()
     closed = host.watch()
     closed.close()
     assert [e async for e in closed] == []
+
+
+async def test_b1_a_live_event_waits_only_for_rows_committed_before_it() -> None:
+    host = Host([event(1), event(2)])
+    watch = host.watch()
+    assert [e.seq for e in await take(watch, 2)] == [1, 2]
+    # Handed out when the channel had given out row 2: it passes with no read of its own, even
+    # though row 3 committed since (row 3 reaches the watch behind it, from the channel).
+    host.journal.append(event(3))
+    watch.push(delta(0, "Once"), 2)
+    watch.push(FeedEvent.of(event(3)))
+    assert shown(await take(watch, 2)) == [(None, "message_delta", 0, "Once"),
+                                           (3, "noted", None, None)]
+    assert host.reads == [0]
+    # Handed out after rows 4 and 5, which this watch never got (it joined late): they are
+    # read and served first, then the delta -- once.
+    host.journal += [event(4), event(5)]
+    watch.push(delta(4, " upon"), 5)
+    assert shown(await take(watch, 3)) == [(4, "noted", None, None), (5, "noted", None, None),
+                                           (None, "message_delta", 4, " upon")]
+    assert host.reads == [0, 3]
+
+
+def test_b1_adjacent_pieces_of_one_answer_go_out_as_one_delta() -> None:
+    other = ("run_1", 2)
+    events = [delta(0, "On"), delta(2, "ce "), delta(5, "upon"),  # one run: joined
+              delta(0, "x", key=other),  # another step: apart
+              delta(9, "a"),  # not adjacent to "upon" (a gap): apart
+              delta(10, " time"),
+              discarded_event(CONV, KEY, "model_retryable", 0),  # order kept around it
+              delta(0, "Again")]
+    assert shown(coalesced(events)) == [
+        (None, "message_delta", 0, "Once upon"),
+        (None, "message_delta", 0, "x"),
+        (None, "message_delta", 9, "a time"),
+        (None, "message_discarded", None, None),
+        (None, "message_delta", 0, "Again"),
+    ]
+    single = [delta(0, "alone")]
+    assert coalesced(single) == single

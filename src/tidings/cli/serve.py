@@ -181,7 +181,7 @@ def serve(
                     return False
                 # log_config=None: uvicorn's own loggers go through the root handler above.
                 server = Server(create_app(runtime, tokens=by_token, operator_tokens=operators),
-                                host=host, port=port, log_config=None)
+                                host=host, port=port, log_config=None, freeze_heap=True)
 
                 async def serve_http() -> None:
                     try:

@@ -10,6 +10,13 @@ process's own commit, heard again from the database) reads nothing.
 Live events keep the order of cause and effect: one that comes while the reader is behind a
 hint (the commit that started the run whose answer this is) waits until that read is handed
 out, so no watcher sees an answer begin before the turn that writes it.
+
+Live events are handed out in rounds: the pieces of one answer that came since the last round
+go out as one delta, the same object for every watcher -- one push per watcher and one
+encoding for all of them, however fast the model writes. A round follows the last one by at
+least a frame that grows with the number of watchers (:data:`FRAME_PER_WATCHER_S`, at most
+:data:`MAX_FRAME_S`): one watcher is handed each piece at once, 500 get 50 rounds a second,
+so fanning out never takes the whole event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Callable
 from tidings.conversations import MAX_PAGE, read_events
 from tidings.errors import StoreError
 from tidings.feed.drafts import (
+    MESSAGE_DELTA,
     DraftKey,
     RemoteDrafts,
     committed_step,
@@ -40,6 +48,12 @@ log = logging.getLogger("tidings.feed")
 _REMEMBERED = 64
 _HELD = 1_024
 """Live events held behind a read at most (then they pass: they are hints)."""
+
+FRAME_PER_WATCHER_S = 0.000_04
+"""How much a watcher adds to the least time between two rounds of live events."""
+
+MAX_FRAME_S = 0.02
+"""The most time between two rounds of live events (50 a second)."""
 
 
 class Channel:
@@ -59,6 +73,9 @@ class Channel:
         self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
         self._reader: asyncio.Task[None] | None = None
         self._held: list[FeedEvent] = []
+        self._pending: list[FeedEvent] = []  # live events for the next turn of the loop
+        self._flush: asyncio.Handle | None = None
+        self._round_at = 0.0  # the loop's time of the last round of live events
         self.asked_at_us = 0
         """When this process last asked the conversation's writers for their drafts."""
 
@@ -68,6 +85,9 @@ class Channel:
 
     def cancel(self) -> None:
         """Stop the reader (the last watcher left)."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
         if self._reader is not None:
             self._reader.cancel()
 
@@ -79,11 +99,6 @@ class Channel:
             self._reader = None
 
     # -- hints and the reader -----------------------------------------------------------------
-
-    @property
-    def head(self) -> int:
-        """The last journal sequence known to be committed: handed out, or hinted."""
-        return max(self.last or 0, self._hinted)
 
     def hint(self, seq: int) -> None:
         """The journal reached ``seq``: read on if that is past what was handed out."""
@@ -132,6 +147,7 @@ class Channel:
     def journal(self, event: FeedEvent) -> None:
         """Hand one journal event to every watcher; keep the drafts in step with it."""
         assert event.seq is not None
+        self._hand_out_live()  # what came before it goes first
         self.last = event.seq
         if (key := committed_step(event)) is not None:
             self.remote.drop(key)
@@ -150,8 +166,9 @@ class Channel:
             self._done.popitem(last=False)
 
     def broadcast(self, event: FeedEvent) -> None:
+        after = self.last or 0
         for watch in tuple(self.watches):
-            watch.push(event)
+            watch.push(event, after)
 
     def live(self, event: FeedEvent) -> None:
         """Hand a live event to every watcher, after the journal rows hinted before it."""
@@ -159,11 +176,31 @@ class Channel:
             self._held.append(event)
         else:
             self._release()
-            self.broadcast(event)
+            self._later(event)
 
     def _release(self) -> None:
         held, self._held = self._held, []
         for event in held:
+            self._later(event)
+
+    def _later(self, event: FeedEvent) -> None:
+        self._pending.append(event)
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            frame = min(MAX_FRAME_S, FRAME_PER_WATCHER_S * len(self.watches))
+            wait = self._round_at + frame - loop.time()
+            self._flush = (loop.call_later(wait, self._hand_out_live) if wait > 0
+                           else loop.call_soon(self._hand_out_live))
+
+    def _hand_out_live(self) -> None:
+        """Hand out the live events pending, the adjacent pieces of one answer as one."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        pending, self._pending = self._pending, []
+        if pending:
+            self._round_at = asyncio.get_running_loop().time()
+        for event in coalesced(pending):
             self.broadcast(event)
 
     # -- drafts written elsewhere -------------------------------------------------------------
@@ -184,4 +221,37 @@ class Channel:
             self.live(discarded_event(self.conversation_id, key, reason, self.now_us()))
 
 
-__all__ = ("Channel",)
+def coalesced(events: list[FeedEvent]) -> list[FeedEvent]:
+    """``events`` with each run of adjacent pieces of one step's answer joined into one."""
+    if len(events) < 2:
+        return events
+    out: list[FeedEvent] = []
+    pieces: list[str] = []  # the text of out[-1], when it is a delta still growing
+    end = -1
+    for event in events:
+        last = out[-1] if out else None
+        if (event.type == MESSAGE_DELTA and last is not None and last.type == MESSAGE_DELTA
+                and last.data["run_id"] == event.data["run_id"]
+                and last.data["step"] == event.data["step"]
+                and int(event.data["offset"]) == end):
+            text = str(event.data["text"])
+            pieces.append(text)
+            end += len(text)
+            continue
+        if pieces and len(pieces) > 1:
+            out[-1] = _joined(out[-1], pieces)
+        out.append(event)
+        pieces = [str(event.data["text"])] if event.type == MESSAGE_DELTA else []
+        end = int(event.data["offset"]) + len(pieces[0]) if pieces else -1
+    if len(pieces) > 1:
+        out[-1] = _joined(out[-1], pieces)
+    return out
+
+
+def _joined(first: FeedEvent, pieces: list[str]) -> FeedEvent:
+    key = (str(first.data["run_id"]), int(first.data["step"]))
+    return delta_event(first.conversation_id, key, int(first.data["offset"]), "".join(pieces),
+                       first.at_us)
+
+
+__all__ = ("FRAME_PER_WATCHER_S", "MAX_FRAME_S", "Channel", "coalesced")

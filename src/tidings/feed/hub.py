@@ -128,11 +128,6 @@ class FeedHub:
         channel = self._channels.get(conversation_id)
         return local + (channel.remote.snapshot() if channel is not None else [])
 
-    def journal_head(self, conversation_id: str) -> int:
-        """How far this process knows the conversation's journal to have come (its hints)."""
-        channel = self._channels.get(conversation_id)
-        return 0 if channel is None else channel.head
-
     # -- watchers -----------------------------------------------------------------------------
 
     def watch(self, conversation_id: str, *, after_seq: int, read: ReadPage) -> Watch:

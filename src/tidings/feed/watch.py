@@ -62,8 +62,6 @@ class WatchHost(Protocol):
 
     def drafts_of(self, conversation_id: str) -> list[tuple[DraftKey, str]]: ...
 
-    def journal_head(self, conversation_id: str) -> int: ...
-
     def now_us(self) -> int: ...
 
 
@@ -92,7 +90,7 @@ class Watch:
         self._have: dict[DraftKey, int] = {}
         self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
         self._ready: deque[FeedEvent] = deque()
-        self._queued: deque[FeedEvent] = deque()
+        self._queued: deque[tuple[FeedEvent, int]] = deque()  # (event, journal rows before it)
         self._wake: asyncio.Event = asyncio.Event()
         self._ended = asyncio.Event()
         self._attached = False
@@ -137,12 +135,14 @@ class Watch:
         # All of the queue at once, so that the pieces of one answer that queued while the
         # consumer was busy are served as one delta (see _delta).
         while self._queued and not self._catching_up:
-            self._take(self._queued.popleft())
+            self._take(*self._queued.popleft())
 
     # -- from the hub -------------------------------------------------------------------------
 
-    def push(self, event: FeedEvent) -> None:
-        """Queue a live or journal event for this watch (called on the hub's loop)."""
+    def push(self, event: FeedEvent, after: int = 0) -> None:
+        """Queue a live or journal event for this watch (called on the hub's loop). A live
+        event's ``after`` is the last journal sequence its channel had handed out when it
+        came: the rows that happened before it."""
         if self._closed:
             return
         if len(self._queued) >= QUEUE_LIMIT:
@@ -151,7 +151,7 @@ class Watch:
             self._queued.clear()
             self._catching_up = True
         else:
-            self._queued.append(event)
+            self._queued.append((event, after))
         self._wake.set()
 
     def close(self) -> None:
@@ -202,16 +202,17 @@ class Watch:
 
     # -- what is served -----------------------------------------------------------------------
 
-    def _take(self, event: FeedEvent) -> None:
+    def _take(self, event: FeedEvent, after: int) -> None:
         if event.seq is not None:
             self._journal(event)
-        elif (event is not self._deferred
-              and self._host.journal_head(self.conversation_id) > self.last):
-            # Rows committed before this live event have not been served here yet (the
-            # channel's reader started past this watch's position, or has not read them):
-            # serve them first, then the event -- once; it passes after one catch-up.
+        elif event is not self._deferred and after > self.last:
+            # Rows committed before this live event have not been served here (the channel
+            # handed them out before this watch joined, and its own read of the journal
+            # stopped short of them): serve them first, then the event -- once; it passes
+            # after one catch-up. Rows committed *after* the event do not hold it back: they
+            # reach this watch behind it, from the channel, with no read of its own.
             self._deferred = event
-            self._queued.appendleft(event)
+            self._queued.appendleft((event, after))
             self._catching_up = True
         elif event.type == MESSAGE_DELTA:
             self._delta(event)

@@ -18,6 +18,7 @@ down (a feed never ends by itself), and :func:`serve` runs one until it is stopp
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Collection, Mapping
 from datetime import timedelta
@@ -264,15 +265,25 @@ class Server(uvicorn.Server):
     """uvicorn's server for a :func:`create_app` app; its open feeds end when it shuts down."""
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", port: int = 8080,
-                 **options: Any) -> None:
+                 freeze_heap: bool = False, **options: Any) -> None:
+        """``freeze_heap``: once listening, move every object alive to the garbage
+        collector's permanent generation (:func:`gc.freeze`), for a process that is the
+        server and nothing else (``tidings serve``). Its long-lived objects -- modules, the
+        app, the runtime -- are then no longer scanned by each full collection: with 500 open
+        feeds, one such collection held the event loop for about 200 ms, and every streamed
+        answer waited."""
         options.setdefault("ws", "none")
         options.setdefault("timeout_graceful_shutdown", 10)
         super().__init__(uvicorn.Config(app, host=host, port=port, **options))
         self.feeds = feeds_of(app)
+        self.freeze_heap = freeze_heap
 
     async def startup(self, sockets: Any = None) -> None:
         self.feeds.open()
         await super().startup(sockets=sockets)
+        if self.freeze_heap:
+            gc.collect()
+            gc.freeze()
 
     async def shutdown(self, sockets: Any = None) -> None:
         self.feeds.close()
