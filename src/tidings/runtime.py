@@ -92,9 +92,8 @@ class Runtime(BackgroundViews):
         self.profiles = dict(profiles or {})  # named profiles (a config file's), by name
         self.clock: Clock = clock or SystemClock()
         self.config = config = config or RuntimeConfig()
-        self.models: dict[str, Model] = (
-            dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
-        )
+        self.models: dict[str, Model] = (dict(models) if isinstance(models, Mapping)
+                                         else {m.name: m for m in models})
         self.tools = ToolRegistry(tools)
         self.metrics = Metrics()
         self.tracing = Tracing(config.tracer_provider)
@@ -149,7 +148,8 @@ class Runtime(BackgroundViews):
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
         )
-        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics)
+        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics,
+                              self.conversations)  # a server's death is told in the feeds
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-answers", first=self.answers.close),  # after the turns' ends

@@ -1,6 +1,6 @@
 """A3: ``tidings demo`` runs the whole mission offline -- a background task's notification, a
-crash and an authorized restart mid-task (T1-T9, L2, S9) -- and its summary, read from the
-database, holds."""
+crash and an authorized restart mid-task (T1-T9, L2, S9), a tool of an MCP server over stdio
+(B4) -- and its summary, read from the database, holds."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ CHECKS = (
     "transcript pairing intact",
     "both children's replies relayed once and answered in one supplementary turn",
     "an answer streamed to a watcher, then committed whole",
+    "a tool of an MCP server called over stdio, its result answered",
     "a repeated idempotency key publishes nothing new",
     "a stale lease's ack is refused and changes nothing",
     "a spent attempt budget ends in a visible dead letter",
@@ -63,6 +64,11 @@ def test_a3_demo_runs_the_mission_offline_and_every_check_passes(tmp_path: Path)
                      r"interrupted: bg-\w+ (killed|lost)", out)
     assert re.search(r"operation op_\w+: accepted → completed", out)
     assert out.count("The runtime restarted as you asked") == 1
+    # d) a tool of the MCP server the package ships, run by the runtime over stdio
+    assert re.search(r"started MCP server 'demo' \(process \d+, over stdio\): demo\.changelog",
+                     out)
+    assert 'calls demo.changelog(version="2.0")' in out
+    assert re.search(r"MCP server process \d+ ended with it", out)
 
 
 def test_l2_demo_on_either_backend_leaves_a_database_the_cli_can_inspect(

@@ -227,3 +227,16 @@ def test_b11_a_committed_answer_replaces_the_draft_of_its_own_step() -> None:
     v.event(status("run_1", "completed"))
     assert out.getvalue().splitlines() == ["agent> First step", "agent> Second step"]
     assert v.drafts == {}
+
+
+def test_b4_the_chat_says_when_an_mcp_server_dies_and_when_it_is_back() -> None:
+    v, out = view()
+    v.event(FeedItem(5, "mcp_server_status", None, {
+        "server": "weather", "status": "disconnected",
+        "reason": "the server closed the connection"}))
+    v.event(FeedItem(6, "mcp_server_status", None, {
+        "server": "weather", "status": "connected", "connections": 2}))
+    assert out.getvalue().splitlines() == [
+        "[runtime] MCP server weather died: the server closed the connection; connecting again",
+        "[runtime] MCP server weather is back",
+    ]

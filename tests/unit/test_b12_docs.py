@@ -35,7 +35,7 @@ def test_b12_docs_link_only_to_what_the_repository_has(doc: Path) -> None:
         assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
 
 
-@pytest.mark.parametrize("topic", ["tools.md", "mcp.md", "config.md"])
+@pytest.mark.parametrize("topic", ["tools.md", "mcp.md", "config.md", "embedding.md", "models.md"])
 def test_b12_each_worked_example_is_run_by_a_test(topic: str) -> None:
     tests = "\n".join(p.read_text("utf-8") for p in (ROOT / "tests").rglob("test_*.py"))
     assert (ROOT / "docs" / topic).exists()

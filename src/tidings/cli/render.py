@@ -320,6 +320,14 @@ class View:
         elif item.type == "chat.resumed":
             self.screen.line(f"[bold yellow]\\[chat][/] the feed is back, after event "
                              f"{d.get('after')}")
+        elif item.type == "mcp_server_status":
+            server = escape(str(d.get("server", "?")))
+            if d.get("status") == "connected":
+                self.screen.line(f"[bold magenta]\\[runtime][/] MCP server {server} is back")
+            else:
+                self.screen.line(f"[bold magenta]\\[runtime][/] MCP server {server} died: "
+                                 f"{escape(str(d.get('reason') or 'disconnected'))}; "
+                                 "connecting again")
         elif item.type in ("restart_accepted", "restart_completed"):
             what = "accepted" if item.type == "restart_accepted" else "completed"
             self.screen.line(f"[bold magenta]\\[runtime][/] restart {what} "

@@ -12,7 +12,9 @@
 5. An authorized restart mid-task (L2): a child process commits a ``restart`` operation
    ("accepted, not completed") and exits; the next instance completes it, and one
    ``restart_completed`` turn answers, with the interrupted task reported honestly.
-6. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
+6. A tool of an MCP server: the runtime starts the demo's server (shipped in the package)
+   over stdio, and the model calls its tool; the server's process ends with the runtime.
+7. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
 
 It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
 """
@@ -30,6 +32,9 @@ from rich.console import Console
 from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
+from tidings.demo.mcp_tool import ANSWER as MCP_ANSWER
+from tidings.demo.mcp_tool import TOOL as MCP_TOOL
+from tidings.demo.mcp_tool import mcp_phase
 from tidings.demo.outbox_tour import outbox_tour
 from tidings.demo.restart import restart_child, run_child
 from tidings.demo.script import (
@@ -212,7 +217,10 @@ async def run_demo(url: str, console: Console) -> bool:
         console.print(f"  [dim]operation {operation_id}: accepted → {operation.state.value} "
                       f"by instance {rt.instance_id}[/]", highlight=False)
 
-    console.rule("[bold]6. Underneath: the signal outbox")
+    console.rule("[bold]6. A tool of an MCP server, over stdio")
+    mcp = await mcp_phase(url, config=config, master_key=key, timeline=timeline, now=_now)
+
+    console.rule("[bold]7. Underneath: the signal outbox")
     results = await outbox_tour(url, console)
 
     console.rule("[bold]Checks, made by reading the database")
@@ -237,6 +245,7 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.pairing_intact(view),
         checks.delegated_once_in_one_turn(lead_view, requests, lead_inputs),
         checks.streamed(watched, STARTED),
+        checks.mcp_tool_answered(mcp.view, MCP_TOOL, MCP_ANSWER, server_ended=mcp.server_ended),
         *results,
     ]
     for line in checks.render(results):

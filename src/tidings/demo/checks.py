@@ -254,6 +254,25 @@ def streamed(events: Sequence[FeedEvent], text: str) -> Check:
                  else f"{len(pieces)} pieces built {built!r}; committed at {commit}")
 
 
+def mcp_tool_answered(view: Snapshot, tool: str, answer: str, *, server_ended: bool) -> Check:
+    """The model called a tool of an MCP server the runtime ran over stdio; the server's result
+    reached the transcript after the call, the answer followed it, and the server's process
+    ended with the runtime."""
+    calls = [(m.seq, c) for m in view.messages if m.role == "assistant"
+             for c in m.tool_calls if c["name"] == tool]
+    results = [m for m in view.messages if m.role == "tool" and m.tool_name == tool]
+    replies = [m.seq for m in view.messages if m.role == "assistant" and m.content == answer]
+    ok = (len(calls) == 1 and len(results) == 1 and len(replies) == 1
+          and results[0].tool_call_id == calls[0][1]["call_id"]
+          and not results[0].meta.get("is_error") and bool(results[0].meta.get("mcp_server"))
+          and calls[0][0] < results[0].seq < replies[0] and server_ended)
+    result = results[0].content if results else None
+    return Check("a tool of an MCP server called over stdio, its result answered", ok,
+                 f"{tool} answered {result!r}; the server's process ended with the runtime"
+                 if ok else f"{len(calls)} call(s), results {result!r}, {len(replies)} "
+                 f"answer(s), server ended: {server_ended}")
+
+
 def render(checks: Iterable[Check]) -> list[str]:
     """Rich markup lines: ✓ or ✗, the check, and why."""
     return [

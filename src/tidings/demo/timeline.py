@@ -153,7 +153,7 @@ class Timeline:
                 args = dict(call.get("arguments", {}))
                 command = _command(str(args.pop("command", "")))
                 flags = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items())
-                calls.append(f"{call['name']}({flags}): {command}")
+                calls.append(f"{call['name']}({flags})" + (f": {command}" if command else ""))
             return "model", "calls " + escape(_short("; ".join(calls)))
         if m.role == "assistant":
             return "model", escape(f"“{_short(m.content)}”")

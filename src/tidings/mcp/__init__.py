@@ -3,7 +3,8 @@
 Declare servers with :class:`MCPServer` (a command started as a stdio subprocess, or a
 streamable HTTP URL) and pass them to the runtime (``Runtime.open(..., mcp_servers=[...])``
 or ``RuntimeConfig(mcp_servers=...)``). Each server's tools are registered as
-``<server>.<tool>`` once it is connected, so a profile names them like any other tool.
+``<server>.<tool>`` once it is connected, so a profile names them like any other tool. A server
+that dies is reported in the feed of the conversations concerned (:mod:`tidings.mcp.reports`).
 
 The SDK is imported only when a runtime declares a server: importing tidings stays quick.
 """
@@ -14,6 +15,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tidings.conversations import Conversations
 from tidings.errors import InvalidInputError
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
@@ -28,7 +30,7 @@ class MCPServers:
     """Every declared server's connection; each is a component of the runtime's lifetime."""
 
     def __init__(self, servers: Iterable[MCPServer], registry: ToolRegistry,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, conversations: Conversations | None = None) -> None:
         self.connections: dict[str, MCPConnection] = {}
         servers = tuple(servers)
         if not servers:
@@ -38,7 +40,8 @@ class MCPServers:
         for server in servers:
             if server.name in self.connections:
                 raise InvalidInputError(f"two MCP servers are named {server.name!r}")
-            self.connections[server.name] = MCPConnection(server, registry, metrics)
+            self.connections[server.name] = MCPConnection(server, registry, metrics,
+                                                          conversations=conversations)
 
     def __getitem__(self, name: str) -> MCPConnection:
         return self.connections[name]

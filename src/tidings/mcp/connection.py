@@ -1,12 +1,15 @@
-"""One MCP server's connection: a long-lived component of the runtime (see :mod:`tidings.lifetime`).
+"""One MCP server's connection: a long-lived component of the runtime, a
+:class:`~tidings.lifetime.Loop` whose work is the connection.
 
-``run()`` connects (starting the subprocess, or opening the HTTP session), lists the server's
+Its work connects (starting the subprocess, or opening the HTTP session), lists the server's
 tools and registers each as ``<server>.<tool>``, then holds the connection until it breaks --
 the subprocess exits, the transport closes, a call finds it broken. A broken connection is
-logged, counted and tried again after a capped, jittered backoff, for as long as the runtime
-runs; it is never dropped silently. Meanwhile its tools answer a typed ``mcp_unavailable``
-error, and a call in flight when the connection breaks answers that error too: never a hang,
-never a success. ``shutdown()`` closes the session and ends the subprocess.
+logged, counted, reported in the feed of the conversations concerned (see
+:mod:`tidings.mcp.reports`) and tried again after a capped, jittered backoff, for as long as
+the runtime runs; it is never dropped silently. Meanwhile its tools answer a typed
+``mcp_unavailable`` error, and a call in flight when the connection breaks answers that error
+too: never a hang, never a success. ``shutdown()`` closes the session and ends the subprocess
+(a shutdown is not reported as a death).
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED
 from mcp_types import Tool as MCPTool
 
+from tidings.conversations import Conversations
+from tidings.lifetime import Loop
 from tidings.mcp import results
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
+from tidings.mcp.reports import StatusReports
 from tidings.metrics import Metrics
 from tidings.policy import backoff
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
@@ -39,29 +45,28 @@ log = logging.getLogger("tidings.mcp")
 _LIST_PAGES = 100  # a server whose listing never ends cannot hold the start forever
 
 
-class MCPConnection:
-    """The connection to one declared server, and the tools it registered."""
+class MCPConnection(Loop):
+    """The connection to one declared server, and the tools it registered.
+
+    ``conversations``: where the feed reports of its deaths and returns are written (none: not
+    written, as for a connection made outside a runtime)."""
 
     def __init__(self, server: MCPServer, registry: ToolRegistry, metrics: Metrics,
-                 *, rng: random.Random | None = None) -> None:
+                 *, rng: random.Random | None = None,
+                 conversations: Conversations | None = None) -> None:
+        super().__init__(f"tidings-mcp-{server.name}")
         self.server = server
         self._registry = registry
         self._metrics = metrics
         self._rng = rng or random.Random()
+        self._reports = StatusReports(server.name, conversations)
         self._client: Client | None = None
         self._lost = asyncio.Event()
         self._reason = "not connected yet"
         self._tried = asyncio.Event()
-        self._task: asyncio.Task[object] | None = None
-        self._stopping = False
-        self._ended = asyncio.Event()
         self.connections = 0
         """How many times this connection was made (1 after the first, +1 each reconnect)."""
         self._set_up(False)
-
-    @property
-    def name(self) -> str:
-        return f"tidings-mcp-{self.server.name}"
 
     @property
     def up(self) -> bool:
@@ -71,29 +76,9 @@ class MCPConnection:
         """Return once the first connection attempt ended, connected or not."""
         await self._tried.wait()
 
-    # -- the component ------------------------------------------------------------------------
+    # -- the component's work -----------------------------------------------------------------
 
-    async def run(self) -> None:
-        if self._stopping:
-            return
-        self._task = asyncio.current_task()
-        try:
-            await self._serve()
-        except asyncio.CancelledError:
-            if not self._stopping:
-                raise
-        finally:
-            self._ended.set()
-
-    async def shutdown(self) -> None:
-        if self._stopping:
-            return
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await self._ended.wait()
-
-    async def _serve(self) -> None:
+    async def serve(self) -> None:
         failures = 0
         while True:
             lost = self._lost = asyncio.Event()
@@ -112,6 +97,7 @@ class MCPConnection:
                     log.info("MCP server %s connected (%s): %d tools", self.server.name,
                              self.server.transport, len(tools))
                     self._tried.set()
+                    await self._reports.connected(self.connections)
                     await lost.wait()
             except Exception as exc:  # any failure of a connection is retried
                 if not lost.is_set():
@@ -122,14 +108,15 @@ class MCPConnection:
                 self._set_up(False)
             self._tried.set()
             failures += 1
-            if was_up:
-                self._metrics.count(DISCONNECTS, "MCP server connections that broke, by server.",
-                                    labels={"server": self.server.name})
             delay = backoff(failures, self._rng, base=self.server.reconnect_base,
                             cap=self.server.reconnect_cap)
             log.warning("MCP server %s %s: %s; connecting again in %.2f s", self.server.name,
                         "disconnected" if was_up else "could not be connected", self._reason,
                         delay.total_seconds())
+            if was_up:
+                self._metrics.count(DISCONNECTS, "MCP server connections that broke, by server.",
+                                    labels={"server": self.server.name})
+                await self._reports.disconnected(self._reason)
             await asyncio.sleep(delay.total_seconds())
 
     @contextlib.asynccontextmanager
@@ -167,8 +154,19 @@ class MCPConnection:
                 log.warning("MCP server %s: tool %r is not offered: %s", self.server.name,
                             tool.name, exc)
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
-        """Call ``tool`` on the server; a broken or absent connection is a typed error."""
+    async def call(self, tool: str, arguments: Mapping[str, Any], *,
+                   conversation_id: str | None = None) -> ToolOutput:
+        """Call ``tool`` on the server; a broken or absent connection is a typed error.
+
+        ``conversation_id``: the conversation calling, one concerned by what becomes of the
+        server from now on (its feed is told when the server dies, or is back)."""
+        output = await self._call(tool, arguments)
+        if conversation_id is not None:
+            self._reports.called(conversation_id,
+                                 failed=output.meta.get("error") == results.UNAVAILABLE)
+        return output
+
+    async def _call(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
         client, lost, name = self._client, self._lost, self.server.name
         if client is None:
             return results.failure(results.UNAVAILABLE, name, tool, self._reason)
@@ -209,7 +207,7 @@ class MCPConnection:
 
 def _handler(connection: MCPConnection, tool: str) -> Any:
     async def handle(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
-        return await connection.call(tool, arguments)
+        return await connection.call(tool, arguments, conversation_id=context.conversation_id)
     return handle
 
 

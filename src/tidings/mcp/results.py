@@ -24,14 +24,8 @@ from mcp_types import (
     TextResourceContents,
 )
 
+from tidings.mcp.reports import PROTOCOL, TIMEOUT, UNAVAILABLE
 from tidings.tools.registry import ToolOutput
-
-UNAVAILABLE = "mcp_unavailable"
-"""The server is not connected, or its connection broke while the call was made."""
-TIMEOUT = "mcp_timeout"
-"""The call did not answer within the server's call timeout."""
-PROTOCOL = "mcp_error"
-"""The server refused the call (an MCP protocol error: an unknown tool, bad arguments)."""
 
 
 def tool_output(server: str, tool: str, result: CallToolResult) -> ToolOutput:
@@ -51,7 +45,8 @@ def failure(kind: str, server: str, tool: str, reason: str, **extra: Any) -> Too
     body: dict[str, Any] = {"error": kind, "server": server, "tool": tool, "reason": reason}
     body.update(extra)
     return ToolOutput(json.dumps(body, ensure_ascii=False), is_error=True,
-                      meta={"mcp_server": server, "mcp_tool": tool, "error": kind})
+                      meta={"mcp_server": server, "mcp_tool": tool, "error": kind,
+                            "reason": reason})
 
 
 def _describe(block: object) -> str:

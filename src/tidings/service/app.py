@@ -230,6 +230,20 @@ def create_app(
     opens); ``operator_tokens`` may read the views across every conversation and the metrics.
     Every route but ``/health`` and ``/openapi.json`` needs a token.
     """
+    return build_app(runtime, tokens=tokens, operator_tokens=operator_tokens,
+                     max_body_bytes=max_body_bytes, feed_ping=feed_ping)
+
+
+def build_app(
+    runtime: Runtime | None,
+    *,
+    tokens: Mapping[str, str],
+    operator_tokens: Collection[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    feed_ping: timedelta = timedelta(seconds=15),
+) -> FastAPI:
+    """:func:`create_app`, its runtime possibly not there yet (``app.state.runtime`` is None
+    until it is set): meanwhile every route answers 503 ``instance_not_running``."""
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
     app = TidingsAPI(

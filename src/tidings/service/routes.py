@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request, Response, status
 from sse_starlette import EventSourceResponse
 
-from tidings.errors import UnknownRunError
+from tidings.errors import InstanceNotRunningError, UnknownRunError
 from tidings.policy import MAX_INT64
 from tidings.runtime import Runtime
 from tidings.service import sse
@@ -79,6 +80,9 @@ from tidings.types import Origin
 
 def _runtime(request: Request) -> Runtime:
     runtime = request.app.state.runtime
+    if runtime is None:  # an embedded app whose lifespan has not started, or has ended
+        raise InstanceNotRunningError("the runtime is not running: the app has not started "
+                                      "or has shut down")
     assert isinstance(runtime, Runtime)
     return runtime
 
@@ -449,10 +453,12 @@ async def events(
     start = _resume_point(last_event_id, after)
     # Check before answering: a foreign or unknown id gets its 404, not a stream.
     await runtime.conversation(conversation_id, owner=owner)
+    shutdown = anyio.Event()
     return EventSourceResponse(
-        sse.feed(runtime, feeds, conversation_id, owner=owner, after=start),
+        sse.feed(runtime, feeds, conversation_id, owner=owner, after=start, shutdown=shutdown),
         ping=feeds.ping_s,
         send_timeout=30.0,
+        shutdown_event=shutdown,
         shutdown_grace_period=sse.SHUTDOWN_GRACE_S,  # the feed ends itself: a whole response
     )
 

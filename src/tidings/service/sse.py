@@ -10,7 +10,8 @@ conversation, so "after the last id I saw" is the whole contract, across reconne
 server restarts alike -- then the answer in progress from where it is now, then the rest.
 
 Keep-alive pings and disconnect detection are sse-starlette's. When the server shuts down,
-open feeds end at once (:meth:`Feeds.close`) so a graceful shutdown does not wait on them; the
+open feeds end at once (:meth:`Feeds.close`, or sse-starlette's word that uvicorn is stopping,
+for an app mounted in another) so a graceful shutdown does not wait on them; the
 client reconnects to the next server with its last id. A feed ends by returning, so its
 response is completed (the last chunk is sent): sse-starlette, which also watches for the
 server's exit, waits ``SHUTDOWN_GRACE_S`` for that before it cancels a feed -- without the
@@ -25,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import anyio
 from sse_starlette import ServerSentEvent
 
 from tidings.feed import Watch
@@ -92,20 +94,35 @@ def _encoded(event: FeedEvent) -> bytes:
     return data
 
 
+async def _close_on(shutdown: anyio.Event, watch: Watch) -> None:
+    await shutdown.wait()
+    watch.close()
+
+
 async def feed(
     runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str, after: int,
+    shutdown: anyio.Event | None = None,
 ) -> AsyncIterator[bytes]:
     """The conversation's feed after ``after`` until the conversation is gone, the client
     leaves (the response cancels this) or the server shuts down. The route checked the owner
-    before answering 200."""
+    before answering 200.
+
+    ``shutdown`` is sse-starlette's signal that the server (any uvicorn, not only
+    :class:`~tidings.service.Server`) began to stop: the feed then ends by itself, a whole
+    response, as :meth:`Feeds.close` makes it -- an app mounted in another has no other word
+    of it before its connections are waited for."""
     watch = runtime.watch(conversation_id, after_seq=after, owner=owner)
     feeds.track(watch)
+    closer = (None if shutdown is None
+              else asyncio.ensure_future(_close_on(shutdown, watch)))
     try:
         event: FeedEvent
         async for event in watch:
             # What else is ready goes in the same write: one send for a watcher catching up.
             yield b"".join(_encoded(e) for e in (event, *watch.ready_now()))
     finally:
+        if closer is not None:
+            closer.cancel()
         feeds.forget(watch)
         await watch.aclose()
 

@@ -153,13 +153,21 @@ async def open(
     if database_url is None:
         raise InvalidInputError("no database: give its URL, or a config file with "
                                 "[runtime] database")
-    async with Runtime.open(database_url, models=given, tools=tools, clock=clock,
-                            config=runtime_config, master_key=master_key,
-                            store_options=store_options, locked=locked, profiles=profiles,
-                            mcp_servers=[*(s.server() for s in (settings.mcp_servers
-                                                                 if settings else ())),
-                                         *mcp_servers]) as runtime:
-        yield runtime
+    try:
+        async with Runtime.open(database_url, models=given, tools=tools, clock=clock,
+                                config=runtime_config, master_key=master_key,
+                                store_options=store_options, locked=locked, profiles=profiles,
+                                mcp_servers=[*(s.server() for s in (settings.mcp_servers
+                                                                     if settings else ())),
+                                             *mcp_servers]) as runtime:
+            yield runtime
+    finally:
+        # The adapters made from the file are this open's own: their HTTP clients close
+        # with it (the caller's own models stay the caller's to close).
+        for model in (settings.models.values() if settings is not None else ()):
+            aclose = getattr(model, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 __all__ = ("ConfigError", "MCPServerSpec", "Settings", "load_settings", "open")

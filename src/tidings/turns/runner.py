@@ -36,6 +36,7 @@ from tidings.clock import Clock
 from tidings.feed import FeedHub
 from tidings.mail import queue
 from tidings.mail.door import Door
+from tidings.mcp import reports as mcp_reports
 from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
@@ -366,6 +367,9 @@ class TurnRunner:
                 call.call_id, output.content, tool_name=call.name, run_id=plan.run_id,
                 meta={"is_error": output.is_error, **output.meta},
             )
+            if output.is_error:  # an MCP server that was not there: the run's events say so
+                mcp_reports.record_call_failure(cx, plan.run_id, call.call_id, call.name,
+                                                output.meta)
         joined_from = len(cx.appended)
         for output in outputs:
             # A result that showed a task's end to the model: no notification follows (T8).
