@@ -125,7 +125,7 @@ class MCPConnection:
                 async with self._connect(lost) as client:
                     async with asyncio.timeout(self.server.connect_timeout.total_seconds()):
                         tools = await _list_tools(client)
-                    self._register(tools)
+                    self._register(tools, wire.runs_tasks(client))
                     self._client, failures = client, 0
                     self.connections += 1
                     self._set_up(True)
@@ -179,8 +179,7 @@ class MCPConnection:
 
     # -- the tools ----------------------------------------------------------------------------
 
-    def _register(self, tools: list[MCPTool]) -> None:
-        tasks = self._client is not None and wire.runs_tasks(self._client)
+    def _register(self, tools: list[MCPTool], tasks: bool) -> None:
         for tool in tools:
             self._task_support[tool.name] = wire.task_support(tool) if tasks else "forbidden"
             full = f"{self.server.name}.{tool.name}"

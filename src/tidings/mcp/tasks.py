@@ -102,6 +102,9 @@ class MCPTasks:
         self._cancels: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._stopped = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
         background.remote = self
 
     @property
@@ -227,8 +230,10 @@ class MCPTasks:
         running = [t for t in journal.of_run(cx, run_id)
                    if t.state is TaskState.RUNNING and t.mcp_server in self._connections
                    and t.mcp_task_id is not None]
-        if running:
-            cx.tx.after_commit(lambda: self._cancel(running))
+        loop = self._loop
+        if running and loop is not None:
+            # After the commit, on the event loop (a unit may commit on the store's own thread).
+            cx.tx.after_commit(lambda: loop.call_soon_threadsafe(self._cancel, running))
 
     def _cancel(self, tasks: list[journal.TaskRecord]) -> None:
         for task in tasks:
@@ -258,6 +263,7 @@ class MCPTasks:
     # -- the component ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self._stopped.wait()
 
     async def shutdown(self) -> None:
