@@ -24,11 +24,13 @@ def weather_stdio(name: str = "weather", **options: Any) -> MCPServer:
     return MCPServer(name, command=[sys.executable, str(WEATHER)], **options)
 
 
-def kettle_stdio(state: Path, name: str = "kettle", **options: Any) -> MCPServer:
+def kettle_stdio(state: Path, name: str = "kettle", *, poll_ms: int = 50,
+                 **options: Any) -> MCPServer:
     """The kettle server (tools run as tasks, ended by marker files) as a stdio subprocess,
-    its tasks kept in ``state``."""
+    its tasks kept in ``state``, suggesting ``poll_ms`` between two polls of a task."""
     return MCPServer(name, command=[sys.executable, str(KETTLE)],
-                     env={"SLOW_TASKS_DIR": str(state)}, **options)
+                     env={"SLOW_TASKS_DIR": str(state), "SLOW_TASKS_POLL_MS": str(poll_ms)},
+                     **options)
 
 
 def kettle_requests(state: Path) -> list[tuple[int, str, str]]:

@@ -11,7 +11,8 @@ returns it; the task stays ``working`` until a marker file appears in the state 
 
 The tasks live in ``tasks.json`` in that directory, so a new server process (the runtime was
 restarted) knows the tasks an earlier one created. Every ``tasks/*`` request is appended to
-``requests.log`` (``<pid> <method> <task id>``); ``tasks/cancel`` cancels the task.
+``requests.log`` (``<pid> <method> <task id>``); ``tasks/cancel`` cancels the task. The poll
+interval it suggests is ``SLOW_TASKS_POLL_MS`` (50 ms unless set).
 While the connection that created a task is open, the server also sends
 ``notifications/tasks/status`` when the task ends.
 """
@@ -48,7 +49,8 @@ from mcp_types import (
 
 STATE = Path(os.environ.get("SLOW_TASKS_DIR", "."))
 TASKS = STATE / "tasks.json"
-POLL_MS = 50
+POLL_MS = int(os.environ.get("SLOW_TASKS_POLL_MS", "50"))
+"""The interval the server suggests between two ``tasks/get`` of a task."""
 
 
 def _now() -> str:
@@ -171,9 +173,10 @@ async def _tell_when_ended(ctx: ServerRequestContext[Any, Any], task_id: str) ->
             if task["status"] == "working":
                 continue
             params = _wire(task_id, task)
+        status = TaskStatusNotification(params=TaskStatusNotificationParams(**params.model_dump()))
         with contextlib.suppress(Exception):
-            await ctx.session.send_notification(TaskStatusNotification(
-                params=TaskStatusNotificationParams(**params.model_dump())))
+            # The SDK types the spec's own notifications; it sends an extension's as well.
+            await ctx.session.send_notification(status)  # type: ignore[arg-type]
         return
 
 

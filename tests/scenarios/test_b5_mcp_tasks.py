@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RuntimeFactory
-from tests.mcp_servers import kettle_requests, kettle_stdio
+from tests.mcp_servers import LONG, kettle_requests, kettle_stdio
 from tests.waiting import eventually
-from tidings import InvalidInputError, Profile, Rule, ScriptedModel
+from tidings import InvalidInputError, MCPServer, Profile, Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
@@ -36,9 +36,11 @@ def kettle_model(arguments: dict[str, object]) -> ScriptedModel:
 
 
 async def kettle_runtime(runtimes: RuntimeFactory, state: Path,
-                         arguments: dict[str, object]) -> Runtime:
+                         arguments: dict[str, object], server: MCPServer | None = None,
+                         ) -> Runtime:
+    server = server or kettle_stdio(state)
     return await runtimes(models=[kettle_model(arguments)],
-                          config=RuntimeConfig(mcp_servers=(kettle_stdio(state),)))
+                          config=RuntimeConfig(mcp_servers=(server,)))
 
 
 async def brewing(rt: Runtime, *, background: tuple[str, ...] = ()) -> tuple[str, Message]:
@@ -117,6 +119,19 @@ async def test_b5_the_end_is_a_task_notice_once_after_the_result(
     assert task_key not in rt.mcp.tasks.following()  # type: ignore[union-attr]
 
 
+async def test_b5_the_servers_status_notification_asks_about_the_task_at_once(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    # Neither the server's suggested interval nor the runtime's cap would ask again during
+    # the test: only notifications/tasks/status can bring the task's end in time.
+    server = kettle_stdio(tmp_path, poll_ms=3_600_000, task_poll=LONG)
+    rt = await kettle_runtime(runtimes, tmp_path, {"what": "tea", "background": True}, server)
+    conv, result = await brewing(rt)
+    (tmp_path / "tea.done").touch()
+    [note] = notices(await answered(rt, conv, READY))
+    assert note.meta["task_key"] == result.meta["task_key"]
+
+
 async def test_b5_the_profile_marks_a_tool_as_background(
     runtimes: RuntimeFactory, tmp_path: Path,
 ) -> None:
@@ -180,6 +195,7 @@ async def test_b5_stopping_the_run_cancels_the_task_on_the_server(
     conv, result = await brewing(rt)
     task_key = result.meta["task_key"]
     mcp_task_id = result.meta["mcp_task_id"]
+    assert result.run_id is not None
     await rt.stop_run(conv, result.run_id)
 
     await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),

@@ -232,8 +232,10 @@ class MCPTasks:
                    and t.mcp_task_id is not None]
         loop = self._loop
         if running and loop is not None:
-            # After the commit, on the event loop (a unit may commit on the store's own thread).
-            cx.tx.after_commit(lambda: loop.call_soon_threadsafe(self._cancel, running))
+            def committed() -> None:
+                # On the event loop: a unit may commit on the store's own thread.
+                loop.call_soon_threadsafe(self._cancel, running)
+            cx.tx.after_commit(committed)
 
     def _cancel(self, tasks: list[journal.TaskRecord]) -> None:
         for task in tasks:
