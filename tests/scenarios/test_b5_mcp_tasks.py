@@ -212,3 +212,22 @@ async def test_b5_stopping_the_run_cancels_the_task_on_the_server(
     assert notices(await rt.transcript(conv)) == []  # a stopped run's task tells nothing
     assert json.loads((tmp_path / "tasks.json").read_text())[mcp_task_id]["status"] == (
         "cancelled")
+
+
+async def test_b5_a_runtime_closed_mid_task_leaves_it_to_the_next_one(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    url = runtimes.backend.url
+    config = RuntimeConfig(mcp_servers=(kettle_stdio(tmp_path),))
+    model = kettle_model({"what": "tea", "background": True})
+    async with Runtime.open(url, models=[model], config=config) as first:
+        conv, result = await brewing(first)
+    # Closing did not cancel the task on the server, nor end it in the journal.
+    assert "tasks/cancel" not in [m for _, m, _ in kettle_requests(tmp_path)]
+    async with Runtime.open(url, models=[model], config=config) as second:
+        assert (await second.tasks.get(conv, result.meta["task_key"])).state is (
+            TaskState.RUNNING)
+        (tmp_path / "tea.done").touch()
+        [note] = notices(await answered(second, conv, READY))
+        assert note.meta["task_key"] == result.meta["task_key"]
+        assert note.meta["state"] == "exited"
