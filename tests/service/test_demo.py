@@ -29,6 +29,7 @@ CHECKS = (
     "a repeated idempotency key publishes nothing new",
     "a stale lease's ack is refused and changes nothing",
     "a spent attempt budget ends in a visible dead letter",
+    "the background MCP task's end told once, after its result",
 )
 
 
@@ -63,6 +64,10 @@ def test_a3_demo_runs_the_mission_offline_and_every_check_passes(tmp_path: Path)
                      r"interrupted: bg-\w+ (killed|lost)", out)
     assert re.search(r"operation op_\w+: accepted → completed", out)
     assert out.count("The runtime restarted as you asked") == 1
+    # d) an MCP server's tool runs as the server's task; its end is a task notice too
+    assert re.search(r"started background task bg-\w+ \(docs\.render, run by the", out)
+    assert re.search(r"task_notification bg-\w+: state exited, exit 0, output "
+                     r"'rendered 12 pages of docs'", out)
 
 
 def test_l2_demo_on_either_backend_leaves_a_database_the_cli_can_inspect(

@@ -13,6 +13,8 @@
    ("accepted, not completed") and exits; the next instance completes it, and one
    ``restart_completed`` turn answers, with the interrupted task reported honestly.
 6. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
+7. A background MCP task: an MCP server's tool, run by the server as its task; its end comes
+   back as a task notice, once (:mod:`tidings.demo.mcp_task`).
 
 It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
 """
@@ -30,6 +32,7 @@ from rich.console import Console
 from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
+from tidings.demo.mcp_task import mcp_task_phase, mcp_task_told_once
 from tidings.demo.outbox_tour import outbox_tour
 from tidings.demo.restart import restart_child, run_child
 from tidings.demo.script import (
@@ -215,6 +218,9 @@ async def run_demo(url: str, console: Console) -> bool:
     console.rule("[bold]6. Underneath: the signal outbox")
     results = await outbox_tour(url, console)
 
+    console.rule("[bold]7. A background MCP task: the docs server renders as its task")
+    mcp_view, mcp_task_key = await mcp_task_phase(url, console, timeline, key, config)
+
     console.rule("[bold]Checks, made by reading the database")
     store = await open_store(url)
     try:
@@ -238,6 +244,7 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.delegated_once_in_one_turn(lead_view, requests, lead_inputs),
         checks.streamed(watched, STARTED),
         *results,
+        mcp_task_told_once(mcp_view, mcp_task_key),
     ]
     for line in checks.render(results):
         console.print(line, highlight=False)
