@@ -231,3 +231,37 @@ async def test_b5_a_runtime_closed_mid_task_leaves_it_to_the_next_one(
         [note] = notices(await answered(second, conv, READY))
         assert note.meta["task_key"] == result.meta["task_key"]
         assert note.meta["state"] == "exited"
+
+
+async def test_b5_a_persons_stop_of_the_running_turn_cancels_its_task_on_the_server(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    # The model's step after the call's result hangs: the turn is still running when the
+    # person stops it.
+    model = ScriptedModel(rules=[
+        Rule({"text_equals": "brew"}, {"tool_calls": [
+            {"name": "kettle.brew", "arguments": {"what": "tea", "background": True}}]}),
+        Rule({"tool_result": "kettle.brew"}, {"text": STARTED, "delay_seconds": 3600}),
+    ])
+    rt = await runtimes(models=[model],
+                        config=RuntimeConfig(mcp_servers=(kettle_stdio(tmp_path),)))
+    conv = (await rt.create_conversation("alice", Profile(
+        model="scripted", tools=("kettle.brew",)))).conversation_id
+    await rt.post(conv, "brew")
+
+    async def started() -> list[TaskRecord]:
+        return await rt.tasks.list(conv)
+    [task] = await eventually(started, bool, what="the task started by the running turn")
+    [stopped] = await rt.stop(conv)
+    assert (await rt.run(stopped)).status is RunStatus.STOPPED
+    await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
+                     lambda asked: ("tasks/cancel", task.mcp_task_id) in
+                     [(m, t) for _, m, t in asked],
+                     what="the server asked to cancel the stopped turn's task")
+
+    async def ended() -> TaskRecord:
+        return await rt.tasks.get(conv, task.task_key)
+    assert (await eventually(ended, lambda t: t.state.terminal, what="its end")).state is (
+        TaskState.KILLED)
+    await rt.settle(conv)
+    assert notices(await rt.transcript(conv)) == []
