@@ -1,10 +1,11 @@
 """The demo's background MCP task: a tool of an MCP server, run by the server as its task.
 
-The demo's own MCP server (:mod:`tidings.demo.mcp_server`, started as a stdio subprocess)
-renders the docs. The profile lists its tool in ``background``, so the model's call is made as
-a task: the call's result gives the model the task key at once and the turn ends; the runtime
-follows the task on the server, and its end comes back as a task notice -- after the result,
-once, at a safe point -- that a woken turn answers. The check reads the database.
+The demo's own MCP server (:mod:`tidings.demo.mcp_task_server`, started as a stdio
+subprocess) renders the docs. The profile lists its tool in ``background``, so the model's
+call is made as a task: the call's result gives the model the task key at once and the turn
+ends; the runtime follows the task on the server, and its end comes back as a task notice --
+after the result, once, at a safe point -- that a woken turn answers. The check reads the
+database.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Profile, RunStatus, StartKind
 
-DOCS = MCPServer("docs", command=[sys.executable, "-m", "tidings.demo.mcp_server"])
+DOCS = MCPServer("docs", command=[sys.executable, "-m", "tidings.demo.mcp_task_server"])
 PROFILE = Profile(model="scripted", tools=("docs.render",), background=("docs.render",))
 REQUEST = "Render the docs for the release."
 RENDERING = "The docs server is rendering them as a task; I will tell you when it is done."

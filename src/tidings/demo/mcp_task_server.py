@@ -1,4 +1,5 @@
-"""The demo's MCP server, written with the ``mcp`` SDK: ``python -m tidings.demo.mcp_server``.
+"""The demo's MCP server that runs its tool as a task, written with the ``mcp`` SDK:
+``python -m tidings.demo.mcp_task_server``.
 
 It serves one tool, ``render`` (render the docs: a few pages, a second and a half), and runs it
 as a task when the call asks for one: the call is answered at once with the task, the task
