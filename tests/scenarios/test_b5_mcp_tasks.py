@@ -253,7 +253,8 @@ async def test_b5_a_persons_stop_of_the_running_turn_cancels_its_task_on_the_ser
         return await rt.tasks.list(conv)
     [task] = await eventually(started, bool, what="the task started by the running turn")
     [stopped] = await rt.stop(conv)
-    assert (await rt.run(stopped)).status is RunStatus.STOPPED
+    await eventually(lambda: rt.run(stopped), lambda run: run.status is RunStatus.STOPPED,
+                     what="the turn stopped")
     await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
                      lambda asked: ("tasks/cancel", task.mcp_task_id) in
                      [(m, t) for _, m, t in asked],
