@@ -54,6 +54,9 @@ def check_profile(profile: Profile) -> Profile:
         check_id(name, "model name")
     for tool in profile.tools:
         check_id(tool, "tool name")
+    stray = [t for t in profile.background if t not in profile.tools]
+    if stray:
+        raise InvalidInputError(f"background names tools the profile does not offer: {stray}")
     check_text(profile.system, "system prompt", limit_bytes=64 * 1024)
     if profile.approval_mode not in ("never", "always", "writes"):
         raise InvalidInputError("approval_mode must be one of never, always, writes")

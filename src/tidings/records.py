@@ -50,6 +50,7 @@ def encode_profile(profile: Profile) -> str:
             "approval_mode": profile.approval_mode,
             "system": profile.system,
             "automatic_tools": profile.automatic_tools,
+            **({"background": list(profile.background)} if profile.background else {}),
         },
         ensure_ascii=False,
         separators=(",", ":"),
@@ -67,6 +68,7 @@ def decode_profile(text: str) -> Profile:
         approval_mode=data.get("approval_mode", "never"),
         system=data.get("system", ""),
         automatic_tools=data.get("automatic_tools", "read_only"),
+        background=tuple(data.get("background", ())),
     )
 
 

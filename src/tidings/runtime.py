@@ -48,7 +48,6 @@ from tidings.results import MasterKey, Results
 from tidings.settling import settle
 from tidings.store import Store, open_store
 from tidings.sweeps import RelaySweep, SlowSweep, Takeover
-from tidings.tasks import journal
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
@@ -136,9 +135,11 @@ class Runtime(BackgroundViews):
             instance=self.instance, door=self.door,
         )
         self.answers = Answers(store, poll=config.answer_poll)
+        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics,
+                              self.tasks, self.conversations)  # deaths told in the feeds
         self.stops = StopCascade(
             self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner),
-            journal.cancel_run,
+            self.mcp.cancel_run,  # the run's tasks notify nothing more; MCP ones are cancelled
         )
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
                                  clock=self.clock, tasks=self.tasks,
@@ -148,13 +149,11 @@ class Runtime(BackgroundViews):
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
         )
-        self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics,
-                              self.conversations)  # a server's death is told in the feeds
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
             Loop("tidings-supervisor", first=self._close_supervisor),
-            *self.mcp.connections.values(),
+            *self.mcp.components(),
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,

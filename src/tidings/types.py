@@ -244,10 +244,8 @@ class InputState(enum.StrEnum):
 
 class RunStatus(enum.StrEnum):
     """A run's status; every status but queued, running and awaiting_approval is final.
-
-    ``awaiting_approval`` is a running run that holds on a tool call a person has not decided
-    yet (L5); once every such call is decided (or expired) it is ``running`` again.
-    """
+    ``awaiting_approval``: a running run holding on a tool call a person has not decided yet
+    (L5); once every such call is decided (or expired) it is ``running`` again."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -293,12 +291,13 @@ class Profile:
     model: str
     fallbacks: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
-    approval_mode: str = "never"
-    """never | writes (tools that are not read-only wait for a person) | always (L5)."""
+    approval_mode: str = "never"  # never | writes (what is not read-only waits) | always (L5)
     system: str = "You are a helpful agent."
     automatic_tools: str = "read_only"
     """read_only: automatic turns (wake-ups, goal checkpoints) get only read-only tools (L4);
     all: they get the profile's tools."""
+    background: tuple[str, ...] = ()
+    """Tools called as background tasks where they can be (an MCP server's, when it runs tasks)."""
 
     @property
     def models(self) -> tuple[str, ...]:

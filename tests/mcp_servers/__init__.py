@@ -16,11 +16,30 @@ from typing import Any
 from tidings import MCPServer
 
 WEATHER = Path(__file__).with_name("weather.py")
+KETTLE = Path(__file__).with_name("slow_tasks.py")
 
 
 def weather_stdio(name: str = "weather", **options: Any) -> MCPServer:
     """The weather server as a stdio subprocess of the runtime."""
     return MCPServer(name, command=[sys.executable, str(WEATHER)], **options)
+
+
+def kettle_stdio(state: Path, name: str = "kettle", *, poll_ms: int = 50,
+                 **options: Any) -> MCPServer:
+    """The kettle server (tools run as tasks, ended by marker files) as a stdio subprocess,
+    its tasks kept in ``state``, suggesting ``poll_ms`` between two polls of a task."""
+    return MCPServer(name, command=[sys.executable, str(KETTLE)],
+                     env={"SLOW_TASKS_DIR": str(state), "SLOW_TASKS_POLL_MS": str(poll_ms)},
+                     **options)
+
+
+def kettle_requests(state: Path) -> list[tuple[int, str, str]]:
+    """The kettle's ``tasks/*`` requests so far: ``(server pid, method, task id)``."""
+    log = state / "requests.log"
+    if not log.exists():
+        return []
+    rows = [line.split() for line in log.read_text().splitlines() if line.strip()]
+    return [(int(pid), method, task_id) for pid, method, task_id in rows]
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ CHECKS = (
     "a repeated idempotency key publishes nothing new",
     "a stale lease's ack is refused and changes nothing",
     "a spent attempt budget ends in a visible dead letter",
+    "the background MCP task's end told once, after its result",
 )
 
 
@@ -69,6 +70,10 @@ def test_a3_demo_runs_the_mission_offline_and_every_check_passes(tmp_path: Path)
                      out)
     assert 'calls demo.changelog(version="2.0")' in out
     assert re.search(r"MCP server process \d+ ended with it", out)
+    # e) an MCP server's tool runs as the server's task; its end is a task notice too
+    assert re.search(r"started background task bg-\w+ \(docs\.render, run by the", out)
+    assert re.search(r"task_notification bg-\w+: state exited, exit 0, output "
+                     r"'rendered 12 pages of docs'", out)
 
 
 def test_l2_demo_on_either_backend_leaves_a_database_the_cli_can_inspect(

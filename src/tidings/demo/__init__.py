@@ -15,6 +15,8 @@
 6. A tool of an MCP server: the runtime starts the demo's server (shipped in the package)
    over stdio, and the model calls its tool; the server's process ends with the runtime.
 7. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
+8. A background MCP task: an MCP server's tool, run by the server as its task; its end comes
+   back as a task notice, once (:mod:`tidings.demo.mcp_task`).
 
 It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
 """
@@ -32,6 +34,7 @@ from rich.console import Console
 from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
+from tidings.demo.mcp_task import mcp_task_phase, mcp_task_told_once
 from tidings.demo.mcp_tool import ANSWER as MCP_ANSWER
 from tidings.demo.mcp_tool import TOOL as MCP_TOOL
 from tidings.demo.mcp_tool import mcp_phase
@@ -223,6 +226,9 @@ async def run_demo(url: str, console: Console) -> bool:
     console.rule("[bold]7. Underneath: the signal outbox")
     results = await outbox_tour(url, console)
 
+    console.rule("[bold]8. A background MCP task: the docs server renders as its task")
+    mcp_view, mcp_task_key = await mcp_task_phase(url, console, timeline, key, config)
+
     console.rule("[bold]Checks, made by reading the database")
     store = await open_store(url)
     try:
@@ -247,6 +253,7 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.streamed(watched, STARTED),
         checks.mcp_tool_answered(mcp.view, MCP_TOOL, MCP_ANSWER, server_ended=mcp.server_ended),
         *results,
+        mcp_task_told_once(mcp_view, mcp_task_key),
     ]
     for line in checks.render(results):
         console.print(line, highlight=False)

@@ -5,6 +5,8 @@ streamable HTTP URL) and pass them to the runtime (``Runtime.open(..., mcp_serve
 or ``RuntimeConfig(mcp_servers=...)``). Each server's tools are registered as
 ``<server>.<tool>`` once it is connected, so a profile names them like any other tool. A server
 that dies is reported in the feed of the conversations concerned (:mod:`tidings.mcp.reports`).
+A server that runs tools as tasks runs a call made in the background as its task, and the
+runtime follows it as one of its background tasks (:mod:`tidings.mcp.tasks`).
 
 The SDK is imported only when a runtime declares a server: importing tidings stays quick.
 """
@@ -17,31 +19,56 @@ from typing import TYPE_CHECKING
 
 from tidings.conversations import Conversations
 from tidings.errors import InvalidInputError
+from tidings.lifetime import Component
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.metrics import Metrics
+from tidings.tasks import journal
+from tidings.tasks.service import BackgroundTasks
 from tidings.tools.registry import ToolRegistry
+from tidings.transcript import ConversationTx
 
 if TYPE_CHECKING:
     from tidings.mcp.connection import MCPConnection
+    from tidings.mcp.tasks import MCPTasks
 
 
 class MCPServers:
     """Every declared server's connection; each is a component of the runtime's lifetime."""
 
     def __init__(self, servers: Iterable[MCPServer], registry: ToolRegistry,
-                 metrics: Metrics, conversations: Conversations | None = None) -> None:
+                 metrics: Metrics, tasks: BackgroundTasks | None = None,
+                 conversations: Conversations | None = None) -> None:
         self.connections: dict[str, MCPConnection] = {}
+        self.tasks: MCPTasks | None = None
+        """Follows the servers' tasks (with the runtime's background tasks)."""
         servers = tuple(servers)
         if not servers:
             return
         from tidings.mcp.connection import MCPConnection  # the SDK, once it is needed
+        from tidings.mcp.tasks import MCPTasks
 
         for server in servers:
             if server.name in self.connections:
                 raise InvalidInputError(f"two MCP servers are named {server.name!r}")
             self.connections[server.name] = MCPConnection(server, registry, metrics,
                                                           conversations=conversations)
+        if tasks is not None:
+            self.tasks = MCPTasks(tasks, self.connections)
+            for connection in self.connections.values():
+                connection.tasks = self.tasks
+
+    def components(self) -> tuple[Component, ...]:
+        """What has a lifetime: the task follower (stopped first), then each connection."""
+        return (*(() if self.tasks is None else (self.tasks,)), *self.connections.values())
+
+    def cancel_run(self, cx: ConversationTx, run_id: str) -> None:
+        """A stopped run's tasks notify nothing more -- and its servers' tasks are cancelled
+        there (see :meth:`~tidings.mcp.tasks.MCPTasks.cancel_run`)."""
+        if self.tasks is None:
+            journal.cancel_run(cx, run_id)
+        else:
+            self.tasks.cancel_run(cx, run_id)
 
     def __getitem__(self, name: str) -> MCPConnection:
         return self.connections[name]

@@ -35,6 +35,8 @@ class MCPServer:
     connect_timeout: timedelta
     reconnect_base: timedelta
     reconnect_cap: timedelta
+    task_ttl: timedelta
+    task_poll: timedelta
 
     def __init__(
         self, name: str, *, command: str | Sequence[str] | None = None,
@@ -45,6 +47,8 @@ class MCPServer:
         connect_timeout: timedelta = timedelta(seconds=30),
         reconnect_base: timedelta = timedelta(milliseconds=200),
         reconnect_cap: timedelta = timedelta(seconds=30),
+        task_ttl: timedelta = timedelta(days=1),
+        task_poll: timedelta = timedelta(seconds=5),
     ) -> None:
         if not isinstance(name, str) or _SERVER_NAME.fullmatch(name) is None:
             raise InvalidInputError(
@@ -58,7 +62,8 @@ class MCPServer:
         if url is not None and not url.startswith(("http://", "https://")):
             raise InvalidInputError(f"MCP server {name!r}: url must be http(s), got {url!r}")
         for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout),
-                            ("reconnect_base", reconnect_base)):
+                            ("reconnect_base", reconnect_base), ("task_ttl", task_ttl),
+                            ("task_poll", task_poll)):
             if value <= timedelta(0):
                 raise InvalidInputError(f"MCP server {name!r}: {what} must be positive")
         if reconnect_cap < reconnect_base:
@@ -75,6 +80,8 @@ class MCPServer:
         set_(self, "connect_timeout", connect_timeout)
         set_(self, "reconnect_base", reconnect_base)
         set_(self, "reconnect_cap", reconnect_cap)
+        set_(self, "task_ttl", task_ttl)
+        set_(self, "task_poll", task_poll)
 
     @property
     def transport(self) -> str:

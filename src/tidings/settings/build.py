@@ -155,7 +155,8 @@ def function_tool(function: Callable[..., Any], *, spec: str, fail: Fail,
 def build_profile(table: ProfileTable) -> Profile:
     aliases = table.aliases
     profile = Profile(model=aliases[0], fallbacks=tuple(aliases[1:]), tools=tuple(table.tools),
-                      approval_mode=table.approval_mode, automatic_tools=table.automatic_tools)
+                      approval_mode=table.approval_mode, automatic_tools=table.automatic_tools,
+                      background=tuple(table.background))
     return profile if table.system is None else replace(profile, system=table.system)
 
 

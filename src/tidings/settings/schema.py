@@ -131,6 +131,8 @@ class ProfileTable(_Table):
     system: str | None = None
     approval_mode: Literal["never", "writes", "always"] = "never"
     automatic_tools: Literal["read_only", "all"] = "read_only"
+    background: list[str] = Field(default_factory=list)
+    """Tools (of ``tools``) whose calls are made as background tasks where they can be."""
 
     @model_validator(mode="after")
     def _one_model_key(self) -> ProfileTable:

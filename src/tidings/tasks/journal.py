@@ -70,6 +70,12 @@ class TaskRecord:
     duration_ms: int | None
     started_at_us: int = 0
     ended_at_us: int | None = None
+    mcp_server: str | None = None
+    """An MCP server's task (its work runs there): the server, the tool and its task id."""
+    mcp_tool: str | None = None
+    mcp_task_id: str | None = None
+    instance_id: str | None = None
+    """The instance that follows the task (started it, or adopted it)."""
 
     @property
     def flags(self) -> NotificationFlags:
@@ -111,6 +117,10 @@ def task_from_row(row: Row) -> TaskRecord:
         duration_ms=row["duration_ms"],
         started_at_us=int(row["started_at_us"]),
         ended_at_us=row["ended_at_us"],
+        mcp_server=row.get("mcp_server"),
+        mcp_tool=row.get("mcp_tool"),
+        mcp_task_id=row.get("mcp_task_id"),
+        instance_id=row.get("instance_id"),
     )
 
 
@@ -144,6 +154,24 @@ def record_process(
     cx.tx.run_later(
         "set_task_process", task_id=task.task_id, pid=pid, host=host, process_started=identity
     )
+
+
+def record_mcp_task(
+    cx: ConversationTx, task_id: str, *, server: str, tool: str, mcp_task_id: str
+) -> None:
+    """The task's work runs on an MCP server, under that server's task id (B5): written with
+    the task's start, so that a runtime started after a crash can follow it again."""
+    cx.tx.run_later("insert_mcp_task", task_id=task_id, server=server, tool=tool,
+                    mcp_task_id=mcp_task_id)
+
+
+def adopt(cx: ConversationTx, task: TaskRecord, *, gone_instance_id: str,
+          instance_id: str) -> bool:
+    """``instance_id`` follows the task from now on, in place of the gone instance that started
+    it (an MCP server's task outlives the runtime that started it). Whether it did: only one
+    instance adopts a task, and only a running one."""
+    return cx.tx.execute("adopt_task", task_id=task.task_id, instance_id=instance_id,
+                         gone_instance_id=gone_instance_id) == 1
 
 
 def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
@@ -355,6 +383,9 @@ def _deliver(
             result_lifetime=None if task.result_id is None else "durable",
             excerpt=task.excerpt, excerpt_truncated=task.excerpt_truncated,
             output_dropped=output_dropped(cx, task),
+            mcp=None if task.mcp_server is None else {
+                "server": task.mcp_server, "tool": task.mcp_tool or "",
+                "task_id": task.mcp_task_id or ""},
         ))
         item = door.deliver(
             cx, text, origin=Origin.TASK_RESULT, authored_by=kernel_author(cx),

@@ -22,6 +22,7 @@ excerpt marks in place what it leaves out; the stored result holds the rest.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,8 @@ class ProcessFacts:
     excerpt_truncated: bool
     output_dropped: tuple[Drop, ...] = ()
     """What the stored result could not keep (its bound): stated in the notice, never silent."""
+    mcp: Mapping[str, str] | None = None
+    """An MCP server's task: its ``server``, ``tool`` and ``task_id`` there."""
 
 
 def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTES
@@ -130,6 +133,8 @@ def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTE
             "result_id": facts.result_id, "lifetime": facts.result_lifetime,
         },
     }
+    if facts.mcp is not None:
+        observed["mcp_task"] = dict(facts.mcp)
     if facts.output_dropped:
         observed["output_dropped"] = [
             f"the stored result {d.statement()}" for d in facts.output_dropped
@@ -151,6 +156,8 @@ def render(facts: ProcessFacts, *, excerpt_limit_bytes: int = EXCERPT_LIMIT_BYTE
     }
     if facts.result_id is not None:
         meta["result_id"] = facts.result_id
+    if facts.mcp is not None:
+        meta["mcp_server"] = facts.mcp.get("server")
     if facts.output_dropped:
         meta["output_dropped_bytes"] = sum(d.dropped_bytes for d in facts.output_dropped)
     return text, meta

@@ -23,8 +23,9 @@ import logging
 import random
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Protocol
 
 from tidings.clock import Clock
 from tidings.errors import (
@@ -39,7 +40,9 @@ from tidings.policy import backoff
 from tidings.results import Results, ResultsConfig
 from tidings.store import Store, Tx
 from tidings.tasks import capture, journal
+from tidings.tasks.capture import Capture
 from tidings.tasks.notify import EXCERPT_LIMIT_BYTES, Notify, TaskState
+from tidings.tasks.spans import lost_span, task_ended, task_span
 from tidings.tasks.supervisor import (
     HOST,
     ProcessOutcome,
@@ -49,7 +52,7 @@ from tidings.tasks.supervisor import (
     kill_left_behind,
     process_identity,
 )
-from tidings.tracing import CONVERSATION_ID, RUN_ID, Span, Tracing
+from tidings.tracing import Span, Tracing
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, ToolContext
 
@@ -79,45 +82,36 @@ def _worth_retrying(exc: StoreError) -> bool:
     return not isinstance(exc, IntegrityViolationError | CorruptDatabaseError)
 
 
-def _task_span(
-    tracing: Tracing, conversation_id: str, run_id: str | None, task_key: str, *,
-    call_id: str | None, lifetime: str, start_time_us: int | None = None,
-) -> Span:
-    """A background task's span. Started inside the tool call that starts the task, it is that
-    call's child: in the trace of the turn, though it may end long after the turn did. The
-    parent is held in memory only; a task found lost after a restart gets a root span."""
-    return tracing.start("tidings.task", {
-        CONVERSATION_ID: conversation_id,
-        RUN_ID: run_id,
-        "tidings.task_key": task_key,
-        "tidings.task.lifetime": lifetime,
-        "gen_ai.tool.call.id": call_id,
-    }, root=start_time_us is not None, start_time_us=start_time_us)
-
-
-def _task_ended(span: Span, outcome: ProcessOutcome) -> None:
-    """How the process ended; anything but a zero exit is the task's failure. The command is
-    not told (a task's reason for not starting names it)."""
-    if not span.traced:
-        return
-    span.set({
-        "tidings.task.state": _STATES[outcome.state].value,
-        "process.pid": outcome.pid,
-        "process.exit.code": outcome.exit_code,
-        "tidings.task.signal": outcome.signal_name,
-    })
-    if outcome.state is ProcessState.FAILED:
-        span.fail("the process could not start", error_type=outcome.state.value)
-    elif not outcome.succeeded:
-        span.fail(outcome.reason or f"exit code {outcome.exit_code}",
-                  error_type=outcome.state.value)
-    span.end()
-
-
 @dataclass(frozen=True, slots=True)
 class StartedTask:
     task_key: str
     pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnd:
+    """How a task ended, as the runtime observed it: its process's exit, or what the MCP server
+    that ran it reported. ``stdout`` and ``stderr`` are its output, already bounded.
+    ``duration_ms`` None: from the task's start in the journal to the end's record."""
+
+    state: TaskState
+    exit_code: int | None = None
+    signal: str | None = None
+    stdout: Capture = field(default_factory=Capture)
+    stderr: Capture = field(default_factory=Capture)
+    duration_ms: int | None = None
+
+
+class RemoteTasks(Protocol):
+    """Who follows tasks whose work runs outside this runtime (an MCP server's tasks, B5)."""
+
+    def follows(self, server: str) -> bool:
+        """Whether this runtime can follow a task of ``server``."""
+        ...
+
+    def follow(self, task: journal.TaskRecord) -> None:
+        """Follow ``task`` (adopted from a gone instance) to its end."""
+        ...
 
 
 class BackgroundTasks:
@@ -154,6 +148,9 @@ class BackgroundTasks:
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
         """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
         self._journalled: dict[str, asyncio.Future[None]] = {}
+        self.remote: RemoteTasks | None = None
+        """Follows MCP servers' tasks: a gone instance's are adopted, not lost, when it can."""
+        self._remote_spans: dict[str, Span] = {}
 
     async def start(
         self,
@@ -189,11 +186,11 @@ class BackgroundTasks:
 
         await self.store.transact(record, route=conversation_id)
         self._journalled[task_key] = asyncio.get_running_loop().create_future()
-        span = _task_span(self.tracing, context.conversation_id, context.run_id, task_key,
+        span = task_span(self.tracing, context.conversation_id, context.run_id, task_key,
                           call_id=context.call_id, lifetime=lifetime)
 
         async def ended(outcome: ProcessOutcome) -> None:
-            _task_ended(span, outcome)
+            task_ended(span, outcome)
             try:
                 await self._ended(conversation_id, task_key, outcome)
             finally:
@@ -225,6 +222,31 @@ class BackgroundTasks:
                 # Only the clean-up of a crash depends on it: the task itself goes on.
                 log.exception("could not record the process of task %s", task_key)
         return StartedTask(task_key, running.pid)
+
+    async def start_remote(
+        self, context: ToolContext, *, server: str, tool: str, mcp_task_id: str,
+    ) -> str:
+        """Journal a task whose work an MCP server runs under ``mcp_task_id`` (B5), with that
+        id, in one unit; returns its task key. Like a process's task it is committed by the
+        turn that commits the call's result, and notifies on its end (:meth:`record_end`)."""
+        task_key = f"bg-{secrets.token_hex(4)}"
+        conversation_id = context.conversation_id
+
+        def record(tx: Tx) -> None:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            task_id = journal.start(
+                cx, task_key=task_key, command=f"{server}.{tool}", instance_id=self.instance_id,
+                run_id=context.run_id, call_id=context.call_id,
+            )
+            journal.record_mcp_task(cx, task_id, server=server, tool=tool,
+                                    mcp_task_id=mcp_task_id)
+            cx.save()
+
+        await self.store.transact(record, route=conversation_id)
+        self._remote_spans[task_key] = task_span(
+            self.tracing, conversation_id, context.run_id, task_key, call_id=context.call_id,
+            lifetime="conversation")
+        return task_key
 
     def output_limit_bytes(self) -> int:
         """How many bytes of a task's output are kept: what its result envelope can hold."""
@@ -275,13 +297,29 @@ class BackgroundTasks:
                 observe(task_key, outcome)
             except Exception:
                 log.exception("a task observer failed")
+        end = TaskEnd(
+            _STATES[outcome.state], exit_code=outcome.exit_code, signal=outcome.signal_name,
+            stdout=outcome.stdout, stderr=outcome.stderr,
+            duration_ms=int(outcome.duration.total_seconds() * 1000),
+        )
+        if await self.record_end(conversation_id, task_key, end) and self.metrics is not None:
+            self.metrics.observe(
+                "tidings_task_end_recorded_seconds",
+                "From a background process's exit to its end (and notification, when due) "
+                "committed.",
+                max(0, self.clock.now_us() - outcome.ended_at_us) / 1e6,
+            )
+
+    async def record_end(
+        self, conversation_id: ConversationId, task_key: str, end: TaskEnd
+    ) -> bool:
+        """Record how a task ended -- its output sealed as a result envelope (R1), its terminal
+        state with its event id (T2), and its notification when due, with the woken turn's
+        start -- in one unit, tried again after store faults. Whether this call recorded it
+        (a task already terminal is left as it is: the first end stands)."""
         results = self._results()
-        output, dropped = capture.envelope(
-            outcome.stdout, outcome.stderr, self.output_limit_bytes()
-        )
-        excerpt, excerpt_truncated = capture.excerpt(
-            outcome.stdout, outcome.stderr, EXCERPT_LIMIT_BYTES
-        )
+        output, dropped = capture.envelope(end.stdout, end.stderr, self.output_limit_bytes())
+        excerpt, excerpt_truncated = capture.excerpt(end.stdout, end.stderr, EXCERPT_LIMIT_BYTES)
 
         def record(cx: ConversationTx) -> bool:
             task = journal.get(cx, task_key)
@@ -293,29 +331,31 @@ class BackgroundTasks:
                 cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id,
                 dropped=dropped,
             )
+            duration_ms = end.duration_ms
+            if duration_ms is None:
+                duration_ms = max(0, cx.now_us - task.started_at_us) // 1000
             after = journal.finish(
-                cx, task, state=_STATES[outcome.state], exit_code=outcome.exit_code,
-                signal=outcome.signal_name, result_id=None if ref is None else ref.result_id,
-                stdout_bytes=outcome.stdout.total_bytes, stderr_bytes=outcome.stderr.total_bytes,
-                excerpt=excerpt, excerpt_truncated=excerpt_truncated,
-                duration_ms=int(outcome.duration.total_seconds() * 1000),
+                cx, task, state=end.state, exit_code=end.exit_code, signal=end.signal,
+                result_id=None if ref is None else ref.result_id,
+                stdout_bytes=end.stdout.total_bytes, stderr_bytes=end.stderr.total_bytes,
+                excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
             )
             return after.state.terminal
 
         # The end, its notification and the woken turn's start commit together.
-        if not await self._record_end(conversation_id, task_key, record):
-            return
-        if self.metrics is not None:
-            self.metrics.observe(
-                "tidings_task_end_recorded_seconds",
-                "From a background process's exit to its end (and notification, when due) "
-                "committed.",
-                max(0, self.clock.now_us() - outcome.ended_at_us) / 1e6,
-            )
+        recorded = await self._record_end(conversation_id, task_key, record)
+        span = self._remote_spans.pop(task_key, None)
+        if span is not None:
+            span.set({"tidings.task.state": end.state.value})
+            if end.state is not TaskState.EXITED or end.exit_code != 0:
+                span.fail(f"the task ended {end.state.value}", error_type=end.state.value)
+            span.end()
+        if recorded and self.metrics is not None:
             self.metrics.count(
                 "tidings_tasks_ended_total", "Background tasks ended, by state.",
-                labels={"state": outcome.state.value},
+                labels={"state": end.state.value},
             )
+        return recorded
 
     async def _record_end(
         self, conversation_id: ConversationId, task_key: str,
@@ -362,6 +402,11 @@ class BackgroundTasks:
 
         Their notification is delivered like any other (at a safe point), so the model learns
         that the outcome is unknown. Returns how many were marked.
+
+        An MCP server's task is not lost with the runtime that started it: its work runs on the
+        server. When this runtime declares that server, it adopts the task and follows it by its
+        stored task id (B5); the server's answer then says how it ended -- and a task the server
+        no longer knows is lost.
         """
         rows = await self.store.read(
             lambda tx: tx.all("orphaned_tasks", instance_id=self.instance_id, limit=limit)
@@ -370,6 +415,12 @@ class BackgroundTasks:
         for row in rows:
             conversation_id = ConversationId(row["conversation_id"])
             task_key = str(row["task_key"])
+            gone = str(row["instance_id"])
+            remote = self.remote
+            if (row["mcp_task_id"] is not None and remote is not None
+                    and remote.follows(str(row["mcp_server"]))):
+                await self._adopt(conversation_id, task_key, gone, remote)
+                continue
             # What the gone runtime left running is stopped, not adopted: its outcome cannot be
             # known any more, and nothing re-runs it.
             if (
@@ -382,11 +433,13 @@ class BackgroundTasks:
 
             def lose(
                 cx: ConversationTx, task_key: str = task_key,
-                lost: list[journal.TaskRecord] = lost,
+                lost: list[journal.TaskRecord] = lost, gone: str = gone,
             ) -> bool:
                 task = journal.get(cx, task_key)
-                if task is None or task.state is not TaskState.RUNNING:
-                    return False
+                if task is None or task.state is not TaskState.RUNNING or (
+                    task.instance_id != gone
+                ):
+                    return False  # ended, or adopted by a live instance meanwhile
                 lost.append(task)
                 # A turn-lifetime task's turn is over: its notification goes to the
                 # conversation.
@@ -396,15 +449,30 @@ class BackgroundTasks:
 
             if await self._start_with(conversation_id, lose):
                 marked += 1
-                self._lost_span(lost[-1])
+                lost_span(self.tracing, lost[-1])
         return marked
 
-    def _lost_span(self, task: journal.TaskRecord) -> None:
-        """The span of a task found lost: the span its gone runtime started went with it, so
-        this one is a root, from the task's start to now, with the same attributes."""
-        span = _task_span(self.tracing, task.conversation_id, task.run_id, task.task_key,
+    async def _adopt(
+        self, conversation_id: ConversationId, task_key: str, gone: str, remote: RemoteTasks
+    ) -> None:
+        """Take over following a gone instance's MCP task (only one live instance does), and
+        follow it once that is committed."""
+
+        def adopt(tx: Tx) -> journal.TaskRecord | None:
+            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            task = journal.get(cx, task_key)
+            adopted = task is not None and journal.adopt(
+                cx, task, gone_instance_id=gone, instance_id=self.instance_id)
+            cx.save()
+            return task if adopted else None
+
+        task = await self.store.transact(adopt, route=conversation_id)
+        if task is None:
+            return  # another instance adopted it, or it ended meanwhile
+        log.info("following MCP task %s of task %s again after its runtime was gone",
+                 task.mcp_task_id, task_key)
+        span = task_span(self.tracing, task.conversation_id, task.run_id, task_key,
                           call_id=task.call_id, lifetime=task.lifetime,
                           start_time_us=task.started_at_us)
-        span.set({"tidings.task.state": TaskState.LOST.value})
-        span.fail("the runtime that ran it is gone: its outcome is unknown", error_type="lost")
-        span.end()
+        self._remote_spans[task_key] = span
+        remote.follow(replace(task, instance_id=self.instance_id))

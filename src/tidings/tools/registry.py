@@ -44,6 +44,9 @@ class ToolContext(CallIds):
     tasks: TaskStarter | None = field(default=None, compare=False, repr=False)
     started: list[str] = field(default_factory=list, compare=False, repr=False)
     """The key of the task this call started, if any: the call's result carries it."""
+    background: bool = False
+    """The profile asks for this call in the background (its ``background`` list): a tool that
+    can run as a background task does (an MCP server's tool, when the server runs tasks)."""
 
     async def start_task(
         self, command: str | Sequence[str], *, lifetime: str = "conversation",

@@ -42,6 +42,8 @@ def _key(arguments: Mapping[str, Any], name: str = "task_key") -> str:
 
 
 def _facts(task: TaskRecord) -> dict[str, Any]:
+    mcp = None if task.mcp_server is None else {
+        "server": task.mcp_server, "tool": task.mcp_tool, "task_id": task.mcp_task_id}
     return {
         "task_key": task.task_key,
         "state": task.state.value,
@@ -52,7 +54,7 @@ def _facts(task: TaskRecord) -> dict[str, Any]:
         "stdout_bytes": task.stdout_bytes,
         "stderr_bytes": task.stderr_bytes,
         "result_id": task.result_id,
-    }
+    } | ({} if mcp is None else {"mcp_task": mcp})
 
 
 def task_tools(store: Store, results: Callable[[], Results | None]) -> list[Tool]:

@@ -26,7 +26,8 @@ async def execute(
     span, current while the tool runs: what the tool starts (a background task) is its child.
     ``tasks`` is how the tool's context starts a background task."""
     with spans.tool_call(tracing, plan, call) as span:
-        context = ToolContext(plan.conversation_id, plan.run_id, call.call_id, tasks=tasks)
+        context = ToolContext(plan.conversation_id, plan.run_id, call.call_id, tasks=tasks,
+                              background=call.name in plan.profile.background)
         output = await _run(offered, call, context)
         if context.started and "task_key" not in output.meta:
             # The result that commits names the task, as the shell tool's does: the turn

@@ -60,10 +60,14 @@ class ProfileBody(_Request):
     automatic_tools: Literal["read_only", "all"] = Field(
         default="read_only", description="The tools automatic turns get (L4)."
     )
+    background: list[str] = Field(
+        default_factory=list, description="Tools (of tools) called as background tasks where "
+        "they can be: an MCP server's, when the server runs tasks.")
 
     def to_profile(self) -> Profile:
         base = Profile(model=self.model, fallbacks=tuple(self.fallbacks), tools=tuple(self.tools),
-                       approval_mode=self.approval_mode, automatic_tools=self.automatic_tools)
+                       approval_mode=self.approval_mode, automatic_tools=self.automatic_tools,
+                       background=tuple(self.background))
         return base if self.system is None else replace(base, system=self.system)
 
 
@@ -118,12 +122,13 @@ class ProfileOut(BaseModel):
     approval_mode: str
     system: str
     automatic_tools: str
+    background: list[str]
 
     @classmethod
     def of(cls, p: Profile) -> ProfileOut:
         return cls(model=p.model, fallbacks=list(p.fallbacks), tools=list(p.tools),
                    approval_mode=p.approval_mode, system=p.system,
-                   automatic_tools=p.automatic_tools)
+                   automatic_tools=p.automatic_tools, background=list(p.background))
 
 
 class UsageOut(BaseModel):

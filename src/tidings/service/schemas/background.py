@@ -49,6 +49,14 @@ class ChildCancelled(BaseModel):
     cancelled: list[CancelledRequestOut]
 
 
+class MCPTaskOut(BaseModel):
+    """An MCP server's task: the server, its tool, and the id the server gave the task."""
+
+    server: str
+    tool: str
+    task_id: str
+
+
 class TaskOut(BaseModel):
     """A task's facts; the output excerpt is untrusted text (invalid UTF-8 replaced)."""
 
@@ -78,6 +86,8 @@ class TaskOut(BaseModel):
     duration_ms: int | None
     started_at_us: int
     ended_at_us: int | None
+    mcp: MCPTaskOut | None = Field(
+        default=None, description="Where the task runs when an MCP server runs it.")
 
     @classmethod
     def of(cls, t: TaskRecord) -> TaskOut:
@@ -92,6 +102,8 @@ class TaskOut(BaseModel):
             stdout_bytes=t.stdout_bytes, stderr_bytes=t.stderr_bytes,
             excerpt=t.excerpt.decode("utf-8", "replace"), excerpt_truncated=t.excerpt_truncated,
             duration_ms=t.duration_ms, started_at_us=t.started_at_us, ended_at_us=t.ended_at_us,
+            mcp=None if t.mcp_server is None else MCPTaskOut(
+                server=t.mcp_server, tool=t.mcp_tool or "", task_id=t.mcp_task_id or ""),
         )
 
 

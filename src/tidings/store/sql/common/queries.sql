@@ -417,7 +417,10 @@ VALUES (:task_id, :conversation_id, :task_key, :run_id, :call_id, :command, :not
         :lifetime, 'running', :handed_off, :instance_id, :now_us);
 
 -- get_task --
-SELECT * FROM tasks WHERE conversation_id = :conversation_id AND task_key = :task_key;
+-- A task, with where its work runs when that is an MCP server.
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+  FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+ WHERE t.conversation_id = :conversation_id AND t.task_key = :task_key;
 
 -- finish_task --
 -- The terminal state is recorded once; its event id is assigned with it and never changes.
@@ -444,10 +447,11 @@ UPDATE tasks SET notification_seq = :seq
  WHERE conversation_id = :conversation_id AND task_key = :task_key;
 
 -- undelivered_tasks --
-SELECT * FROM tasks
- WHERE conversation_id = :conversation_id AND state <> 'running'
-   AND delivered = 0 AND cancelled = 0
- ORDER BY ended_at_us, task_id;
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+  FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+ WHERE t.conversation_id = :conversation_id AND t.state <> 'running'
+   AND t.delivered = 0 AND t.cancelled = 0
+ ORDER BY t.ended_at_us, t.task_id;
 
 -- direct_notifications --
 -- Whether a notification waiting unconsumed belongs to a task that a direct turn (a person's,
@@ -472,10 +476,12 @@ SELECT * FROM tasks WHERE instance_id = :instance_id AND state = 'running';
 -- orphaned_tasks --
 -- Tasks still running in the journal whose instance is gone (stopped, or reconciled after it
 -- died): their processes died with it, or were left behind (pid, host and start time say
--- which).
-SELECT t.conversation_id, t.task_key, p.pid, p.host, p.process_started
+-- which); an MCP server's task may still run there (server and task id say where).
+SELECT t.conversation_id, t.task_key, t.instance_id, p.pid, p.host, p.process_started,
+       m.server AS mcp_server, m.mcp_task_id
   FROM tasks t JOIN instances i ON i.instance_id = t.instance_id
   LEFT JOIN task_processes p ON p.task_id = t.task_id
+  LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
  WHERE t.state = 'running' AND t.instance_id <> :instance_id
    AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
  ORDER BY t.started_at_us
@@ -487,12 +493,24 @@ INSERT INTO task_processes (task_id, pid, host, process_started)
 VALUES (:task_id, :pid, :host, :process_started)
 ON CONFLICT (task_id) DO NOTHING;
 
+-- insert_mcp_task --
+-- Where a task's work runs when an MCP server runs it: written with the task's start.
+INSERT INTO mcp_tasks (task_id, server, tool, mcp_task_id)
+VALUES (:task_id, :server, :tool, :mcp_task_id);
+
+-- adopt_task --
+-- A live instance takes over following a task whose instance is gone (an MCP server's task:
+-- it may still run there). Only one instance can: the row must still name the gone one.
+UPDATE tasks SET instance_id = :instance_id
+ WHERE task_id = :task_id AND state = 'running' AND instance_id = :gone_instance_id;
+
 -- tasks_of_run --
 -- The tasks a run started (its stop cancels their notifications; its end hands off the
 -- turn-lifetime ones).
-SELECT * FROM tasks
- WHERE conversation_id = :conversation_id AND run_id = :run_id
- ORDER BY started_at_us, task_id;
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+  FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+ WHERE t.conversation_id = :conversation_id AND t.run_id = :run_id
+ ORDER BY t.started_at_us, t.task_id;
 
 -- open_tasks --
 -- What a compaction must carry into its hand-off (T7): tasks still running, and tasks whose
@@ -506,9 +524,10 @@ SELECT task_key, state, event_id, result_id, delivered, consumed FROM tasks
 
 -- conversation_tasks --
 -- A conversation's tasks, newest first, for the API (paged by start time).
-SELECT * FROM tasks
- WHERE conversation_id = :conversation_id AND started_at_us < :before_us
- ORDER BY started_at_us DESC, task_id DESC
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+  FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+ WHERE t.conversation_id = :conversation_id AND t.started_at_us < :before_us
+ ORDER BY t.started_at_us DESC, t.task_id DESC
  LIMIT :limit;
 
 -- ============================================================================================

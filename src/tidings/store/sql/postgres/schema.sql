@@ -298,6 +298,14 @@ CREATE TABLE IF NOT EXISTS task_processes (
     process_started text
 );
 
+-- A task whose work runs on an MCP server (B5): the server, the tool and the server's task id.
+CREATE TABLE IF NOT EXISTS mcp_tasks (
+    task_id text PRIMARY KEY REFERENCES tasks (task_id),
+    server text NOT NULL,
+    tool text NOT NULL,
+    mcp_task_id text NOT NULL
+);
+
 -- Approvals (L5).
 CREATE TABLE IF NOT EXISTS approvals (
     approval_id text PRIMARY KEY,

@@ -308,6 +308,14 @@ CREATE TABLE IF NOT EXISTS task_processes (
     process_started TEXT
 );
 
+-- A task whose work runs on an MCP server (B5): the server, the tool and the server's task id.
+CREATE TABLE IF NOT EXISTS mcp_tasks (
+    task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    mcp_task_id TEXT NOT NULL
+);
+
 -- Approvals (L5).
 CREATE TABLE IF NOT EXISTS approvals (
     approval_id TEXT PRIMARY KEY,

@@ -1,0 +1,193 @@
+"""A kettle MCP server that runs its tool as a task: it answers a task-augmented call at once,
+and the task ends later -- when the test says so. Run as a stdio subprocess.
+
+Its tool ``brew(what)`` answers a plain call at once. Called as a task, it creates a task and
+returns it; the task stays ``working`` until a marker file appears in the state directory
+(``SLOW_TASKS_DIR``):
+
+- ``<what>.done``: the task completes, its result ``brewed <what>``;
+- ``<what>.fail``: the task fails, its result an error (``the kettle broke``);
+- ``<what>.forget``: the server forgets the task (it answers that the task id is unknown).
+
+The tasks live in ``tasks.json`` in that directory, so a new server process (the runtime was
+restarted) knows the tasks an earlier one created. Every ``tasks/*`` request is appended to
+``requests.log`` (``<pid> <method> <task id>``); ``tasks/cancel`` cancels the task. The poll
+interval it suggests is ``SLOW_TASKS_POLL_MS`` (50 ms unless set).
+While the connection that created a task is open, the server also sends
+``notifications/tasks/status`` when the task ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    CancelTaskRequestParams,
+    GetTaskPayloadRequestParams,
+    GetTaskRequestParams,
+    Task,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
+    TextContent,
+)
+
+STATE = Path(os.environ.get("SLOW_TASKS_DIR", "."))
+TASKS = STATE / "tasks.json"
+POLL_MS = int(os.environ.get("SLOW_TASKS_POLL_MS", "50"))
+"""The interval the server suggests between two ``tasks/get`` of a task."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@contextlib.contextmanager
+def _tasks() -> Iterator[dict[str, dict[str, Any]]]:
+    """The tasks, read and written back under a lock (two server processes may share them)."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    with (STATE / "tasks.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        tasks = json.loads(TASKS.read_text()) if TASKS.exists() else {}
+        yield tasks
+        scratch = TASKS.with_suffix(".tmp")
+        scratch.write_text(json.dumps(tasks))
+        os.replace(scratch, TASKS)
+
+
+def _log(method: str, task_id: str) -> None:
+    with (STATE / "requests.log").open("a") as log:
+        log.write(f"{os.getpid()} {method} {task_id}\n")
+
+
+def _advance(task: dict[str, Any]) -> None:
+    """Move a working task on if its marker is there."""
+    if task["status"] != "working":
+        return
+    for marker, status in (("done", "completed"), ("fail", "failed")):
+        if (STATE / f"{task['what']}.{marker}").exists():
+            task["status"] = status
+            task["updated"] = _now()
+
+
+def _known(tasks: dict[str, dict[str, Any]], task_id: str) -> dict[str, Any]:
+    task = tasks.get(task_id)
+    if task is not None and (STATE / f"{task['what']}.forget").exists():
+        del tasks[task_id]
+        task = None
+    if task is None:
+        raise MCPError(code=INVALID_PARAMS, message=f"no task {task_id}")
+    _advance(task)
+    return task
+
+
+def _wire(task_id: str, task: dict[str, Any]) -> Task:
+    return Task(task_id=task_id, status=task["status"], status_message=task.get("message"),
+                created_at=task["created"], last_updated_at=task["updated"],
+                ttl=task["ttl"], poll_interval=POLL_MS)
+
+
+def _dump(model: Task) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class KettleTasks(Extension):
+    """The tasks extension: task-augmented ``tools/call`` and the ``tasks/*`` methods."""
+
+    identifier = "io.modelcontextprotocol/tasks"
+
+    async def intercept_tool_call(self, params: CallToolRequestParams,
+                                  ctx: ServerRequestContext[Any, Any],
+                                  call_next: CallNext) -> HandlerResult:
+        if params.task is None:
+            return await call_next(ctx)
+        task_id = uuid.uuid4().hex
+        what = str((params.arguments or {}).get("what", ""))
+        with _tasks() as tasks:
+            tasks[task_id] = {"what": what, "status": "working", "created": _now(),
+                              "updated": _now(), "ttl": params.task.ttl or 3_600_000}
+            created = _wire(task_id, tasks[task_id])
+        _log("tools/call", task_id)
+        asyncio.get_running_loop().create_task(_tell_when_ended(ctx, task_id))
+        return {"resultType": "task", "task": _dump(created)}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [
+            MethodBinding("tasks/get", GetTaskRequestParams, _get),
+            MethodBinding("tasks/result", GetTaskPayloadRequestParams, _result),
+            MethodBinding("tasks/cancel", CancelTaskRequestParams, _cancel),
+        ]
+
+
+async def _get(ctx: ServerRequestContext[Any, Any], params: GetTaskRequestParams) -> Any:
+    _log("tasks/get", params.task_id)
+    with _tasks() as tasks:
+        return _dump(_wire(params.task_id, _known(tasks, params.task_id)))
+
+
+async def _result(ctx: ServerRequestContext[Any, Any],
+                  params: GetTaskPayloadRequestParams) -> Any:
+    _log("tasks/result", params.task_id)
+    with _tasks() as tasks:
+        task = _known(tasks, params.task_id)
+    if task["status"] == "completed":
+        return CallToolResult(content=[TextContent(text=f"brewed {task['what']}")])
+    if task["status"] == "failed":
+        return CallToolResult(content=[TextContent(text="the kettle broke")], is_error=True)
+    raise MCPError(code=INVALID_PARAMS, message=f"task {params.task_id} has not ended")
+
+
+async def _cancel(ctx: ServerRequestContext[Any, Any], params: CancelTaskRequestParams) -> Any:
+    _log("tasks/cancel", params.task_id)
+    with _tasks() as tasks:
+        task = _known(tasks, params.task_id)
+        if task["status"] == "working":
+            task.update(status="cancelled", message="cancelled on request", updated=_now())
+        return _dump(_wire(params.task_id, task))
+
+
+async def _tell_when_ended(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    """While this connection lasts: ``notifications/tasks/status`` once the task ended."""
+    while True:
+        await asyncio.sleep(0.02)
+        with _tasks() as tasks:
+            task = tasks.get(task_id)
+            if task is None:
+                return
+            _advance(task)
+            if task["status"] == "working":
+                continue
+            params = _wire(task_id, task)
+        status = TaskStatusNotification(params=TaskStatusNotificationParams(**params.model_dump()))
+        with contextlib.suppress(Exception):
+            # The SDK types the spec's own notifications; it sends an extension's as well.
+            await ctx.session.send_notification(status)  # type: ignore[arg-type]
+        return
+
+
+server = MCPServer("kettle", extensions=[KettleTasks()])
+
+
+@server.tool()
+def brew(what: str) -> str:
+    """Brew something; as a task, it ends when the test says so."""
+    return f"brewed {what} at once"
+
+
+if __name__ == "__main__":
+    server.run()
