@@ -132,10 +132,10 @@ class Channel:
         """Read the rows after the last handed out; whether a full page says there is more."""
         assert self.last is not None
         after = self.last
+        target = self._hinted  # before the read: a hint that comes during it is a new one
         events = await self.store.read(
             lambda tx: read_events(tx, self.conversation_id, after_seq=after, limit=MAX_PAGE)
         )
-        target = self._hinted
         for event in events:
             self.journal(FeedEvent.of(event))
         if len(events) == MAX_PAGE:
