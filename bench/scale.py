@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from harness import (
     DEFAULT_DSN,
     PostgresCpu,
@@ -78,6 +79,24 @@ async def _spawn(*args: str) -> asyncio.subprocess.Process:
     )
 
 
+def pg_counters(url: str) -> dict[str, int]:
+    """The server's WAL position (bytes; every database's WAL), this database's committed
+    transactions (cumulative statistics, flushed by each backend within a second or so of
+    going idle), the connections to it other than this one, and the server's WAL records and
+    full-page images so far (``pg_stat_wal``, flushed the same way)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, "
+            "(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), "
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            " AND pid <> pg_backend_pid()), "
+            "(SELECT wal_records FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal)"
+        ).fetchone()
+    assert row is not None
+    return {"wal_bytes": int(row[0]), "commits": int(row[1]), "connections": int(row[2]),
+            "wal_records": int(row[3]), "wal_fpi": int(row[4])}
+
+
 async def configuration(dsn: str, processes: int, seconds: float) -> dict[str, Any]:
     async with scratch_url("postgres", dsn, f"scale{processes}") as url:
         setup = await _spawn(url, "setup", str(CONVERSATIONS))
@@ -93,6 +112,8 @@ async def configuration(dsn: str, processes: int, seconds: float) -> dict[str, A
                 if not line:
                     assert worker.stderr is not None
                     raise RuntimeError((await worker.stderr.read()).decode()[-2000:])
+            await asyncio.sleep(1.5)  # the workers' backends flush their statistics
+            counters0 = await asyncio.to_thread(pg_counters, url)
             busy0, total0 = machine_cpu_s()
             pg0, runtime0 = PostgresCpu.sample(), [process_cpu_s(w.pid) for w in workers]
             for worker in workers:
@@ -104,6 +125,9 @@ async def configuration(dsn: str, processes: int, seconds: float) -> dict[str, A
             # Every worker has stopped posting and waits on stdin: nothing of its close counts.
             busy1, total1 = machine_cpu_s()
             pg1, runtime1 = PostgresCpu.sample(), [process_cpu_s(w.pid) for w in workers]
+            wal1 = (await asyncio.to_thread(pg_counters, url))["wal_bytes"]
+            await asyncio.sleep(1.5)  # as above, for the commit count
+            counters1 = await asyncio.to_thread(pg_counters, url)
             for worker in workers:
                 assert worker.stdin is not None
                 worker.stdin.write(b"\n")
@@ -145,6 +169,19 @@ async def configuration(dsn: str, processes: int, seconds: float) -> dict[str, A
         "runtime_cpu_us_per_turn": runtime_cpu / turns * 1e6 if turns else None,
         "pg_cpu_us_per_turn": pg_cpu / turns * 1e6 if turns else None,
         "pg_database_cpu_us_per_turn": pg["database"] / turns * 1e6 if turns else None,
+        # From PostgreSQL itself: transactions per turn (this database's commits, every
+        # read-only one too), WAL bytes per turn (the whole server's WAL: other databases'
+        # writes on a shared server count too) and the connections the processes held.
+        "pg_transactions_per_turn": (counters1["commits"] - counters0["commits"]) / turns
+        if turns else None,
+        "pg_wal_bytes_per_turn": (wal1 - counters0["wal_bytes"]) / turns if turns else None,
+        "pg_connections": counters1["connections"],
+        # Full-page images: the first change of each page after a checkpoint (CREATE DATABASE
+        # makes one just before) logs the whole 8 KiB page.
+        "pg_wal_records_per_turn": (counters1["wal_records"] - counters0["wal_records"]) / turns
+        if turns else None,
+        "pg_wal_fpi_per_turn": (counters1["wal_fpi"] - counters0["wal_fpi"]) / turns
+        if turns else None,
     }
 
 
@@ -182,6 +219,11 @@ async def main_async(args: argparse.Namespace) -> int:
         "pg_scale_overlapping_turns": overlapping,
         "pg_cpu_us_per_turn": {k: f["pg_cpu_us_per_turn"] for k, f in results.figures.items()},
         "turns_per_cpu_s": {k: f["turns_per_cpu_s"] for k, f in results.figures.items()},
+        "pg_transactions_per_turn": {k: f["pg_transactions_per_turn"]
+                                     for k, f in results.figures.items()},
+        "pg_wal_bytes_per_turn": {k: f["pg_wal_bytes_per_turn"]
+                                  for k, f in results.figures.items()},
+        "pg_connections": {k: f["pg_connections"] for k, f in results.figures.items()},
         "raw_pg_commit_us": sum(raw_pg) / len(raw_pg),
         "raw_sqlite_commit_us": raw_sqlite,
         "loadavg_before": load_before,
@@ -234,6 +276,13 @@ def print_table(results: Results, seconds: float, summary: dict[str, Any]) -> No
                       f" + {fmt(background_us(f))})",
                       fmt(f["overlapping_turns"]))
     out.print(table)
+    for key, f in results.figures.items():
+        out.print(f"{key} process(es): PostgreSQL transactions per turn "
+                  f"{fmt(f['pg_transactions_per_turn'], 1)}, WAL bytes per turn (the server's) "
+                  f"{fmt(f['pg_wal_bytes_per_turn'])} ({fmt(f['pg_wal_records_per_turn'], 1)} "
+                  f"records, {fmt(f['pg_wal_fpi_per_turn'], 2)} full pages), connections "
+                  f"{f['pg_connections']}, "
+                  f"other databases' backends {fmt(f['pg_other_databases_cpu_s'], 2)} CPU-s")
     out.print(f"raw commit p50: PostgreSQL {summary['raw_pg_commit_us']:,.0f} µs (mean of before "
               f"and after), SQLite {summary['raw_sqlite_commit_us']:,.0f} µs; load average "
               f"before {summary['loadavg_before'][0]:.2f}, after "
