@@ -200,18 +200,20 @@ class PostgresCpu:
         """CPU seconds spent since ``before``: by this database's processes (``database``),
         by the server's background processes (``background``, shared with every database),
         and by other databases' (``others``). A process that ended between the two samples
-        is not in those (its time since ``before`` is lost): ``ended`` counts them, and
-        ``ended_s`` is the CPU of every process that ended meanwhile, whole lives, any
-        database's."""
+        is not in those (its time since ``before`` is lost): ``ended`` counts them,
+        ``ended_database`` those of this database, and ``ended_s`` is the CPU of every
+        process that ended meanwhile, whole lives, any database's."""
         out = {"database": 0.0, "background": 0.0, "others": 0.0, "ended": 0.0,
-               "ended_s": self.reaped_s - before.reaped_s}
+               "ended_database": 0.0, "ended_s": self.reaped_s - before.reaped_s}
         for pid, (role, cpu) in self.by_pid.items():
             prior = before.by_pid.get(pid)
             spent = cpu - (prior[1] if prior is not None and prior[0] == role else 0.0)
             key = ("database" if role == f"db:{dbname}" else
                    "background" if role == "background" else "others")
             out[key] += spent
-        out["ended"] = float(sum(1 for pid in before.by_pid if pid not in self.by_pid))
+        gone = [role for pid, (role, _) in before.by_pid.items() if pid not in self.by_pid]
+        out["ended"] = float(len(gone))
+        out["ended_database"] = float(sum(1 for role in gone if role == f"db:{dbname}"))
         return out
 
 

@@ -164,6 +164,7 @@ async def configuration(dsn: str, processes: int, seconds: float) -> dict[str, A
         "pg_background_cpu_s": pg["background"],
         "pg_other_databases_cpu_s": pg["others"],
         "pg_processes_ended": int(pg["ended"]),
+        "pg_database_processes_ended": int(pg["ended_database"]),
         "pg_ended_processes_cpu_s": pg["ended_s"],
         "turns_per_cpu_s": turns / (runtime_cpu + pg_cpu) if runtime_cpu + pg_cpu else None,
         "runtime_cpu_us_per_turn": runtime_cpu / turns * 1e6 if turns else None,
