@@ -75,6 +75,7 @@ from tidings.results import MasterKey
 TOKEN, PRINCIPAL = "bench-token", "bench"
 WAYS = ("library", "http_feed", "http_wait")
 GOAL_RATIO = 1.5
+SLOW_US = 500_000  # a turn this slow waited for a slow poll, not for work
 ENDED = frozenset({"completed", "failed", "needs_attention", "stopped"})
 
 
@@ -109,8 +110,8 @@ class Warnings(logging.Handler):
 
 
 def server_warnings(log_text: str) -> list[str]:
-    """The server's log lines at WARNING or above, less the two it says at every start here
-    (no master key is not one of them: the bench gives one)."""
+    """The server's log lines at WARNING or above (it is given tokens and a master key, so
+    a clean start says none)."""
     return [line for line in log_text.splitlines()
             if any(level in line for level in ("WARNING", "ERROR", "CRITICAL"))]
 
@@ -188,6 +189,7 @@ class Feed:
         self.run_of: dict[str, str] = {}  # input id -> the run that read it
         self.reply_of: dict[str, str] = {}  # run id -> its last assistant text
         self.ended: set[str] = set()
+        self.trace: list[tuple[int, str, int]] = []  # this turn's (read at, event, at_us)
 
     async def answer(self, input_id: str) -> str:
         """The reply to ``input_id``, once the run that read it has ended."""
@@ -196,12 +198,13 @@ class Feed:
             if run is not None and run in self.ended:
                 return self.reply_of.get(run, "")
             chunk = await self.chunks.__anext__()
+            read_us = time.time_ns() // 1000
             self.buffer += chunk.replace(b"\r\n", b"\n")
             *events, self.buffer = self.buffer.split(b"\n\n")
             for event in events:
-                self.take(event)
+                self.take(event, read_us)
 
-    def take(self, event: bytes) -> None:
+    def take(self, event: bytes, read_us: int) -> None:
         kind = b""
         data = b""
         for line in event.split(b"\n"):
@@ -209,6 +212,9 @@ class Feed:
                 kind = line[7:]
             elif line.startswith(b"data: "):
                 data = line[6:]
+        at = data.rfind(b'"at_us":')
+        stamp = data[at + 8:].rstrip(b"}").split(b",", 1)[0] if at >= 0 else b""
+        self.trace.append((read_us, kind.decode(), int(stamp) if stamp.isdigit() else 0))
         if kind not in self.WANTED:
             return
         decoded = json.loads(data)
@@ -232,6 +238,7 @@ class Ways:
     stack: contextlib.AsyncExitStack
     server: Served
     mismatches: list[str] = field(default_factory=list)
+    slow_traces: list[list[tuple[float, str, float | None]]] = field(default_factory=list)
 
     async def conversation(self, way: str) -> Callable[[str], Awaitable[None]]:
         if way == "library":
@@ -265,10 +272,18 @@ class Ways:
         feed = Feed(response)
 
         async def http_feed(words: str) -> None:
+            t0 = time.time_ns() // 1000
+            feed.trace = []
             posted = await self.client.post(inputs, json={"content": words})
             if posted.status_code != 202:
                 raise RuntimeError(f"the post answered {posted.status_code}: {posted.text[:200]}")
             self.check(words, await feed.answer(posted.json()["input_id"]))
+            if time.time_ns() // 1000 - t0 > SLOW_US and len(self.slow_traces) < 3:
+                # What the feed gave and when, from the post: each event's arrival (ms) and
+                # the time the server stamped it (ms; live events carry one too).
+                self.slow_traces.append([(round((read - t0) / 1e3, 1), kind,
+                                          round((at - t0) / 1e3, 1) if at else None)
+                                         for read, kind, at in feed.trace])
 
         return http_feed
 
@@ -311,7 +326,7 @@ async def serial(ways: Ways, plan: Plan) -> dict[str, Any]:
             "p99_us": pct_us(samples, 0.99),
             "mean_us": sum(samples) / n * 1e6,
             # A turn held ~1 s waits for something's slow poll (a lost wake-up), not for work.
-            "turns_over_500ms": sum(1 for x in samples if x > 0.5),
+            "turns_over_500ms": sum(1 for x in samples if x > SLOW_US / 1e6),
             "cpu_us_per_turn_this_process": own_cpu[way] / n * 1e6,
             "cpu_us_per_turn_server": server_cpu[way] / n * 1e6 if way != "library" else 0.0,
             "machine_busy": busy[way] / span[way] if span[way] else None,
@@ -323,22 +338,30 @@ async def concurrent(ways: Ways, plan: Plan, conversations: int) -> dict[str, An
     """Turns per second with ``conversations`` closed loops at once, in alternating windows."""
     windows: dict[str, list[float]] = {w: [] for w in WAYS}
     p50: dict[str, list[float]] = {w: [] for w in WAYS}
+    shares: dict[str, dict[str, list[float]]] = {
+        w: {"this_process": [], "server": [], "machine": []} for w in WAYS}
     for window in range(plan.windows):
         order = WAYS[window % len(WAYS):] + WAYS[:window % len(WAYS)]
         for way in order:
             turns = [await ways.conversation(way) for _ in range(conversations)]
-            rate, latency = await closed_loops(turns, plan)
+            rate, latency, cpu = await closed_loops(turns, plan, ways.server)
             windows[way].append(rate)
             p50[way].append(latency)
+            for key, value in cpu.items():
+                shares[way][key].append(value)
     return {way: {"turns_per_s": sum(v) / len(v), "windows": v,
-                  "latency_p50_us": sum(p50[way]) / len(p50[way])}
+                  "latency_p50_us": sum(p50[way]) / len(p50[way]),
+                  # Shares of one CPU over the windows: this process (the runtime for the
+                  # library, the client for HTTP), the server, and the whole machine.
+                  **{f"cpu_{key}": sum(x) / len(x) for key, x in shares[way].items()}}
             for way, v in windows.items()}
 
 
-async def closed_loops(turns: list[Callable[[str], Awaitable[None]]],
-                       plan: Plan) -> tuple[float, float]:
+async def closed_loops(turns: list[Callable[[str], Awaitable[None]]], plan: Plan,
+                       server: Served) -> tuple[float, float, dict[str, float]]:
     """Each conversation posts again as soon as it has its answer: turns per second ended in
-    the window after a warm-up, and their latency p50 (µs)."""
+    the window after a warm-up, their latency p50 (µs), and the CPU used meanwhile (shares of
+    one CPU: this process, the server, the machine's busy CPUs)."""
     ends: list[float] = []
     latencies: list[float] = []
     stop = asyncio.Event()
@@ -357,8 +380,10 @@ async def closed_loops(turns: list[Callable[[str], Awaitable[None]]],
     try:
         await asyncio.sleep(plan.window_warm_s)
         start, first = time.perf_counter(), len(ends)
+        own0, served0, (busy0, _) = time.process_time(), server.cpu_s(), machine_cpu_s()
         await asyncio.sleep(plan.window_s)
         end = time.perf_counter()
+        own1, served1, (busy1, _) = time.process_time(), server.cpu_s(), machine_cpu_s()
         done = sum(1 for t in ends[first:] if t <= end)
         measured = latencies[first:first + done]
     finally:
@@ -367,7 +392,10 @@ async def closed_loops(turns: list[Callable[[str], Awaitable[None]]],
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return done / (end - start), pct_us(measured, 0.5)
+    span = end - start
+    return done / span, pct_us(measured, 0.5), {
+        "this_process": (own1 - own0) / span, "server": (served1 - served0) / span,
+        "machine": (busy1 - busy0) / span}
 
 
 @contextlib.asynccontextmanager
@@ -426,6 +454,7 @@ async def measure(ways: Ways, backend: str, args: argparse.Namespace,
     await ways.stack.aclose()
     figures["wrong_answers"] = ways.mismatches
     figures["server_warnings"] = server_warnings(ways.server.log_text())[:20]
+    figures["slow_feed_turns"] = ways.slow_traces
     return figures
 
 
@@ -520,6 +549,12 @@ def print_table(results: Results, args: argparse.Namespace, raw_us: dict[str, fl
         table.add_row(f"{args.concurrency} conversations, {way}: turns/s",
                       cell("sqlite", "concurrent", way, "turns_per_s", digits=1),
                       cell("pg", "concurrent", way, "turns_per_s", digits=1), "")
+    for way in WAYS:
+        table.add_row(f"{args.concurrency} conversations, {way}: CPUs used (this process / "
+                      "server)", *(
+                          f"{cell(p, 'concurrent', way, 'cpu_this_process', digits=2)} / "
+                          f"{cell(p, 'concurrent', way, 'cpu_server', digits=2)}"
+                          for p in ("sqlite", "pg")), "")
     table.add_row("raw commit p50 µs (mean of before and after)", fmt(raw_us.get("sqlite")),
                   fmt(raw_us.get("postgres")), "")
     Console().print(table)
