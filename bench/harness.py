@@ -135,6 +135,101 @@ def raw_sqlite_commit_us(seconds: float) -> float:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def raw_pg_commit_us(dsn: str, seconds: float) -> float:
+    """The PostgreSQL baseline: median µs of one single-row ``INSERT`` + ``COMMIT`` on a plain
+    psycopg connection, into a scratch table of ``dsn``'s database (dropped afterwards)."""
+    table = f"tidings_bench_raw_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, v text)")
+        conn.commit()
+        try:
+            samples: list[float] = []
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                conn.execute(f"INSERT INTO {table} (v) VALUES ('payload-of-a-small-row')")
+                conn.commit()
+                samples.append(time.perf_counter() - t0)
+        finally:
+            conn.rollback()
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.commit()
+    return statistics.median(samples) * 1e6
+
+
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system, every thread), from ``/proc/<pid>/stat``;
+    0 for a process that is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class PostgresCpu:
+    """CPU seconds of the local PostgreSQL server's processes, from ``/proc``: per pid, with
+    what each is (``db:<name>`` for a backend or autovacuum worker of that database,
+    ``background`` for the postmaster, checkpointer, WAL writer and the like)."""
+
+    by_pid: dict[int, tuple[str, float]]
+    reaped_s: float  # the postmaster's children that ended (every database's), from its stat
+
+    @classmethod
+    def sample(cls) -> PostgresCpu:
+        found: dict[int, tuple[str, float]] = {}
+        reaped = 0.0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                if not stat.split(" (", 1)[1].startswith("postgres)"):
+                    continue
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except (OSError, IndexError, UnicodeDecodeError):
+                continue
+            found[int(entry.name)] = (_pg_role(title), process_cpu_s(int(entry.name)))
+            if not title.startswith("postgres:"):  # the postmaster
+                fields = stat.rsplit(")", 1)[1].split()
+                reaped += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+        return cls(found, reaped)
+
+    def since(self, before: PostgresCpu, dbname: str) -> dict[str, float]:
+        """CPU seconds spent since ``before``: by this database's processes (``database``),
+        by the server's background processes (``background``, shared with every database),
+        and by other databases' (``others``). A process that ended between the two samples
+        is not in those (its time since ``before`` is lost): ``ended`` counts them,
+        ``ended_database`` those of this database, and ``ended_s`` is the CPU of every
+        process that ended meanwhile, whole lives, any database's."""
+        out = {"database": 0.0, "background": 0.0, "others": 0.0, "ended": 0.0,
+               "ended_database": 0.0, "ended_s": self.reaped_s - before.reaped_s}
+        for pid, (role, cpu) in self.by_pid.items():
+            prior = before.by_pid.get(pid)
+            spent = cpu - (prior[1] if prior is not None and prior[0] == role else 0.0)
+            key = ("database" if role == f"db:{dbname}" else
+                   "background" if role == "background" else "others")
+            out[key] += spent
+        gone = [role for pid, (role, _) in before.by_pid.items() if pid not in self.by_pid]
+        out["ended"] = float(len(gone))
+        out["ended_database"] = float(sum(1 for role in gone if role == f"db:{dbname}"))
+        return out
+
+
+def _pg_role(title: str) -> str:
+    """``background`` or ``db:<name>`` from a PostgreSQL process title, e.g. ``postgres:
+    15/main: postgres mydb 127.0.0.1(5000) idle`` or ``postgres: autovacuum worker mydb``."""
+    if not title.startswith("postgres:"):
+        return "background"  # the postmaster: its command line, not a title
+    words = title.split(":", 2)[-1].split()
+    if len(words) >= 3 and words[:2] == ["autovacuum", "worker"]:
+        return f"db:{words[2]}"
+    if len(words) >= 3 and ("(" in words[2] or words[2] == "[local]"):
+        return f"db:{words[1]}"
+    return "background"
+
+
 @contextlib.asynccontextmanager
 async def scratch_url(backend: str, dsn: str, purpose: str) -> AsyncIterator[str]:
     """A fresh database for one measurement: a SQLite file in a temp folder, or a PostgreSQL

@@ -1,7 +1,9 @@
 """The performance report (issue 7): run every benchmark and write its figures into
 docs/performance.md.
 
-    python bench/report.py [--quick] [--only outbox,turns,tasks,mail,torture,scale,peers,load]
+    python bench/report.py [--quick] [--only NAME,...]
+
+(names: outbox, turns, tasks, mail, torture, scale, peers, load, service)
 
 First the physical limits of this machine, measured here: raw single-row commits on SQLite at
 ``synchronous=FULL`` and ``NORMAL``, one row per transaction and 100 per transaction, and on
@@ -35,7 +37,7 @@ from harness import DEFAULT_DSN, log, run_main, source_revision
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
-BENCHES = ("outbox", "turns", "tasks", "mail", "torture", "scale", "peers", "load")
+BENCHES = ("outbox", "turns", "tasks", "mail", "torture", "scale", "peers", "load", "service")
 
 
 def sqlite_commits_per_s(synchronous: str, rows: int, seconds: float = 1.0) -> float:
@@ -139,6 +141,9 @@ HEADLINES: tuple[Headline, ...] = (
     ("scale", "2 and 4 processes on PG, ratio to 1 process", ("scale_2_ratio", "scale_4_ratio"),
      "≥ 1.6 / ≥ 2.5", None),
     ("scale", "overlapping turns", ("overlapping_turns",), "0", lambda v: v == 0),
+    ("scale", "turns per CPU-second (runtime + PG), 2 and 4 processes ÷ 1",
+     ("pg_scale_cpu_efficiency_2", "pg_scale_cpu_efficiency_4"), "≥ 0.85",
+     lambda v: v >= 0.85),
     ("peers", "tidings ÷ huey, ÷ persist-queue (SQLite)",
      ("sqlite_vs_huey", "sqlite_vs_persist_queue"), "≥ 2", lambda v: v >= 2),
     ("peers", "tidings ÷ procrastinate (PG)", ("pg_vs_procrastinate",), "≥ 5",
@@ -154,6 +159,8 @@ HEADLINES: tuple[Headline, ...] = (
     ("load", "post p50 / p99, ms (PG)", ("pg_post_p50_ms", "pg_post_p99_ms"), "", None),
     ("load", "event lag to watchers p99, ms (SQLite / PG)",
      ("sqlite_lag_p99_ms", "pg_lag_p99_ms"), "", None),
+    ("service", "turn through `tidings serve` (post + SSE feed) ÷ the library, p50 (SQLite / PG)",
+     ("sqlite_http_overhead_ratio", "pg_http_overhead_ratio"), "≤ 1.5", lambda v: v <= 1.5),
 )
 
 

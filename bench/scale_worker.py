@@ -4,7 +4,8 @@ Opens a runtime on URL, takes its share of the bench's conversations (every PROC
 from INDEX), prints ``{"ready": true}``, waits for a line on stdin -- the seconds to run --
 and then USERS closed-loop users each post a person's words to one of their conversations and
 wait for the turn that answers it, again and again. At the end it prints one JSON line: the
-turns it saw answered and their latencies (post -> answer committed), then closes cleanly.
+turns it saw answered and their latencies (post -> answer committed); then, at a second
+line on stdin (once the driver has read the CPU counters), it closes cleanly.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ async def work(url: str, index: int, processes: int, users: int) -> None:
         shares = [mine[u::users] for u in range(users)]
         await asyncio.gather(*(user(s) for s in shares if s))
         say({"turns": len(latencies), "latencies": latencies})
+        # The driver reads this process's CPU (and PostgreSQL's) now, then lets it close.
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 
 def main() -> None:
