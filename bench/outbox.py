@@ -923,6 +923,14 @@ def summarize(figures: dict[str, Any]) -> dict[str, Any]:
         summary[f"{key}_raw_commits_per_s"] = figures.get(f"{key}_raw_commits_per_s")
         summary[f"{key}_e2e_1_messages_per_s"] = e2e1
         summary[f"{key}_e2e_100_messages_per_s"] = e2e100
+        # Absolute figures (the goals are set against a floor measured beside them).
+        summary[f"{key}_e2e_1_msgs"] = e2e1
+        summary[f"{key}_e2e_100_msgs"] = e2e100
+        summary[f"{key}_cpu_per_msg_us_100"] = figures.get(f"{key}_e2e_100", {}).get(
+            "client_cpu_us_per_message")
+        raw_p50s = [figures[f"{key}_raw_{tag}"]["p50_us"] for tag in "123"
+                    if f"{key}_raw_{tag}" in figures]
+        summary[f"{key}_raw_commit_p50_us"] = statistics.mean(raw_p50s) if raw_p50s else None
         summary[f"{key}_peak_memory_growth_mib"] = (
             figures.get(f"{key}_memory", {}).get("rss_growth_mib")
         )
