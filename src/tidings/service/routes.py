@@ -78,7 +78,9 @@ from tidings.service.schemas import (
 from tidings.types import Origin
 
 
-def _runtime(request: Request) -> Runtime:
+# The dependencies are coroutines: FastAPI runs a plain function in a worker thread, a hop
+# (and a wait for the interpreter lock) per request for a lookup.
+async def _runtime(request: Request) -> Runtime:
     runtime = request.app.state.runtime
     if runtime is None:  # an embedded app whose lifespan has not started, or has ended
         raise InstanceNotRunningError("the runtime is not running: the app has not started "
@@ -87,7 +89,7 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-def _feeds(request: Request) -> sse.Feeds:
+async def _feeds(request: Request) -> sse.Feeds:
     feeds = request.app.state.feeds
     assert isinstance(feeds, sse.Feeds)
     return feeds
