@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
 from tidings.runtime import Runtime
-from tidings.service import observability, problems, routes
+from tidings.service import console, observability, problems, routes
 from tidings.service.auth import Authenticator
 from tidings.service.sse import Feeds
 
@@ -222,12 +222,15 @@ def create_app(
     operator_tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_ping: timedelta = timedelta(seconds=15),
+    with_console: bool = True,
 ) -> FastAPI:
     """The HTTP service over a started ``runtime``.
 
     ``tokens`` maps each bearer token to its principal (the owner of the conversations it
-    opens); ``operator_tokens`` may read the views across every conversation and the metrics.
-    Every route but ``/health`` and ``/openapi.json`` needs a token.
+    opens); ``operator_tokens`` reach every conversation, the views across them and the
+    metrics. Every route but ``/health`` and ``/openapi.json`` needs a token. ``with_console``
+    serves the operator console at ``/console/`` (a page that holds no data: it signs in with
+    a token and uses these routes).
     """
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
@@ -248,6 +251,8 @@ def create_app(
     problems.install(app)
     app.include_router(routes.router)
     app.include_router(observability.router)
+    if with_console:
+        app.include_router(console.router())
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(StrictTarget)  # before the body is read
     app.add_middleware(Guard)  # added last: the outermost layer

@@ -93,7 +93,7 @@ def _encoded(event: FeedEvent) -> bytes:
 
 
 async def feed(
-    runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str, after: int,
+    runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str | None, after: int,
 ) -> AsyncIterator[bytes]:
     """The conversation's feed after ``after`` until the conversation is gone, the client
     leaves (the response cancels this) or the server shuts down. The route checked the owner
