@@ -93,14 +93,19 @@ async def test_o3_the_list_says_each_conversations_last_activity_and_newest_run(
                        "invalid_input")
 
 
-async def _seed(url: str) -> tuple[str, list[int]]:
-    """Before the server opens the database: alice's conversation with two dead letters."""
+async def seed_conversation(url: str) -> str:
+    """Alice's conversation, opened on the database before any server runs over it."""
     store = await open_store(url)
     try:
-        conversation = (await Conversations(store, SystemClock()).create(
-            "alice", Profile(model="scripted"))).conversation_id
+        return (await Conversations(store, SystemClock()).create(
+            "alice", Profile(model="scripted"), title="seeded")).conversation_id
     finally:
         await store.close()
+
+
+async def _seed(url: str) -> tuple[str, list[int]]:
+    """Before the server opens the database: alice's conversation with two dead letters."""
+    conversation = await seed_conversation(url)
     first = await dead_letter(url, conversation)
     # A second letter, under another key (the helper's key would publish nothing new).
     clock = ManualClock(SystemClock().now_us())

@@ -15,7 +15,7 @@ let current = null; // the view on screen: { stop() }
 
 // A message in plain words at the top of the page; errors stay until dismissed.
 export function notify(text, kind) {
-  const note = h('div', { class: 'notice ' + (kind || 'info') },
+  const note = h('div', { class: 'toast ' + (kind || 'info') },
     h('span', {}, text),
     h('button', { type: 'button', class: 'close', 'aria-label': 'dismiss',
       onclick: () => note.remove() }, '×'));
@@ -34,6 +34,7 @@ export function failed(error) {
 
 function signOut(message) {
   forget();
+  replace(notices);
   if (current) current.stop();
   current = null;
   signInForm(message);
@@ -88,6 +89,7 @@ async function start() {
 function route() {
   if (!session.who) return;
   if (current) current.stop();
+  replace(notices); // what was said about the last view is not about this one
   const hash = location.hash.replace(/^#/, '') || '/';
   const context = { notify, failed, main };
   for (const a of nav.querySelectorAll('a')) {

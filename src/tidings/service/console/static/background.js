@@ -85,7 +85,8 @@ function outputViewer(conversationId, task, context) {
           (d) => d.statement).join('; ') : '');
       offset = result.next_offset === null ? 0 : result.next_offset;
       nextButton.textContent = result.next_offset === null ? 'From the start' : 'Next page';
-      replace(holder, status, page, nextButton);
+      const paged = result.next_offset !== null || result.offset > 0;
+      replace(holder, status, page, paged ? nextButton : null);
     } catch (error) {
       replace(holder, h('p', { class: 'error' }, words(error)));
       if (error.code === 'unauthorized') context.failed(error);

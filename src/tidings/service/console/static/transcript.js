@@ -13,6 +13,61 @@ const NOTICE_KINDS = {
   agent: 'message from another agent',
 };
 
+const ENTITIES = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" };
+
+// The escaped text of a child's reply, unescaped as text (never parsed as markup).
+function unescapeText(text) {
+  return text.replace(/&(#x[0-9a-fA-F]+|#[0-9]+|[a-z]+);/g, (whole, name) => {
+    if (name[0] === '#') {
+      const code = name[1] === 'x' ? parseInt(name.slice(2), 16) : parseInt(name.slice(1), 10);
+      return Number.isFinite(code) && code > 0 && code <= 0x10ffff
+        ? String.fromCodePoint(code) : whole;
+    }
+    return ENTITIES[name] === undefined ? whole : ENTITIES[name];
+  });
+}
+
+function fold(text, limit = 140) {
+  const lines = text.trim().split(/\r?\n/);
+  let first = lines[0] || '';
+  if (first.length > limit) first = first.slice(0, limit - 1) + '…';
+  else if (lines.length > 1) first += ' …';
+  return first;
+}
+
+// One line for the runtime's own words: a task's notice, a child's reply, or its first line.
+export function noticeSummary(content) {
+  const facts = /<process_facts>([\s\S]*?)<\/process_facts>/.exec(content);
+  if (facts) {
+    try {
+      const seen = JSON.parse(facts[1]);
+      let line = `task ${seen.task_key || '?'} ${seen.state || 'ended'}`;
+      const how = [];
+      if (seen.exit_code !== null && seen.exit_code !== undefined) how.push(`exit ${seen.exit_code}`);
+      else if (seen.signal) how.push(`signal ${seen.signal}`);
+      if (typeof seen.duration_ms === 'number') how.push(`${(seen.duration_ms / 1000).toFixed(1)} s`);
+      if (how.length) line += ` (${how.join(', ')})`;
+      const output = /<untrusted_process_output[^>]*>([\s\S]*?)<\/untrusted_process_output>/
+        .exec(content);
+      if (output) {
+        const text = JSON.parse(output[1]);
+        if (typeof text === 'string' && text.trim()) line += ': ' + fold(text);
+      }
+      return line;
+    } catch {
+      // not the runtime's facts after all: fall through
+    }
+  }
+  const child = /^<task_result task="([^"]*)" status="([^"]*)" conversation="([^"]*)">([\s\S]*)<\/task_result>$/
+    .exec(content.trim());
+  if (child) {
+    const body = unescapeText(child[4]);
+    return `child ${unescapeText(child[3])} (${unescapeText(child[1])}) ${child[2]}`
+      + (body.trim() ? ': ' + fold(body) : '');
+  }
+  return fold(content);
+}
+
 function time(us) {
   return h('time', { class: 'at' }, new Date(us / 1000).toLocaleTimeString());
 }
@@ -168,7 +223,9 @@ export class TranscriptView {
       h('header', {}, h('span', { class: 'who' }, 'runtime'),
         h('span', { class: 'kind' }, NOTICE_KINDS[m.origin] || 'notice'),
         h('span', { class: 'aside' }, 'written by the runtime, not by a person'), time(at)),
-      h('pre', { class: 'text' }, m.content));
+      h('div', { class: 'summary' }, noticeSummary(m.content)),
+      h('details', { class: 'notice-body' }, h('summary', {}, 'as the model reads it'),
+        h('pre', { class: 'text' }, m.content)));
     }
     if (m.role === 'user') {
       return h('article', { class: 'msg person', dataset: { seq: m.seq } },
