@@ -209,7 +209,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 class Page:
     """The browser, as the tests use it."""
 
-    driver: WebDriver
+    driver: webdriver.Chrome
     site: Site | None = None
     shots: list[Path] = field(default_factory=list)
 
@@ -232,8 +232,9 @@ class Page:
         return WebDriverWait(self.driver, WAIT_S).until(probe, what)
 
     def find(self, css: str) -> WebElement:
-        return self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css)
-                         if d.find_elements(By.CSS_SELECTOR, css) else None, css)
+        found: WebElement = self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css)
+                                      if d.find_elements(By.CSS_SELECTOR, css) else None, css)
+        return found
 
     def all(self, css: str) -> list[WebElement]:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
@@ -265,7 +266,7 @@ class Page:
         return path
 
 
-def chromium() -> WebDriver:
+def chromium() -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
@@ -292,13 +293,19 @@ def browser() -> Iterator[Page]:
         driver.quit()
 
 
+def console_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:
+    """What the page wrote to the browser's console since the last call."""
+    entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return entries
+
+
 @pytest.fixture
 def page(browser: Page, site: Site) -> Iterator[Page]:
     """The browser on the backend's site; the page's script errors fail the test."""
     browser.site = site
-    browser.driver.get_log("browser")  # what earlier tests left
+    console_log(browser.driver)  # what earlier tests left
     yield browser
-    errors = [entry["message"] for entry in browser.driver.get_log("browser")
+    errors = [entry["message"] for entry in console_log(browser.driver)
               if entry["level"] == "SEVERE" and "favicon" not in entry["message"]
               and "status of 4" not in entry["message"]]  # a refused request the test made
     assert errors == []

@@ -137,7 +137,7 @@ def test_o3_a_new_conversation_streams_its_answer_piece_by_piece(page: Page, sit
     assert all(len(a) < len(b) for a, b in itertools.pairwise(growing))
     assert page.all("#drafts .msg") == []  # the draft gave way to the committed message
     person = page.all("#messages .msg.person")
-    assert [m.get_attribute("textContent") for m in person][-1].endswith("stream please")
+    assert str(person[-1].get_attribute("textContent")).endswith("stream please")
     page.wait(lambda d: run_status(page) == "completed", "the run's status")
     # The run, its model and its tokens.
     page.find("#tab-runs").click()
