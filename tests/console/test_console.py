@@ -9,7 +9,6 @@ dead letters -- inspected, retried, discarded -- and a locked runtime unlocked."
 from __future__ import annotations
 
 import itertools
-import shutil
 from pathlib import Path
 
 import httpx
@@ -30,8 +29,6 @@ from tests.console.conftest import (
     stop,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-
 
 def assistant_said(page: Page, text: str) -> bool:
     return any(text in str(m.get_attribute("textContent"))
@@ -40,12 +37,6 @@ def assistant_said(page: Page, text: str) -> bool:
 
 def run_status(page: Page) -> str:
     return str(page.find("#run-status").get_attribute("data-status"))
-
-
-def keep_for_docs(shot: Path, name: str) -> None:
-    """The README's and the docs' pictures are the tests' own screenshots (SQLite's)."""
-    if shot.name.endswith("-sqlite.png"):
-        shutil.copyfile(shot, DOCS / name)
 
 
 # -- O1: in the box --------------------------------------------------------------------------
@@ -175,7 +166,7 @@ def test_o3_a_background_tasks_notice_arrives_live_and_is_the_runtimes(
     assert "exit 0" in str(row.get_attribute("textContent"))
     page.find("#panel-body .show-output").click()
     page.wait(lambda d: "built" in page.text("#panel-body .output-page"), "the output page")
-    keep_for_docs(page.shot("console-conversation"), "console-conversation.png")
+    page.shot("console-conversation")  # docs/console-conversation.png is SQLite's
 
 
 def test_o3_a_held_call_is_approved_and_the_run_finishes(page: Page, site: Site) -> None:
@@ -288,7 +279,7 @@ def test_o5_an_operator_sees_everything_and_settles_dead_letters(
     extra.find_element(By.CSS_SELECTOR, "button.inspect").click()
     payload = page.find("#dead-letters .letter-detail .payload")
     assert '"n": 1' in str(payload.get_attribute("textContent"))
-    keep_for_docs(page.shot("console-dead-letters"), "console-dead-letters.png")
+    page.shot("console-dead-letters")  # docs/console-dead-letters.png is SQLite's
 
     other = next(str(row.get_attribute("data-delivery")) for row in page.all(
         "#dead-letters tr.letter") if row.get_attribute("data-delivery") != str(
