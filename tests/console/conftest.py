@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -134,16 +135,41 @@ class Site:
             assert posted.status_code == 202, posted.text
 
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_commands() -> tuple[list[str], list[str]]:
+    """The README's two commands that serve the demo's database to the console, as argument
+    lists (``tidings demo ...``, ``tidings serve ...``): the tests run them as written, with
+    their own database, port, tokens and model added."""
+    section = README.read_text("utf-8").split("## The console\n", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert found is not None, "the README shows how to serve the demo's database"
+    commands = [shlex.split(line.split("#", 1)[0]) for line in found.group(1).splitlines()
+                if line.strip()]
+    demo_line, serve_line = commands
+    assert demo_line[:2] == [".venv/bin/tidings", "demo"], demo_line
+    assert serve_line[:2] == [".venv/bin/tidings", "serve"], serve_line
+    return demo_line[1:], serve_line[1:]
+
+
+def as_written(arguments: list[str], database: str) -> list[str]:
+    """A README command's arguments on this test's database."""
+    return [database if a == "demo.db" else a for a in arguments]
+
+
 def serve(database: str, folder: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """Start ``tidings serve`` on a free port; return it once it answers."""
+    """Start ``tidings serve`` -- the README's command for the demo's database, on this one, a
+    free port, with the tests' tokens and model -- and return it once it answers."""
     model = folder / "rules.json"
     model.write_text(json.dumps(rules()), "utf-8")
     port = free_port()
     log = folder / f"serve-{port}.log"
     bindir = Path(sys.executable).parent
+    _, written = readme_commands()
     with log.open("wb") as out:  # the child has its own copy of the file
         process = subprocess.Popen(
-            [str(bindir / "tidings"), "serve", "--database", database, "--port", str(port),
+            [str(bindir / "tidings"), *as_written(written, database), "--port", str(port),
              "--model", f"scripted:{model}", "--token", f"alice={ALICE}", "--token",
              f"bob={BOB}", "--operator-token", OPERATOR, *extra],
             stdout=out, stderr=subprocess.STDOUT,
@@ -171,8 +197,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def demo(database: str) -> None:
-    """``tidings demo`` on the database: conversations, tasks, children, a dead letter."""
-    done = subprocess.run([sys.executable, "-m", "tidings", "demo", "--database", database],
+    """``tidings demo`` on the database, as the README runs it: conversations, tasks,
+    children, a dead letter."""
+    written, _ = readme_commands()
+    done = subprocess.run([sys.executable, "-m", "tidings", *as_written(written, database)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 

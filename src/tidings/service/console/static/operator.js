@@ -82,7 +82,7 @@ export function operatorView(context) {
         h('td', { title: i.instance_id }, short(i.instance_id),
           i.serving ? h('span', { class: 'serving' }, ' this one') : null),
         h('td', {}, `${i.hostname} · pid ${i.pid}`),
-        h('td', {}, badge(i.state)),
+        h('td', { class: 'instance-state' }, badge(i.state)),
         h('td', {}, ago(i.started_at_us)),
         h('td', {}, i.stopped_at_us ? 'stopped ' + ago(i.stopped_at_us)
           : ago(i.heartbeat_at_us)))),
