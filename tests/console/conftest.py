@@ -114,7 +114,13 @@ class Site:
     url: str
     process: subprocess.Popen[bytes]
     extra_dead_letter: int
-    log: Path
+    folder: Path
+
+    def restart(self) -> None:
+        """Stop the server (SIGTERM) and start another on the same database and port."""
+        stop(self.process)
+        port = int(self.url.rsplit(":", 1)[1])
+        self.process, self.url, _ = serve(self.database, self.folder, port=port)
 
     def client(self, token: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
@@ -158,13 +164,14 @@ def as_written(arguments: list[str], database: str) -> list[str]:
     return [database if a == "demo.db" else a for a in arguments]
 
 
-def serve(database: str, folder: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def serve(database: str, folder: Path, *extra: str,
+          port: int | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start ``tidings serve`` -- the README's command for the demo's database, on this one, a
     free port, with the tests' tokens and model -- and return it once it answers."""
     model = folder / "rules.json"
     model.write_text(json.dumps(rules()), "utf-8")
-    port = free_port()
-    log = folder / f"serve-{port}.log"
+    port = port or free_port()
+    log = folder / f"serve-{port}-{time.monotonic_ns()}.log"
     bindir = Path(sys.executable).parent
     _, written = readme_commands()
     with log.open("wb") as out:  # the child has its own copy of the file
@@ -220,11 +227,12 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         demo(database)
         conversation = asyncio.run(seed_conversation(database))
         extra = asyncio.run(dead_letter(database, conversation))
-        process, url, log = serve(database, folder)
+        process, url, _ = serve(database, folder)
+        site = Site(request.param, database, url, process, extra, folder)
         try:
-            yield Site(request.param, database, url, process, extra, log)
+            yield site
         finally:
-            stop(process)
+            stop(site.process)
     finally:
         if admin is not None:
             drop_postgres_database(admin, database)
@@ -240,6 +248,8 @@ class Page:
     driver: webdriver.Chrome
     site: Site | None = None
     shots: list[Path] = field(default_factory=list)
+    server_away: bool = False
+    """The test stops the server for a while: the page's requests meanwhile are refused."""
 
     def open(self, site: Site, route: str = "/") -> None:
         """The console of ``site`` at ``route`` (a hash route), loaded afresh."""
@@ -331,9 +341,11 @@ def console_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:
 def page(browser: Page, site: Site) -> Iterator[Page]:
     """The browser on the backend's site; the page's script errors fail the test."""
     browser.site = site
+    browser.server_away = False
     console_log(browser.driver)  # what earlier tests left
     yield browser
     errors = [entry["message"] for entry in console_log(browser.driver)
               if entry["level"] == "SEVERE" and "favicon" not in entry["message"]
-              and "status of 4" not in entry["message"]]  # a refused request the test made
+              and "status of 4" not in entry["message"]  # a refused request the test made
+              and not (browser.server_away and "ERR_CONNECTION_REFUSED" in entry["message"])]
     assert errors == []

@@ -56,6 +56,12 @@ def test_o1_the_console_is_served_by_tidings_serve_with_nothing_from_elsewhere(
         assert "script-src 'self'" in policy
         assert "default-src 'none'" in policy
         assert "unsafe-inline" not in policy
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        bare = client.get("/console")
+        assert (bare.status_code, bare.headers["location"]) == (308, "console/")
+        assert client.get("/console/app.js").headers["content-type"].startswith(
+            "text/javascript")
+        assert client.get("/console/nothing-here.js").status_code == 404
 
 
 # -- O2: sign-in -----------------------------------------------------------------------------
@@ -309,3 +315,22 @@ def test_o5_an_operator_unlocks_a_locked_runtime(
             assert client.get("/health").json()["status"] == "ok"
     finally:
         stop(process)
+
+
+def test_o3_the_feed_resumes_after_a_server_restart_without_a_reload(
+    page: Page, site: Site,
+) -> None:
+    conversation = site.conversation(ALICE, title="restarted")
+    page.sign_in(site, ALICE, f"/c/{conversation}")
+    site.post(ALICE, conversation, "before the restart")
+    page.wait(lambda d: assistant_said(page, "before the restart"), "the first answer")
+    page.js("window.__sameLoad = true")
+    page.server_away = True
+    site.restart()
+    site.post(ALICE, conversation, "after the restart")
+    page.wait(lambda d: assistant_said(page, "after the restart"), "the answer after it")
+    page.find("#feed-state[data-state='live']")
+    assert page.js("return window.__sameLoad") is True  # the page was not reloaded
+    said = [str(m.get_attribute("textContent")) for m in page.all("#messages .msg .text")]
+    # Resumed after the last event it had: nothing shown twice, nothing missed.
+    assert said == ["before the restart"] * 2 + ["after the restart"] * 2
