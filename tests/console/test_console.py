@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from tests.console.conftest import (
     ALICE,
@@ -248,9 +249,20 @@ def test_o5_a_failed_run_is_retried_and_a_running_one_stopped(page: Page, site: 
     page.find("#composer-text").send_keys("slow please")
     page.find("#composer-send").click()
     page.find("#drafts .msg.draft")
+    # A steer while it writes: it waits, marked so, for the running turn's next safe point.
+    Select(page.find("#composer-mode")).select_by_value("steer")
+    page.find("#composer-text").send_keys("and also this")
+    page.find("#composer-send").click()
+    pending = page.find("#pending .msg.pending-input.person")
+    assert "steering" in str(pending.get_attribute("textContent"))
     page.find("#stop-turn").click()
-    page.wait(lambda d: run_status(page) == "stopped", "the stopped run")
-    assert page.all("#drafts .msg") == []
+    page.wait(lambda d: page.all("#messages .msg.person") and str(page.all(
+        "#messages .msg.person")[-1].get_attribute("textContent")).endswith("and also this"),
+        "the steer read by a turn")
+    assert page.all("#pending .msg") == []
+    page.find("#tab-runs").click()
+    page.find("#panel-body tr[data-status='stopped']")
+    page.wait(lambda d: not page.all("#drafts .msg"), "no answer in progress")
 
 
 def test_o5_a_refusal_is_shown_in_plain_words(page: Page, site: Site) -> None:

@@ -80,10 +80,13 @@ function preview(value) {
 export class TranscriptView {
   constructor() {
     this.messages = h('div', { class: 'messages', id: 'messages' });
+    this.reading = h('div', { class: 'reading', id: 'reading' });
     this.drafts = h('div', { class: 'drafts', id: 'drafts' });
     this.pending = h('div', { class: 'pending', id: 'pending' });
+    // Committed messages; the inputs the running turn is answering (they are written to the
+    // transcript with its answer); the answers being written; the inputs still waiting.
     this.el = h('div', { class: 'transcript', id: 'transcript' },
-      this.messages, this.drafts, this.pending);
+      this.messages, this.reading, this.drafts, this.pending);
     this.calls = new Map(); // call_id -> { details, result, state }
     this.draftsByKey = new Map(); // `${run}:${step}` -> { el, text: Text }
     this.pendingById = new Map(); // input_id -> element
@@ -115,6 +118,7 @@ export class TranscriptView {
         break;
       case 'turn_status':
         if (FINAL.has(data.status)) this.dropRun(event.run_id || data.run_public_id);
+        else if (data.status === 'running') this.read(data.inputs || []);
         break;
       case 'context_compacted': this.line('The history was compacted.', event.at_us); break;
       case 'context_trimmed':
@@ -182,6 +186,18 @@ export class TranscriptView {
     h('div', { class: 'text' }, data.content === undefined ? '' : String(data.content)));
     this.pendingById.set(data.input_id, el);
     this.pending.append(el);
+  }
+
+  // The running turn took these inputs: they show above its answer, as being answered.
+  read(inputIds) {
+    for (const id of inputIds) {
+      const el = this.pendingById.get(id);
+      if (!el) continue;
+      el.classList.add('being-read');
+      const kind = el.querySelector('.kind');
+      if (kind) kind.textContent = 'being answered';
+      this.reading.append(el);
+    }
   }
 
   unpend(inputId) {
