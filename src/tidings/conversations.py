@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from tidings.clock import Clock
@@ -26,6 +26,7 @@ from tidings.records import (
     event_from_row,
     message_from_row,
     run_from_row,
+    run_status,
     usage_from_row,
 )
 from tidings.store import Row, Store, Tx
@@ -40,10 +41,49 @@ from tidings.types import (
     Origin,
     Profile,
     Run,
+    RunId,
+    RunStatus,
     new_id,
 )
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RunGlance:
+    """A conversation's newest run, as a list shows it."""
+
+    run_id: RunId
+    status: RunStatus
+    model: str | None
+    failure_code: str | None
+    started_at_us: int | None
+    ended_at_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """A conversation in a list: the record, when it last did anything (its newest journal
+    event), and its newest run -- running, awaiting approval, or how it ended -- if any."""
+
+    conversation: Conversation
+    last_activity_us: int
+    run: RunGlance | None
+
+
+def summary_from_row(row: Row) -> ConversationSummary:
+    run = None
+    if row["run_run_id"] is not None:
+        run = RunGlance(
+            RunId(row["run_run_id"]),
+            run_status(row["run_status"], awaiting_approval=bool(row["run_awaiting_approval"])),
+            row["run_model"], row["run_failure_code"], row["run_started_at_us"],
+            row["run_ended_at_us"],
+        )
+    conversation = conversation_from_row(row)
+    last = row["last_activity_us"]
+    return ConversationSummary(
+        conversation, conversation.created_at_us if last is None else int(last), run)
 
 MAX_PAGE = 1_000
 
@@ -239,6 +279,23 @@ class Conversations:
         )
         return [conversation_from_row(r) for r in rows]
 
+    async def summaries(
+        self, owner: str | None, *, after: str = "", limit: int = 100, newest_first: bool = False
+    ) -> list[ConversationSummary]:
+        """A page of conversations with their last activity and newest run: ``owner``'s, or
+        every owner's (``None``: an operator's view); by id, oldest or ``newest_first``.
+        ``after`` is the last id of the previous page."""
+        if owner is not None:
+            check_id(owner, "owner")
+        check_cursor(after, "after")
+        name = ("summaries_owned" if owner is not None else "summaries_all") + (
+            "_newest" if newest_first else "")
+        params: dict[str, Any] = {"after": after, "limit": _page(limit)}
+        if owner is not None:
+            params["owner"] = owner
+        rows = await self.store.read(lambda tx: tx.all(name, **params))
+        return [summary_from_row(r) for r in rows]
+
     async def change(
         self,
         conversation_id: str,
@@ -387,6 +444,6 @@ class Conversations:
 
 
 __all__ = (
-    "MESSAGE_COMMITTED", "Conversations", "Registered", "check_profile", "check_registered",
-    "committed_data", "read_events",
+    "MESSAGE_COMMITTED", "ConversationSummary", "Conversations", "Registered", "RunGlance",
+    "check_profile", "check_registered", "committed_data", "read_events",
 )

@@ -197,6 +197,28 @@ class DatabasePathError(StoreError):
         self.reason = reason
 
 
+class UnknownDeadLetterError(TidingsError):
+    """No such dead letter."""
+
+    code = "unknown_dead_letter"
+
+    def __init__(self, delivery_id: int) -> None:
+        super().__init__(f"no dead letter {delivery_id}")
+        self.delivery_id = delivery_id
+
+
+class NotDeadLetterError(TidingsError):
+    """The delivery is not a dead letter (any more): it was retried or discarded already, and
+    nothing was changed."""
+
+    code = "not_dead_letter"
+
+    def __init__(self, delivery_id: int, state: str) -> None:
+        super().__init__(f"delivery {delivery_id} is not a dead letter: it is {state}")
+        self.delivery_id = delivery_id
+        self.state = state
+
+
 # -- conversations, the door, the coordinator ------------------------------------------------
 
 

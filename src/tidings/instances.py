@@ -22,6 +22,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.errors import InstanceNotRunningError, StoreError
@@ -35,6 +36,41 @@ from tidings.types import (
     SweepReport,
     new_id,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One boot of a runtime over this database, as an operator lists it. ``state`` is
+    ``live`` (heartbeating), ``silent`` (no heartbeat for longer than the instance timeout:
+    taken for gone at the next sweep) or ``stopped`` (retired, or reconciled as gone)."""
+
+    instance_id: InstanceId
+    hostname: str
+    pid: int
+    state: str
+    started_at_us: int
+    heartbeat_at_us: int
+    stopped_at_us: int | None
+
+
+async def list_instances(
+    store: Store, *, now_us: int, config: OutboxConfig, limit: int = 100
+) -> list[InstanceRecord]:
+    """The newest ``limit`` boots over this database, newest first."""
+    rows = await store.read(lambda tx: tx.all("list_instances", limit=limit))
+    timeout_us = to_us(config.instance_timeout)
+
+    def state(stopped: int | None, heartbeat: int) -> str:
+        if stopped is not None:
+            return "stopped"
+        return "silent" if now_us - heartbeat > timeout_us else "live"
+
+    return [
+        InstanceRecord(InstanceId(r["instance_id"]), str(r["hostname"]), int(r["pid"]),
+                     state(r["stopped_at_us"], int(r["heartbeat_at_us"])),
+                     int(r["started_at_us"]), int(r["heartbeat_at_us"]), r["stopped_at_us"])
+        for r in rows
+    ]
 
 
 class Instance:
@@ -198,4 +234,4 @@ class Instance:
         )
 
 
-__all__ = ("Instance",)
+__all__ = ("Instance", "InstanceRecord", "list_instances")

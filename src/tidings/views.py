@@ -1,16 +1,21 @@
-"""The runtime's owner-scoped views of a conversation's background work and signals.
+"""The runtime's owner-scoped views of a conversation's background work and signals, and the
+operator's views and acts across every conversation.
 
 Each view reads the conversation first (as ``owner``'s, when given): another owner's
 conversation answers exactly as an unknown one does. Without a conversation, the signal views
-are the operator's totals, refused to an owner. :class:`~tidings.runtime.Runtime` offers them as
-its own methods.
+are the operator's totals, refused to an owner; so are the instances and the acts on dead
+letters (:mod:`tidings.dead_letters`). :class:`~tidings.runtime.Runtime` offers them as its own
+methods.
 """
 
 from __future__ import annotations
 
-from tidings.conversations import Conversations
+from tidings.conversations import Conversations, ConversationSummary
+from tidings.dead_letters import DeadLetterDetail, DeadLetters, Settled
 from tidings.errors import InvalidInputError
+from tidings.instances import InstanceRecord, list_instances
 from tidings.keyring import Keyring
+from tidings.locking import mutation
 from tidings.outbox import Outbox
 from tidings.policy import check_id, check_position
 from tidings.results import ResultPage, ResultRef
@@ -26,6 +31,17 @@ class BackgroundViews:
     tasks: BackgroundTasks
     keyring: Keyring
     outbox: Outbox
+    locked: bool
+
+    # -- conversations at a glance ------------------------------------------------------------
+
+    async def conversation_summaries(
+        self, owner: str | None, *, after: str = "", limit: int = 100, newest_first: bool = False
+    ) -> list[ConversationSummary]:
+        """A page of ``owner``'s conversations (every owner's: ``None``, an operator's view),
+        each with its last activity and its newest run."""
+        return await self.conversations.summaries(owner, after=after, limit=limit,
+                                                  newest_first=newest_first)
 
     # -- tasks and results (owner-scoped) -----------------------------------------------------
 
@@ -78,6 +94,42 @@ class BackgroundViews:
     ) -> list[DeadLetter]:
         await self._scope(conversation_id, owner, "dead letters of every conversation")
         return await self.outbox.dead_letters(conversation_id, limit=limit)
+
+    async def dead_letter(
+        self, delivery_id: int, *, owner: str | None = None
+    ) -> DeadLetterDetail:
+        """One dead letter with its payload (an operator's inspection)."""
+        await self._scope(None, owner, "single dead letters")
+        return await self._dead_letters().get(delivery_id)
+
+    @mutation
+    async def retry_dead_letter(self, delivery_id: int, *, owner: str | None = None) -> Settled:
+        """Deliver a dead letter again, with a fresh budget (see :mod:`tidings.dead_letters`)."""
+        await self._scope(None, owner, "retries of dead letters")
+        return await self._dead_letters().retry(delivery_id)
+
+    @mutation
+    async def discard_dead_letter(
+        self, delivery_id: int, *, owner: str | None = None
+    ) -> Settled:
+        """Settle a dead letter without delivering it."""
+        await self._scope(None, owner, "discards of dead letters")
+        return await self._dead_letters().discard(delivery_id)
+
+    def _dead_letters(self) -> DeadLetters:
+        return DeadLetters(self.outbox.store, self.outbox.clock, self.outbox.config)
+
+    # -- instances ----------------------------------------------------------------------------
+
+    async def instances(
+        self, *, owner: str | None = None, limit: int = 100
+    ) -> list[InstanceRecord]:
+        """The newest boots of runtimes over this database, live or not (an operator's view)."""
+        await self._scope(None, owner, "instances")
+        if not 1 <= limit <= 1_000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        return await list_instances(self.outbox.store, now_us=self.outbox.clock.now_us(),
+                                    config=self.outbox.config, limit=limit)
 
     async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
         """One conversation (``owner``'s, when given), or all of them: for operators only."""

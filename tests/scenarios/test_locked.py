@@ -3,7 +3,8 @@
 unlocked, the same calls work.
 
 Each case builds the same small world on a fresh database first (a failed run, a completed run
-that asked a child, a held call that the shutdown expired), then opens the database locked.
+that asked a child, a held call that the shutdown expired, a dead letter), then opens the
+database locked.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import psycopg
 import pytest
 
 from tests.conftest import Backend
+from tidings.clock import ManualClock, SystemClock
 from tidings.errors import RuntimeLockedError
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.outbox import Outbox
+from tidings.outbox import Outbox, OutboxConfig
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
@@ -63,6 +65,7 @@ class World:
     completed_run: str
     task_key: str
     approval_id: str
+    dead_letter: int
 
 
 async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -105,7 +108,19 @@ async def build_world(url: str) -> World:
         runs = await rt.runs(conv)
         (request,) = await rt.relay.requests_of(conv)
     failed = next(r.run_id for r in runs if r.status is RunStatus.FAILED)
-    return World(conv, failed, request.run_public_id, request.task_key, approval_id)
+    return World(conv, failed, request.run_public_id, request.task_key, approval_id,
+                 await dead_letter(url, conv))
+
+
+async def dead_letter(url: str, conversation_id: str) -> int:
+    """A signal to the conversation whose one attempt failed: a dead letter; its id."""
+    clock = ManualClock(SystemClock().now_us())
+    async with Outbox.open(url, clock=clock, config=OutboxConfig(max_attempts=1)) as outbox:
+        published = await outbox.store.transact(lambda tx: outbox.publish(
+            tx, conversation_id, "job.finished", {"n": 1}, idempotency_key="dead-1"))
+        lease = await outbox.claim(conversation_id, owner="run-dead")
+        await outbox.release(lease, "model_unavailable")
+    return int(published.delivery_id)
 
 
 def database_rows(url: str) -> dict[str, list[str]]:
@@ -158,12 +173,15 @@ MUTATIONS: dict[str, tuple[Call, Call]] = {
     "decide": (lambda rt, w: rt.decide(w.conversation_id, w.approval_id, approve=True,
                                        decided_by="alice"), _decide_fresh),
     "request_restart": (lambda rt, w: rt.request_restart(w.conversation_id, reason="x"),) * 2,
+    "retry_dead_letter": (lambda rt, w: rt.retry_dead_letter(w.dead_letter),) * 2,
+    "discard_dead_letter": (lambda rt, w: rt.discard_dead_letter(w.dead_letter),) * 2,
 }
 
 READS = frozenset({
     "conversation", "list_conversations", "inputs", "transcript", "events", "runs", "run",
     "children_of", "approvals_of", "task_list", "task", "result_list", "result_page",
-    "signal_stats", "dead_letters", "settle",
+    "signal_stats", "dead_letters", "settle", "conversation_summaries", "dead_letter",
+    "instances",
 })
 LIFECYCLE = frozenset({"start", "unlock", "close"})
 
@@ -214,7 +232,10 @@ async def test_l1_reads_stay_allowed_and_settle_starts_nothing_while_locked(
         assert [r.task_key for r in await rt.children_of(conv)] == [world.task_key]
         assert await rt.task_list(conv) == []
         assert (await rt.signal_stats(conv)).ready == 1
-        assert await rt.dead_letters(conv) == []
+        assert [d.delivery_id for d in await rt.dead_letters(conv)] == [world.dead_letter]
+        assert (await rt.dead_letter(world.dead_letter)).payload == {"n": 1}
+        assert [s.conversation.conversation_id for s in await rt.conversation_summaries(None)]
+        assert [i.state for i in await rt.instances()]
         # Waiting on a locked runtime returns: it would run nothing, so nothing is started --
         # not even the turn the ready signal above asks for.
         assert await asyncio.wait_for(rt.settle(conv), WAIT_S) == []

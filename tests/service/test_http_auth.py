@@ -134,9 +134,16 @@ async def test_a2_operator_views_need_an_operator_token(live: Live) -> None:
             assert (await operator.get(path)).status_code == 200
         totals = (await operator.get("/v1/signals/stats")).json()
         assert totals["conversation_id"] is None
-        # An operator token is not a principal: it owns no conversation and reads none.
-        assert_problem(await operator.get(f"/v1/conversations/{conv}"), 403, "forbidden")
-        assert_problem(await operator.get("/v1/conversations"), 403, "forbidden")
+        # An operator token is not a principal: it opens no conversation, but reads every one
+        # -- and not the output its results hold, which is the owner's.
+        assert_problem(await operator.post("/v1/conversations",
+                                           json={"profile": {"model": "scripted"}}),
+                       403, "forbidden")
+        assert (await operator.get(f"/v1/conversations/{conv}")).json()["owner"] == "alice"
+        listed = (await operator.get("/v1/conversations")).json()["items"]
+        assert [c["conversation_id"] for c in listed] == [conv]
+        assert_problem(await operator.get(f"/v1/conversations/{conv}/results"), 403,
+                       "forbidden")
         # A principal reads its own conversation's figures.
         stats = (await alice.get(f"/v1/conversations/{conv}/signals/stats")).json()
         assert (stats["conversation_id"], stats["backlog"]) == (conv, 0)

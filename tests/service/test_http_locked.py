@@ -26,7 +26,8 @@ BASE = "/v1/conversations"
 
 def _path(template: str, w: World, approval_id: str = "") -> str:
     return template.format(c=w.conversation_id, failed=w.failed_run, done=w.completed_run,
-                           key=w.task_key, approval=approval_id or w.approval_id)
+                           key=w.task_key, approval=approval_id or w.approval_id,
+                           dead=w.dead_letter)
 
 
 # Every mutating route: (method, path template, body).
@@ -44,13 +45,17 @@ ROUTES: dict[str, tuple[str, str, object]] = {
     "retry": ("POST", BASE + "/{c}/runs/{failed}/retry", {}),
     "restart": ("POST", BASE + "/{c}/restart", {}),
     "decide": ("POST", BASE + "/{c}/approvals/{approval}/decision", {"approve": True}),
+    "retry_dead_letter": ("POST", "/v1/dead-letters/{dead}/retry", None),
+    "discard_dead_letter": ("POST", "/v1/dead-letters/{dead}/discard", None),
 }
+OPERATOR_ROUTES = frozenset({"retry_dead_letter", "discard_dead_letter"})
 TEMPLATES = {
     BASE + "/{conversation_id}": BASE + "/{c}",
     "{run_id}/stop": "{done}/stop",
     "{run_id}/retry": "{failed}/retry",
     "{task_key}": "{key}",
     "{approval_id}": "{approval}",
+    "{delivery_id}": "{dead}",
 }
 
 
@@ -61,9 +66,11 @@ def _as_table_template(path: str) -> str:
     return path
 
 
-async def _request(client: httpx.AsyncClient, name: str, w: World,
+async def _request(clients: tuple[httpx.AsyncClient, httpx.AsyncClient], name: str, w: World,
                    approval_id: str = "") -> httpx.Response:
+    """The route, asked by alice -- or by the operator, for the operator's routes."""
     method, template, body = ROUTES[name]
+    client = clients[1] if name in OPERATOR_ROUTES else clients[0]
     return await client.request(method, _path(template, w, approval_id), json=body)
 
 
@@ -86,7 +93,8 @@ async def test_l1_http_a_locked_server_refuses_every_mutating_route_and_changes_
         live = await servers(runtime)
         async with live.client() as alice, live.client(OPERATOR) as operator:
             before = database_rows(backend.url)
-            assert_problem(await _request(alice, name, world), 503, "runtime_locked")
+            assert_problem(await _request((alice, operator), name, world), 503,
+                           "runtime_locked")
             assert database_rows(backend.url) == before  # no row, no event
             # Reads stay allowed.
             read = await alice.get(f"{BASE}/{world.conversation_id}/runs")
@@ -100,7 +108,7 @@ async def test_l1_http_a_locked_server_refuses_every_mutating_route_and_changes_
                 approval_id = await pending_approval(runtime, world.conversation_id)
             if name == "compact":
                 await runtime.settle(world.conversation_id)
-            answered = await _request(alice, name, world, approval_id)
+            answered = await _request((alice, operator), name, world, approval_id)
             assert answered.status_code < 300, answered.text  # the same route works now
         await live.stop()
 

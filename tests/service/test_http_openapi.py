@@ -48,6 +48,11 @@ ROUTES: dict[str, set[str]] = {
     "/v1/conversations/{conversation_id}/events.json": {"get"},
     "/v1/signals/stats": {"get"},
     "/v1/dead-letters": {"get"},
+    "/v1/dead-letters/{delivery_id}": {"get"},
+    "/v1/dead-letters/{delivery_id}/retry": {"post"},
+    "/v1/dead-letters/{delivery_id}/discard": {"post"},
+    "/v1/instances": {"get"},
+    "/v1/session": {"get"},
     "/metrics": {"get"},
     "/health": {"get"},
 }

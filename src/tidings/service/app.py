@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
 from tidings.runtime import Runtime
-from tidings.service import observability, problems, routes
+from tidings.service import console, observability, problems, routes
 from tidings.service.auth import Authenticator
 from tidings.service.sse import Feeds
 
@@ -223,15 +223,19 @@ def create_app(
     operator_tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_ping: timedelta = timedelta(seconds=15),
+    with_console: bool = True,
 ) -> FastAPI:
     """The HTTP service over a started ``runtime``.
 
     ``tokens`` maps each bearer token to its principal (the owner of the conversations it
-    opens); ``operator_tokens`` may read the views across every conversation and the metrics.
-    Every route but ``/health`` and ``/openapi.json`` needs a token.
+    opens); ``operator_tokens`` reach every conversation, the views across them and the
+    metrics. Every route but ``/health`` and ``/openapi.json`` needs a token. ``with_console``
+    serves the operator console at ``/console/`` (a page that holds no data: it signs in with
+    a token and uses these routes).
     """
     return build_app(runtime, tokens=tokens, operator_tokens=operator_tokens,
-                     max_body_bytes=max_body_bytes, feed_ping=feed_ping)
+                     max_body_bytes=max_body_bytes, feed_ping=feed_ping,
+                     with_console=with_console)
 
 
 def build_app(
@@ -241,9 +245,11 @@ def build_app(
     operator_tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_ping: timedelta = timedelta(seconds=15),
+    with_console: bool = False,
 ) -> FastAPI:
     """:func:`create_app`, its runtime possibly not there yet (``app.state.runtime`` is None
-    until it is set): meanwhile every route answers 503 ``instance_not_running``."""
+    until it is set): meanwhile every route answers 503 ``instance_not_running``. The console
+    only when asked: its page reaches the routes at the root of the site, not under a mount."""
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
     app = TidingsAPI(
@@ -263,6 +269,8 @@ def build_app(
     problems.install(app)
     app.include_router(routes.router)
     app.include_router(observability.router)
+    if with_console:
+        app.include_router(console.router())
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(StrictTarget)  # before the body is read
     app.add_middleware(Guard)  # added last: the outermost layer

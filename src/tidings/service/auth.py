@@ -2,9 +2,10 @@
 
 A token maps to a principal, the owner string every conversation route passes to the runtime
 as ``owner=``: a principal sees only its own conversations, and another's answer exactly as an
-unknown id does. Operator tokens read the cross-conversation views (signal totals, every dead
-letter, metrics); a token may be both. Tokens are compared by their SHA-256 digest, so a lookup
-takes the same time whichever token it is.
+unknown id does. Operator tokens read and act on every conversation, and read the
+cross-conversation views (signal totals, every dead letter, instances, metrics); a token may be
+both. Tokens are compared by their SHA-256 digest, so a lookup takes the same time whichever
+token it is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from tidings.service.problems import HTTPProblem
 
 _bearer = HTTPBearer(auto_error=False, description="A principal's or an operator's token.")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tidings"'}
+
+OPERATOR_ACTOR = "operator"
+"""The name an operator's decisions and inputs are recorded under."""
 
 
 def _digest(token: str) -> bytes:
@@ -80,6 +84,17 @@ async def principal(who: Annotated[Identity, Depends(identity)]) -> str:
     return who.principal
 
 
+async def scope(who: Annotated[Identity, Depends(identity)]) -> str | None:
+    """Whose conversations a conversation route may reach: a principal's own, or -- for an
+    operator's token -- every conversation (``None``: no owner to match)."""
+    return None if who.operator else who.principal
+
+
+async def actor(who: Annotated[Identity, Depends(identity)]) -> str:
+    """Who acts, as a decision or an input records it: the principal, else ``operator``."""
+    return who.principal if who.principal is not None else OPERATOR_ACTOR
+
+
 async def operator(who: Annotated[Identity, Depends(identity)]) -> Identity:
     """An operator, for views across every conversation."""
     if not who.operator:
@@ -88,6 +103,10 @@ async def operator(who: Annotated[Identity, Depends(identity)]) -> Identity:
 
 
 Principal = Annotated[str, Depends(principal)]
+Scope = Annotated[str | None, Depends(scope)]
+"""The owner a conversation route passes on: a principal's name, or ``None`` for an operator."""
+Actor = Annotated[str, Depends(actor)]
 Operator = Annotated[Identity, Depends(operator)]
 
-__all__ = ("Authenticator", "Identity", "Operator", "Principal", "identity")
+__all__ = ("OPERATOR_ACTOR", "Actor", "Authenticator", "Identity", "Operator", "Principal",
+           "Scope", "identity")

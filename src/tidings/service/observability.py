@@ -1,33 +1,44 @@
-"""Health, metrics and the operator's views across every conversation (A2, A6, S8, S10).
+"""Health, metrics and the operator's views and acts across every conversation (A2, A6, S8,
+S10).
 
 ``/health`` needs no token and answers 503 when the store cannot be read. ``/metrics`` (the
-Prometheus text format), ``/v1/signals/stats`` and ``/v1/dead-letters`` need an operator
-token; a principal's token gets 403.
+Prometheus text format), ``/v1/signals/stats``, ``/v1/dead-letters`` (list, inspect, retry,
+discard), ``/v1/instances`` and ``/v1/unlock`` need an operator token; a principal's token
+gets 403.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
 from tidings.metrics import Gauge
 from tidings.results import MasterKey
-from tidings.service.auth import Operator
-from tidings.service.params import Limit
+from tidings.service.auth import Identity, Operator, identity
+from tidings.service.params import DeliveryId, Limit
 from tidings.service.problems import HTTPProblem, documented, title_of
 from tidings.service.routes import RuntimeDep
 from tidings.service.schemas import (
+    DeadLetterDetailOut,
     DeadLetterList,
     DeadLetterOut,
+    DeadLetterSettledOut,
     Health,
+    InstanceList,
+    InstanceOut,
     QueueStatsOut,
+    SessionOut,
     Unlock,
 )
 
 PROMETHEUS_MEDIA_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 OPERATOR = documented(401, 403, 422, 500, 503)
+OPERATOR_ONE = documented(401, 403, 404, 422, 500, 503)
+OPERATOR_ACT = documented(401, 403, 404, 409, 422, 429, 500, 503)
 
 router = APIRouter()
 
@@ -42,6 +53,20 @@ async def health(runtime: RuntimeDep) -> Health:
         raise HTTPProblem(503, exc.code, "the store cannot be read",
                           title=title_of(exc)) from None
     return Health(status="locked" if runtime.locked else "ok", instance_id=runtime.instance_id)
+
+
+@router.get("/v1/session", response_model=SessionOut,
+            responses=documented(401, 422, 500, 503), tags=["health"],
+            summary="Who the token speaks for, and what this server offers to open a "
+                    "conversation with")
+async def session(
+    runtime: RuntimeDep, who: Annotated[Identity, Depends(identity)]
+) -> SessionOut:
+    return SessionOut(
+        principal=who.principal, operator=who.operator, instance_id=runtime.instance_id,
+        locked=runtime.locked, models=sorted(runtime.models), tools=sorted(runtime.tools.names()),
+        profiles=sorted(runtime.profiles),
+    )
 
 
 @router.post("/v1/unlock", response_model=Health,
@@ -96,6 +121,42 @@ async def dead_letters(
 ) -> DeadLetterList:
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in
                                  await runtime.dead_letters(limit=limit)])
+
+
+@router.get("/v1/dead-letters/{delivery_id}", response_model=DeadLetterDetailOut,
+            responses=OPERATOR_ONE, tags=["signals"],
+            summary="One dead letter, with its payload (operator token)")
+async def dead_letter(
+    delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
+) -> DeadLetterDetailOut:
+    return DeadLetterDetailOut.of(await runtime.dead_letter(delivery_id))
+
+
+@router.post("/v1/dead-letters/{delivery_id}/retry", response_model=DeadLetterSettledOut,
+             responses=OPERATOR_ACT, tags=["signals"],
+             summary="Deliver a dead letter again, with a fresh budget of attempts (operator "
+                     "token); 429 when its conversation's backlog is full")
+async def retry_dead_letter(
+    delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
+) -> DeadLetterSettledOut:
+    return DeadLetterSettledOut.of(await runtime.retry_dead_letter(delivery_id))
+
+
+@router.post("/v1/dead-letters/{delivery_id}/discard", response_model=DeadLetterSettledOut,
+             responses=OPERATOR_ACT, tags=["signals"],
+             summary="Settle a dead letter without delivering it (operator token)")
+async def discard_dead_letter(
+    delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
+) -> DeadLetterSettledOut:
+    return DeadLetterSettledOut.of(await runtime.discard_dead_letter(delivery_id))
+
+
+@router.get("/v1/instances", response_model=InstanceList, responses=OPERATOR,
+            tags=["health"],
+            summary="The runtimes that booted over this database, newest first (operator token)")
+async def instances(runtime: RuntimeDep, _: Operator, limit: Limit = 100) -> InstanceList:
+    found = await runtime.instances(limit=limit)
+    return InstanceList(items=[InstanceOut.of(i, serving=runtime.instance_id) for i in found])
 
 
 __all__ = ("PROMETHEUS_MEDIA_TYPE", "router")

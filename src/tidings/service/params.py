@@ -11,7 +11,7 @@ replace them with U+FFFD, so :class:`tidings.service.app.StrictTarget` refuses t
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Header, Path, Query
 
@@ -35,6 +35,8 @@ TaskKey = Annotated[str, _id("A task key.")]
 ResultId = Annotated[str, _id("A result id.")]
 ApprovalId = Annotated[str, _id("An approval id.")]
 
+DeliveryId = Annotated[int, Path(ge=1, le=MAX_INT64, description="A delivery id.")]
+
 Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
 Cursor = Annotated[str, Query(max_length=MAX_ID_LENGTH, pattern=NO_CONTROL,
                               description="The last id of the previous page; empty: from the "
@@ -50,6 +52,8 @@ LimitBytes = Annotated[int | None, Query(ge=4, le=1024 * 1024,
                                          description="At most this many bytes of text.")]
 StatusFilter = Annotated[str, Query(alias="status", max_length=16, pattern=r"^[a-z_]*$",
                                     description="Only approvals in this status; empty: all.")]
+Order = Annotated[Literal["oldest", "newest"], Query(
+    description="oldest: by id, the oldest first (the default); newest: the newest first.")]
 MAX_WAIT_S = 300
 """The longest a waiting post (``?wait=``) holds its request open, in seconds."""
 
@@ -70,11 +74,13 @@ __all__ = (
     "BeforeUs",
     "ConversationId",
     "Cursor",
+    "DeliveryId",
     "LastEventId",
     "Limit",
     "LimitBytes",
     "Offset",
     "OptionalAfterSeq",
+    "Order",
     "ResultId",
     "RunId",
     "StatusFilter",

@@ -3,7 +3,8 @@
 Every route acts for the token's principal and passes it as ``owner=``: another principal's
 conversation -- its inputs, transcript, runs, tasks, results and feed -- answers exactly like an
 unknown id (the runtime raises the same error for both, and the same error makes the same
-problem document).
+problem document). An operator's token reaches every conversation (``owner=None``); only a
+principal opens one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tidings.errors import InstanceNotRunningError, UnknownRunError
 from tidings.policy import MAX_INT64
 from tidings.runtime import Runtime
 from tidings.service import sse
-from tidings.service.auth import Principal
+from tidings.service.auth import Actor, Principal, Scope
 from tidings.service.params import (
     AfterSeq,
     ApprovalId,
@@ -30,6 +31,7 @@ from tidings.service.params import (
     LimitBytes,
     Offset,
     OptionalAfterSeq,
+    Order,
     ResultId,
     RunId,
     StatusFilter,
@@ -50,6 +52,7 @@ from tidings.service.schemas import (
     ConversationCreate,
     ConversationOut,
     ConversationPage,
+    ConversationSummaryOut,
     DeadLetterList,
     DeadLetterOut,
     Decision,
@@ -75,7 +78,7 @@ from tidings.service.schemas import (
     TaskPage,
     Transcript,
 )
-from tidings.types import Origin
+from tidings.types import Author, AuthorKind, Origin
 
 
 # The dependencies are coroutines: FastAPI runs a plain function in a worker thread, a hop
@@ -121,20 +124,23 @@ async def create_conversation(
 
 
 @router.get("", response_model=ConversationPage, responses=READ,
-            summary="The principal's conversations, by id")
+            summary="The principal's conversations (an operator's: every one), by id, with "
+                    "their last activity and newest run")
 async def list_conversations(
-    runtime: RuntimeDep, owner: Principal, after: Cursor = "", limit: Limit = 100
+    runtime: RuntimeDep, owner: Scope, after: Cursor = "", limit: Limit = 100,
+    order: Order = "oldest",
 ) -> ConversationPage:
-    found = await runtime.list_conversations(owner, after=after, limit=limit)
+    found = await runtime.conversation_summaries(owner, after=after, limit=limit,
+                                                 newest_first=order == "newest")
     return ConversationPage(
-        items=[ConversationOut.of(c) for c in found],
-        next_after=found[-1].conversation_id if len(found) == limit else None,
+        items=[ConversationSummaryOut.of_summary(s) for s in found],
+        next_after=found[-1].conversation.conversation_id if len(found) == limit else None,
     )
 
 
 @router.get("/{conversation_id}", response_model=ConversationOut, responses=READ)
 async def get_conversation(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.conversation(conversation_id, owner=owner))
 
@@ -142,7 +148,7 @@ async def get_conversation(
 @router.post("/{conversation_id}/archive", response_model=ConversationOut, responses=WRITE,
              summary="Archive: no more callers' input; the kernel's mail still runs")
 async def archive_conversation(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.archive(conversation_id, owner=owner))
 
@@ -150,7 +156,7 @@ async def archive_conversation(
 @router.delete("/{conversation_id}", response_model=ConversationOut, responses=WRITE,
                summary="Tombstone: from now on the conversation is unknown to every reader")
 async def delete_conversation(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     return ConversationOut.of(await runtime.tombstone(conversation_id, owner=owner))
 
@@ -170,12 +176,15 @@ async def delete_conversation(
     summary="Post a person's input; it waits for (or steers) a turn; ?wait= waits for its answer",
 )
 async def post_input(
-    conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Principal,
-    request: Request, response: Response, feeds: FeedsDep, wait: WaitSeconds = None,
+    conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Scope,
+    actor: Actor, request: Request, response: Response, feeds: FeedsDep,
+    wait: WaitSeconds = None,
 ) -> InputOut | AnswerOut:
     accepted = await runtime.post(
         conversation_id, body.content, origin=Origin.PERSON, delivery_mode=body.delivery_mode,
         meta=body.meta, idempotency_key=body.idempotency_key, owner=owner,
+        # A principal's input is its own; an operator's is recorded as the operator's.
+        authored_by=None if owner is not None else Author(AuthorKind.HUMAN, actor, actor),
     )
     if wait is None:
         return InputOut.of(accepted)
@@ -192,7 +201,7 @@ async def post_input(
 @router.get("/{conversation_id}/inputs", response_model=InputList, responses=READ,
             summary="Inputs in read order: kernel mail first, then arrival")
 async def list_inputs(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> InputList:
     return InputList(items=[InputOut.of(i) for i in
                             await runtime.inputs(conversation_id, owner=owner)])
@@ -203,7 +212,7 @@ async def list_inputs(
 
 @router.put("/{conversation_id}/goal", response_model=ConversationOut, responses=WRITE)
 async def set_goal(
-    conversation_id: ConversationId, body: GoalUpdate, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, body: GoalUpdate, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     return ConversationOut.of(
         await runtime.set_goal(conversation_id, body.status, body.text, owner=owner)
@@ -214,7 +223,7 @@ async def set_goal(
              response_model=Accepted, responses=WRITE,
              summary="Ask for an automatic turn toward the active goal")
 async def checkpoint(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> Accepted:
     await runtime.checkpoint(conversation_id, owner=owner)
     return Accepted()
@@ -222,14 +231,14 @@ async def checkpoint(
 
 @router.post("/{conversation_id}/stop", response_model=Stopped, responses=WRITE,
              summary="Stop the conversation's running and queued turns")
-async def stop(conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal) -> Stopped:
+async def stop(conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope) -> Stopped:
     return Stopped(run_ids=list(await runtime.stop(conversation_id, owner=owner)))
 
 
 @router.post("/{conversation_id}/compact", response_model=Compacted, responses=WRITE,
              summary="Summarise the history (refused while a turn is active or queued)")
 async def compact(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> Compacted:
     return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
 
@@ -238,7 +247,7 @@ async def compact(
              responses=WRITE,
              summary="Stop a source run, running or completed: no more mail for it (M14)")
 async def stop_run(
-    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Scope
 ) -> RunStopped:
     cancelled = await runtime.stop_run(conversation_id, run_id, owner=owner)
     return RunStopped(cancelled_inputs=cancelled)
@@ -247,7 +256,7 @@ async def stop_run(
 @router.get("/{conversation_id}/children", response_model=ChildRequestList, responses=READ,
             summary="The requests this conversation opened in its children (M16)")
 async def children(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     limit: Limit = 100,
 ) -> ChildRequestList:
     requests = await runtime.children_of(conversation_id, owner=owner, limit=limit)
@@ -258,7 +267,7 @@ async def children(
              responses=WRITE,
              summary="Cancel a spawn or send: its reply is owed to no one, in cascade (M16)")
 async def cancel_child(
-    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Scope
 ) -> ChildCancelled:
     cancelled = await runtime.cancel_child(conversation_id, task_key, owner=owner)
     return ChildCancelled(cancelled=[
@@ -272,9 +281,12 @@ async def cancel_child(
              summary="Retry a run that failed or needs attention, optionally naming a model")
 async def retry_run(
     conversation_id: ConversationId, run_id: RunId, body: RetryCreate, runtime: RuntimeDep,
-    owner: Principal,
+    owner: Scope, actor: Actor,
 ) -> InputOut:
-    accepted = await runtime.retry(conversation_id, run_id, model=body.model, owner=owner)
+    accepted = await runtime.retry(
+        conversation_id, run_id, model=body.model, owner=owner,
+        authored_by=None if owner is not None else Author(AuthorKind.HUMAN, actor, actor),
+    )
     return InputOut.of(accepted)
 
 
@@ -282,7 +294,7 @@ async def retry_run(
              response_model=RestartAccepted, responses=WRITE,
              summary="Restart the runtime: accepted now, completed by the next instance (L2)")
 async def restart(
-    conversation_id: ConversationId, body: RestartCreate, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, body: RestartCreate, runtime: RuntimeDep, owner: Scope
 ) -> RestartAccepted:
     operation = await runtime.request_restart(
         conversation_id, owner=owner, reason=body.reason, idempotency_key=body.idempotency_key
@@ -296,7 +308,7 @@ async def restart(
 @router.get("/{conversation_id}/approvals", response_model=ApprovalList, responses=READ,
             summary="Approvals of held tool calls, newest first")
 async def list_approvals(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     status_filter: StatusFilter = "",
     limit: Limit = 100,
 ) -> ApprovalList:
@@ -310,10 +322,10 @@ async def list_approvals(
              summary="Approve or deny a held tool call (terminal; repeating it changes nothing)")
 async def decide(
     conversation_id: ConversationId, approval_id: ApprovalId, body: Decision, runtime: RuntimeDep,
-    owner: Principal,
+    owner: Scope, actor: Actor,
 ) -> ApprovalOut:
     decided = await runtime.decide(conversation_id, approval_id, approve=body.approve,
-                                   decided_by=owner, owner=owner)
+                                   decided_by=actor, owner=owner)
     return ApprovalOut.of(decided)
 
 
@@ -322,7 +334,7 @@ async def decide(
 
 @router.get("/{conversation_id}/transcript", response_model=Transcript, responses=READ)
 async def transcript(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     after_seq: AfterSeq = 0,
 ) -> Transcript:
     messages = await runtime.transcript(conversation_id, after_seq=after_seq, owner=owner)
@@ -335,14 +347,14 @@ async def transcript(
 
 @router.get("/{conversation_id}/runs", response_model=RunList, responses=READ)
 async def list_runs(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> RunList:
     return RunList(items=[RunOut.of(r) for r in await runtime.runs(conversation_id, owner=owner)])
 
 
 @router.get("/{conversation_id}/runs/{run_id}", response_model=RunOut, responses=READ)
 async def get_run(
-    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Scope
 ) -> RunOut:
     await runtime.conversation(conversation_id, owner=owner)
     run = await runtime.run(run_id, owner=owner)
@@ -356,7 +368,7 @@ async def get_run(
 
 @router.get("/{conversation_id}/tasks", response_model=TaskPage, responses=READ)
 async def list_tasks(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     before_us: BeforeUs = None, limit: Limit = 100,
 ) -> TaskPage:
     tasks = await runtime.task_list(conversation_id, owner=owner, before_us=before_us,
@@ -369,12 +381,15 @@ async def list_tasks(
 
 @router.get("/{conversation_id}/tasks/{task_key}", response_model=TaskOut, responses=READ)
 async def get_task(
-    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Scope
 ) -> TaskOut:
     return TaskOut.of(await runtime.task(conversation_id, task_key, owner=owner))
 
 
-@router.get("/{conversation_id}/results", response_model=ResultList, responses=READ)
+# Output is the owner's: an operator's token reads a conversation's task facts, not the output
+# its results hold (403 unless the token is also the owner's).
+@router.get("/{conversation_id}/results", response_model=ResultList, responses=READ,
+            summary="The conversation's result envelopes (its owner's token)")
 async def list_results(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal, after: Cursor = "",
     limit: Limit = 100,
@@ -405,7 +420,7 @@ async def get_result_page(
 @router.get("/{conversation_id}/signals/stats", response_model=QueueStatsOut, responses=READ,
             tags=["signals"])
 async def conversation_signal_stats(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> QueueStatsOut:
     return QueueStatsOut.of(await runtime.signal_stats(conversation_id, owner=owner))
 
@@ -413,7 +428,7 @@ async def conversation_signal_stats(
 @router.get("/{conversation_id}/dead-letters", response_model=DeadLetterList, responses=READ,
             tags=["signals"])
 async def conversation_dead_letters(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal, limit: Limit = 100
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope, limit: Limit = 100
 ) -> DeadLetterList:
     letters = await runtime.dead_letters(conversation_id, owner=owner, limit=limit)
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in letters])
@@ -448,7 +463,7 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     summary="The event feed (SSE); resumes after Last-Event-ID or ?after=",
 )
 async def events(
-    conversation_id: ConversationId, runtime: RuntimeDep, feeds: FeedsDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, feeds: FeedsDep, owner: Scope,
     after: OptionalAfterSeq = None,
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
@@ -468,7 +483,7 @@ async def events(
 @router.get("/{conversation_id}/events.json", response_model=EventPage, responses=READ,
             summary="The event feed as a JSON page, for clients without SSE")
 async def events_page(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal,
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     after: AfterSeq = 0,
 ) -> EventPage:
     rows = await runtime.events(conversation_id, after_seq=after, owner=owner)

@@ -100,7 +100,7 @@ async def _close_on(shutdown: anyio.Event, watch: Watch) -> None:
 
 
 async def feed(
-    runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str, after: int,
+    runtime: Runtime, feeds: Feeds, conversation_id: str, *, owner: str | None, after: int,
     shutdown: anyio.Event | None = None,
 ) -> AsyncIterator[bytes]:
     """The conversation's feed after ``after`` until the conversation is gone, the client

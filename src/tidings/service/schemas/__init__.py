@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tidings.approvals import Approval
+from tidings.conversations import ConversationSummary
 from tidings.service.schemas.background import CancelledRequestOut as CancelledRequestOut
 from tidings.service.schemas.background import ChildCancelled as ChildCancelled
 from tidings.service.schemas.background import ChildRequestList as ChildRequestList
@@ -25,6 +26,11 @@ from tidings.service.schemas.background import ResultPageOut as ResultPageOut
 from tidings.service.schemas.background import ResultRefOut as ResultRefOut
 from tidings.service.schemas.background import TaskOut as TaskOut
 from tidings.service.schemas.background import TaskPage as TaskPage
+from tidings.service.schemas.operator import DeadLetterDetailOut as DeadLetterDetailOut
+from tidings.service.schemas.operator import DeadLetterSettledOut as DeadLetterSettledOut
+from tidings.service.schemas.operator import InstanceList as InstanceList
+from tidings.service.schemas.operator import InstanceOut as InstanceOut
+from tidings.service.schemas.operator import SessionOut as SessionOut
 from tidings.types import (
     Answer,
     Conversation,
@@ -176,8 +182,37 @@ class ConversationOut(BaseModel):
         )
 
 
+class RunGlanceOut(BaseModel):
+    """A conversation's newest run, at a glance."""
+
+    run_id: str
+    status: RunStatus
+    model: str | None
+    failure_code: str | None
+    started_at_us: int | None
+    ended_at_us: int | None
+
+
+class ConversationSummaryOut(ConversationOut):
+    """A conversation in a list, with when it last did anything and its newest run."""
+
+    last_activity_us: int = Field(description="The time of its newest journal event.")
+    run: RunGlanceOut | None = Field(description=(
+        "Its newest run -- running, awaiting_approval, or how it ended -- null before any."))
+
+    @classmethod
+    def of_summary(cls, s: ConversationSummary) -> ConversationSummaryOut:
+        r = s.run
+        return cls(
+            **ConversationOut.of(s.conversation).model_dump(), last_activity_us=s.last_activity_us,
+            run=None if r is None else RunGlanceOut(
+                run_id=r.run_id, status=r.status, model=r.model, failure_code=r.failure_code,
+                started_at_us=r.started_at_us, ended_at_us=r.ended_at_us),
+        )
+
+
 class ConversationPage(BaseModel):
-    items: list[ConversationOut]
+    items: list[ConversationSummaryOut]
     next_after: str | None = Field(description="Pass as ?after= for the next page; null at end.")
 
 

@@ -112,6 +112,50 @@ SELECT {unsettled_stats},
   FROM signal_deliveries
  WHERE state IN ('ready', 'leased');
 
+-- delivery_state --
+SELECT state FROM signal_deliveries WHERE delivery_id = :delivery_id;
+
+-- dead_letter --
+SELECT d.delivery_id, d.event_id, d.conversation_id, d.state, d.attempts, d.failure_code,
+       d.published_at_us, d.settled_at_us, d.lease_owner, e.type, e.payload, e.payload_bytes,
+       e.schema_version, e.operation_id
+  FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
+ WHERE d.delivery_id = :delivery_id;
+
+-- dead_letter_retry --
+-- Ready again with a fresh budget of attempts; the lease it may have died with is forgotten.
+UPDATE signal_deliveries
+   SET state = 'ready', attempts = 0, claimable_at_us = :now_us, failure_code = NULL,
+       settled_at_us = NULL, lease_token = NULL, lease_deadline_us = NULL,
+       lease_instance = NULL, lease_owner = NULL
+ WHERE delivery_id = :delivery_id AND state = 'dead_letter'
+RETURNING conversation_id, queue_seq;
+
+-- dead_letter_requeued --
+-- Counted in the backlog again, within its bound; the queue's head moves back to the letter's
+-- place so that a claim finds it.
+UPDATE signal_queues
+   SET backlog = backlog + 1, dead_letters = dead_letters - 1,
+       head_seq = CASE WHEN head_seq > CAST(:queue_seq AS BIGINT)
+                       THEN CAST(:queue_seq AS BIGINT) ELSE head_seq END
+ WHERE conversation_id = :conversation_id AND backlog < :backlog_limit
+RETURNING backlog;
+
+-- dead_letter_discard --
+UPDATE signal_deliveries
+   SET state = 'acknowledged', failure_code = :failure_code, settled_at_us = :now_us
+ WHERE delivery_id = :delivery_id AND state = 'dead_letter'
+RETURNING conversation_id;
+
+-- dead_letter_discarded --
+UPDATE signal_queues SET dead_letters = dead_letters - 1 WHERE conversation_id = :conversation_id;
+
+-- list_instances --
+SELECT instance_id, hostname, pid, started_at_us, heartbeat_at_us, stopped_at_us,
+       reconciled_at_us
+  FROM instances
+ ORDER BY started_at_us DESC, instance_id LIMIT :limit;
+
 -- ============================================================================================
 -- Conversations, the door, runs, the transcript and the journal (C, M1-M3, S7)
 -- ============================================================================================
@@ -158,6 +202,42 @@ UPDATE conversations
 SELECT * FROM conversations
  WHERE owner = :owner AND status <> 'tombstoned' AND conversation_id > :after
  ORDER BY conversation_id LIMIT :limit;
+
+-- {conversation_summary} --
+-- A conversation with its last activity (its newest journal event) and its newest run, the one
+-- a list shows at a glance; awaiting_approval says that run holds on an undecided call.
+SELECT c.*, e.at_us AS last_activity_us, r.run_id AS run_run_id, r.status AS run_status,
+       r.model AS run_model, r.failure_code AS run_failure_code,
+       r.started_at_us AS run_started_at_us, r.ended_at_us AS run_ended_at_us,
+       EXISTS (SELECT 1 FROM approvals a
+                WHERE a.conversation_id = c.conversation_id AND a.run_id = r.run_id
+                  AND a.status = 'pending') AS run_awaiting_approval
+  FROM conversations c
+  LEFT JOIN events e ON e.conversation_id = c.conversation_id AND e.seq = c.last_event_seq
+  LEFT JOIN runs r ON r.run_id = (SELECT n.run_id FROM runs n
+                                   WHERE n.conversation_id = c.conversation_id
+                                   ORDER BY n.created_at_us DESC, n.run_id DESC LIMIT 1)
+
+-- summaries_owned --
+{conversation_summary}
+ WHERE c.owner = :owner AND c.status <> 'tombstoned' AND c.conversation_id > :after
+ ORDER BY c.conversation_id LIMIT :limit;
+
+-- summaries_owned_newest --
+{conversation_summary}
+ WHERE c.owner = :owner AND c.status <> 'tombstoned'
+   AND (:after = '' OR c.conversation_id < :after)
+ ORDER BY c.conversation_id DESC LIMIT :limit;
+
+-- summaries_all --
+{conversation_summary}
+ WHERE c.status <> 'tombstoned' AND c.conversation_id > :after
+ ORDER BY c.conversation_id LIMIT :limit;
+
+-- summaries_all_newest --
+{conversation_summary}
+ WHERE c.status <> 'tombstoned' AND (:after = '' OR c.conversation_id < :after)
+ ORDER BY c.conversation_id DESC LIMIT :limit;
 
 -- extend_slot --
 -- The holder's deadline moves only while its token is current and unexpired; the answer says

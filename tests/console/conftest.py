@@ -1,0 +1,351 @@
+"""The console in a real browser: headless Chromium, driven by Selenium, against a real
+``tidings serve`` process on a loopback port -- one server per backend and test module, on a
+database that ``tidings demo`` filled first (so the console is seen working on the demo's
+database), and one browser per module.
+
+The server answers with a scripted model whose replies stream in small pieces with short
+pauses, run background and foreground commands, spawn a child, fail, and hold a call for
+approval. Tests wait on DOM conditions (``WebDriverWait``), never on time; they save
+screenshots under ``tests/artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.conftest import drop_postgres_database, fresh_postgres_database
+from tests.scenarios.test_injection_corpus import CORPUS
+from tests.scenarios.test_locked import dead_letter
+from tests.service.test_cli import free_port
+from tests.service.test_http_operator import seed_conversation
+from tidings.results import MasterKey
+
+ALICE, BOB, OPERATOR = "alice-console-token", "bob-console-token", "operator-console-token"
+KEY = MasterKey.generate()
+WAIT_S = 30.0  # a bound on waiting for what a test arranged; never asserted on
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+STREAMED = " ".join(f"word{n:02d}" for n in range(1, 31))
+"""The answer that streams: 30 words, a piece every 40 ms."""
+
+# Markup that would run if the page ever parsed data as HTML, beside the kernel's corpus.
+HTML_CORPUS = (
+    '<img src=x onerror="window.__pwned=1">',
+    "<script>window.__pwned=2</script>",
+    '<svg onload="window.__pwned=3"><circle r="1"/></svg>',
+    '"><iframe src="javascript:top.__pwned=4"></iframe>',
+    '<a href="javascript:window.__pwned=5" id="click-me">click</a>',
+    "<style>body{display:none}</style>",
+    "&lt;b&gt;entity&lt;/b&gt; &#60;i&#62;",
+)
+INJECTIONS = (*HTML_CORPUS, *CORPUS)
+INJECTION_END = "INJECTION-CORPUS-END"
+
+
+def rules() -> dict[str, Any]:
+    """The scripted model of the console tests."""
+    printed = "; ".join(f"printf '%s\\n' {shlex.quote(p)}" for p in INJECTIONS)
+    shell = "shell"
+    return {
+        "name": "scripted",
+        "rules": [
+            {"when": {"meta_kind": "task_notification"}, "reply": {"text": "The build finished."}},
+            {"when": {"tool_result": shell, "text_contains": "deployed"},
+             "reply": {"text": "Deployed."}},
+            {"when": {"tool_result": shell, "text_contains": INJECTION_END},
+             "reply": {"text": "Shown."}},
+            {"when": {"tool_result": shell}, "reply": {"text": "Started; I will report back."}},
+            {"when": {"tool_result": "spawn"}, "reply": {"text": "Delegated."}},
+            {"when": {"text_contains": "<task_result"}, "reply": {"text": "Read the report."}},
+            {"when": {"text_contains": "stream please"},
+             "reply": {"text": STREAMED, "chunks": 30, "chunk_delay": 0.04}},
+            {"when": {"text_contains": "slow please"},
+             "reply": {"text": "slow " * 200, "chunks": 200, "chunk_delay": 0.1}},
+            {"when": {"text_contains": "run in the background"},
+             "reply": {"tool_calls": [{"name": shell, "arguments": {
+                 "command": "sleep 0.3; echo built", "background": True}}]}},
+            {"when": {"text_contains": "deploy it"},
+             "reply": {"tool_calls": [{"name": shell, "arguments": {"command": "echo deployed"}}]}},
+            {"when": {"text_contains": "inject the corpus"},
+             "reply": {"tool_calls": [{"name": shell, "arguments": {
+                 "command": f"{printed}; echo {INJECTION_END}"}}]}},
+            {"when": {"text_contains": "delegate please"},
+             "reply": {"tool_calls": [{"name": "spawn", "arguments": {
+                 "brief": "count to three", "title": "counting"}}]}},
+            {"when": {"text_contains": "count to three"}, "reply": {"text": "one two three"}},
+            {"when": {"text_contains": "fail please"}, "reply": {"error": "permanent"}},
+        ],
+        "default": {"echo": True},
+    }
+
+
+@dataclass
+class Site:
+    """A ``tidings serve`` process over a database the demo filled."""
+
+    backend: str
+    database: str
+    url: str
+    process: subprocess.Popen[bytes]
+    extra_dead_letter: int
+    folder: Path
+
+    def restart(self) -> None:
+        """Stop the server (SIGTERM) and start another on the same database and port."""
+        stop(self.process)
+        port = int(self.url.rsplit(":", 1)[1])
+        self.process, self.url, _ = serve(self.database, self.folder, port=port)
+
+    def client(self, token: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+                            timeout=WAIT_S)
+
+    def conversation(self, token: str, *, tools: tuple[str, ...] = (), title: str = "",
+                     approval_mode: str = "never") -> str:
+        with self.client(token) as client:
+            created = client.post("/v1/conversations", json={"title": title, "profile": {
+                "model": "scripted", "tools": list(tools), "approval_mode": approval_mode}})
+            assert created.status_code == 201, created.text
+            return str(created.json()["conversation_id"])
+
+    def post(self, token: str, conversation_id: str, content: str) -> None:
+        with self.client(token) as client:
+            posted = client.post(f"/v1/conversations/{conversation_id}/inputs",
+                                 json={"content": content})
+            assert posted.status_code == 202, posted.text
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_commands() -> tuple[list[str], list[str]]:
+    """The README's two commands that serve the demo's database to the console, as argument
+    lists (``tidings demo ...``, ``tidings serve ...``): the tests run them as written, with
+    their own database, port, tokens and model added."""
+    section = README.read_text("utf-8").split("## The console\n", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert found is not None, "the README shows how to serve the demo's database"
+    commands = [shlex.split(line.split("#", 1)[0]) for line in found.group(1).splitlines()
+                if line.strip()]
+    demo_line, serve_line = commands
+    assert demo_line[:2] == [".venv/bin/tidings", "demo"], demo_line
+    assert serve_line[:2] == [".venv/bin/tidings", "serve"], serve_line
+    return demo_line[1:], serve_line[1:]
+
+
+def as_written(arguments: list[str], database: str) -> list[str]:
+    """A README command's arguments on this test's database."""
+    return [database if a == "demo.db" else a for a in arguments]
+
+
+def serve(database: str, folder: Path, *extra: str,
+          port: int | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Start ``tidings serve`` -- the README's command for the demo's database, on this one, a
+    free port, with the tests' tokens and model -- and return it once it answers."""
+    model = folder / "rules.json"
+    model.write_text(json.dumps(rules()), "utf-8")
+    port = port or free_port()
+    log = folder / f"serve-{port}-{time.monotonic_ns()}.log"
+    bindir = Path(sys.executable).parent
+    _, written = readme_commands()
+    with log.open("wb") as out:  # the child has its own copy of the file
+        process = subprocess.Popen(
+            [str(bindir / "tidings"), *as_written(written, database), "--port", str(port),
+             "--model", f"scripted:{model}", "--token", f"alice={ALICE}", "--token",
+             f"bob={BOB}", "--operator-token", OPERATOR, *extra],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "TIDINGS_MASTER_KEY": KEY.secret.hex()},
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code in (200, 503):
+                return process, url, log
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"tidings serve did not start: {log.read_text('utf-8')}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def demo(database: str) -> None:
+    """``tidings demo`` on the database, as the README runs it: conversations, tasks,
+    children, a dead letter."""
+    written, _ = readme_commands()
+    done = subprocess.run([sys.executable, "-m", "tidings", *as_written(written, database)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         ) -> Iterator[Site]:
+    """The console's server on each backend (ids ``sqlite`` and ``postgres``)."""
+    folder = tmp_path_factory.mktemp(f"console-{request.param}")
+    admin: str | None = None
+    if request.param == "sqlite":
+        database = str(folder / "demo.db")
+    else:
+        admin = request.getfixturevalue("postgres_template")
+        database = fresh_postgres_database(admin)
+    try:
+        demo(database)
+        conversation = asyncio.run(seed_conversation(database))
+        extra = asyncio.run(dead_letter(database, conversation))
+        process, url, _ = serve(database, folder)
+        site = Site(request.param, database, url, process, extra, folder)
+        try:
+            yield site
+        finally:
+            stop(site.process)
+    finally:
+        if admin is not None:
+            drop_postgres_database(admin, database)
+
+
+# -- the browser ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Page:
+    """The browser, as the tests use it."""
+
+    driver: webdriver.Chrome
+    site: Site | None = None
+    shots: list[Path] = field(default_factory=list)
+    server_away: bool = False
+    """The test stops the server for a while: the page's requests meanwhile are refused."""
+
+    def open(self, site: Site, route: str = "/") -> None:
+        """The console of ``site`` at ``route`` (a hash route), loaded afresh."""
+        self.site = site
+        self.driver.get(f"{site.url}/console/#{route}")
+
+    def go(self, route: str) -> None:
+        """Another route of the page already loaded (no reload)."""
+        self.driver.execute_script("location.hash = arguments[0]", route)
+
+    def wait(self, condition: Callable[[WebDriver], Any], what: str = "") -> Any:
+        def probe(driver: WebDriver) -> Any:
+            try:
+                return condition(driver)
+            except StaleElementReferenceException:
+                return False
+
+        return WebDriverWait(self.driver, WAIT_S).until(probe, what)
+
+    def find(self, css: str) -> WebElement:
+        found: WebElement = self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css)
+                                      if d.find_elements(By.CSS_SELECTOR, css) else None, css)
+        return found
+
+    def all(self, css: str) -> list[WebElement]:
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def text(self, css: str) -> str:
+        return str(self.find(css).get_attribute("textContent"))
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def sign_in(self, site: Site, token: str, route: str = "/") -> None:
+        """Sign in with ``token`` (signing out whoever was signed in), then go to ``route``."""
+        self.open(site, route)
+        self.find("#signin, #signout")
+        if self.all("#signout"):
+            self.all("#signout")[0].click()
+        self.find("#token").send_keys(token)
+        self.find("#signin button[type=submit]").click()
+        self.find("#me")
+        self.go(route)
+
+    def shot(self, name: str) -> Path:
+        """A screenshot under tests/artifacts/, named after the test and the backend."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        backend = self.site.backend if self.site is not None else "none"
+        path = ARTIFACTS / f"{name}-{backend}.png"
+        self.driver.save_screenshot(str(path))
+        self.shots.append(path)
+        return path
+
+
+def chromium() -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--window-size=1440,960", "--no-first-run",
+                     "--disable-extensions", "--disable-background-networking"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Page]:
+    """One headless Chromium for the module's tests."""
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
+        pytest.skip("the browser tests need Chromium and its driver (Debian: chromium, "
+                    "chromium-driver)")
+    try:
+        driver = chromium()
+    except WebDriverException as exc:  # pragma: no cover - a broken installation
+        pytest.fail(f"Chromium did not start: {exc.msg}")
+    try:
+        yield Page(driver)
+    finally:
+        driver.quit()
+
+
+def console_log(driver: webdriver.Chrome) -> list[dict[str, Any]]:
+    """What the page wrote to the browser's console since the last call."""
+    entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return entries
+
+
+@pytest.fixture
+def page(browser: Page, site: Site) -> Iterator[Page]:
+    """The browser on the backend's site; the page's script errors fail the test."""
+    browser.site = site
+    browser.server_away = False
+    console_log(browser.driver)  # what earlier tests left
+    yield browser
+    errors = [entry["message"] for entry in console_log(browser.driver)
+              if entry["level"] == "SEVERE" and "favicon" not in entry["message"]
+              and "status of 4" not in entry["message"]  # a refused request the test made
+              and not (browser.server_away and "ERR_CONNECTION_REFUSED" in entry["message"])]
+    assert errors == []
