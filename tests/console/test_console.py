@@ -176,7 +176,7 @@ def test_o3_a_background_tasks_notice_arrives_live_and_is_the_runtimes(
     page.shot("console-conversation")  # docs/console-conversation.png is SQLite's
 
 
-def test_o3_a_held_call_is_approved_and_the_run_finishes(page: Page, site: Site) -> None:
+def test_o6_a_held_call_is_approved_and_the_run_finishes(page: Page, site: Site) -> None:
     conversation = site.conversation(ALICE, tools=("shell",), approval_mode="always",
                                      title="deploy")
     page.sign_in(site, ALICE, f"/c/{conversation}")
@@ -193,7 +193,7 @@ def test_o3_a_held_call_is_approved_and_the_run_finishes(page: Page, site: Site)
     assert "deployed" in str(result.get_attribute("textContent"))
 
 
-def test_o3_an_injection_in_a_tools_output_is_rendered_as_text(page: Page, site: Site) -> None:
+def test_o6_an_injection_in_a_tools_output_is_rendered_as_text(page: Page, site: Site) -> None:
     conversation = site.conversation(ALICE, tools=("shell",), title="injection")
     page.sign_in(site, ALICE, f"/c/{conversation}")
     title = page.driver.title
