@@ -22,24 +22,16 @@ from tidings.clock import Clock
 from tidings.errors import BacklogFullError, NotDeadLetterError, UnknownDeadLetterError
 from tidings.policy import MAX_INT64
 from tidings.store import Row, Store, Tx
-from tidings.types import JSON, ConversationId, DeliveryId, EventId, OutboxConfig
+from tidings.types import JSON, ConversationId, DeadLetter, DeliveryId, EventId, OutboxConfig
 
 DISCARDED = "discarded"
 """The failure code a discarded dead letter is settled with."""
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetterDetail:
+class DeadLetterDetail(DeadLetter):
     """A dead letter with what its signal carried: an operator's inspection of it."""
 
-    delivery_id: DeliveryId
-    event_id: EventId
-    conversation_id: ConversationId
-    type: str
-    attempts: int
-    failure_code: str
-    published_at_us: int
-    settled_at_us: int
     payload: JSON
     payload_bytes: int
     schema_version: int
