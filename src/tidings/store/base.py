@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from tidings.errors import InvalidInputError, SchemaError
-from tidings.store.feed import FeedSignals
+from tidings.store.feed import FeedSignals, call_in
 from tidings.store.queries import Query as Query
 from tidings.store.queries import load_queries as load_queries
 from tidings.store.queries import split_statements as split_statements
@@ -240,7 +240,7 @@ class Wakeups:
             subscribers = list(self._subscribers)
         for loop, queue in subscribers:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(_put_all, queue, ids)
+                call_in(loop, _put_all, queue, ids)
 
 
     @contextlib.contextmanager
@@ -267,7 +267,7 @@ class Wakeups:
             watchers = [w for c in conversation_ids for w in self._watchers.get(c, ())]
         for loop, event in watchers:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(event.set)
+                call_in(loop, event.set)
 
 
 def _put_all(queue: asyncio.Queue[str], ids: tuple[str, ...]) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 FEED_CHANNEL = "tidings_feed"
 """PostgreSQL's NOTIFY channel of the feed (journal hints and live messages)."""
@@ -37,6 +38,15 @@ PAYLOAD_BYTES = 7999
 
 JournalHints = Callable[[Mapping[str, int]], None]
 LiveMessages = Callable[[list[str]], None]
+
+
+def call_in(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:
+    """Schedule ``callback(*args)`` on ``loop``: cheaply when it is this thread's running loop
+    (a writer on the loop), through the loop's self-pipe from any other thread."""
+    if asyncio._get_running_loop() is loop:
+        loop.call_soon(callback, *args)
+    else:
+        loop.call_soon_threadsafe(callback, *args)
 
 
 @dataclass(slots=True, eq=False)
@@ -78,7 +88,7 @@ class FeedSignals:
         hints = dict(advanced)
         for subscriber in self._subscribers:
             if subscriber.journal and not subscriber.loop.is_closed():
-                subscriber.loop.call_soon_threadsafe(subscriber.on_journal, hints)
+                call_in(subscriber.loop, subscriber.on_journal, hints)
 
     def live(self, messages: Iterable[str]) -> None:
         """Hand live messages heard from the database to every subscriber."""
@@ -87,7 +97,7 @@ class FeedSignals:
             return
         for subscriber in self._subscribers:
             if not subscriber.loop.is_closed():
-                subscriber.loop.call_soon_threadsafe(subscriber.on_live, batch)
+                call_in(subscriber.loop, subscriber.on_live, batch)
 
     def heard(self, payloads: Iterable[str]) -> None:
         """Route NOTIFY payloads of :data:`FEED_CHANNEL`: journal hints and live messages."""
@@ -112,6 +122,12 @@ def merge_hints(into: dict[str, int], more: Mapping[str, int]) -> None:
 
 
 __all__ = (
-    "FEED_CHANNEL", "JOURNAL_PREFIX", "LIVE_PREFIX", "PAYLOAD_BYTES", "FeedSignals",
-    "FeedSubscription", "merge_hints",
+    "FEED_CHANNEL",
+    "JOURNAL_PREFIX",
+    "LIVE_PREFIX",
+    "PAYLOAD_BYTES",
+    "FeedSignals",
+    "FeedSubscription",
+    "call_in",
+    "merge_hints",
 )

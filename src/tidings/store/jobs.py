@@ -80,6 +80,11 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
     feed.journal_advanced(journaled)
 
 
+def answer(jobs: list[Job]) -> None:
+    """Answer callers whose loop is the running one (a writer on the loop)."""
+    _deliver(jobs)
+
+
 def _deliver(jobs: list[Job]) -> None:
     for job in jobs:
         if job.future.done():

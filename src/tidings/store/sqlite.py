@@ -1,18 +1,23 @@
-"""SQLite: the embedded default. One file in WAL mode, one writer, group commit.
+"""SQLite: the embedded default. One file in WAL mode, one writer, group commit on the loop.
 
-SQLite admits one writer at a time and every commit costs an fsync. A single writer thread
-therefore takes whatever units of work are queued, runs each in its own SAVEPOINT inside one
-``BEGIN IMMEDIATE … COMMIT`` and answers each caller only after that shared commit is durable.
-A unit that raises is rolled back to its savepoint and fails alone; the others commit. While
-one group's fsync runs, the next group gathers, so the batch size follows the load with no
-delay added to gather it.
+SQLite admits one writer at a time and every commit costs an fsync. Units of work therefore run
+on the event loop, each in its own SAVEPOINT inside one open ``BEGIN IMMEDIATE`` transaction;
+the transaction commits once a pass of the loop adds no more units, and each caller is answered
+only after that shared commit is durable. A unit that raises is rolled back to its savepoint and
+fails alone; the others commit. Units made ready by the same wake-up (a hundred conversations
+answered by one commit) share the next fsync, so the batch size follows the load with no delay
+added to gather it, and no thread hand-off is paid on either side of a unit.
 
-Reads run on a small pool of read-only connections (WAL readers never block the writer).
+When another process holds the write lock, ``BEGIN`` is retried with short pauses (the loop keeps
+running) for up to the busy timeout, and the units that arrive meanwhile queue behind it in
+order. Reads run on the loop too, in a snapshot of a read-only connection (WAL readers never
+block the writer). The WAL is copied back into the database file by a checkpoint on a
+connection and thread of its own, never inside a commit on the loop.
 
 Durability: ``synchronous=FULL`` (the default) fsyncs the WAL at every commit, so a committed
 unit survives power loss. ``synchronous=NORMAL`` fsyncs only at checkpoints: a crash of the
 process loses nothing, but a power loss or OS crash can roll back the commits made since the
-last checkpoint (at most ``wal_autocheckpoint`` pages, 1000 by default, about 4 MiB of WAL).
+last checkpoint.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
-import queue
 import sqlite3
-import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,11 +46,21 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.store.base import Query, Row, Store, Tx
-from tidings.store.jobs import STOP, Job, committed, next_group, settle
+from tidings.store.jobs import Job, answer, committed
 from tidings.types import InstanceId
 
+log = logging.getLogger("tidings.store")
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
+
+_GATHER_PASSES = 3
+"""Passes of the loop a group may wait for more units (each pass must have added one)."""
+
+_SLICE = 8
+"""Callers answered, or queued units run, per pass of the loop (see _answer)."""
+
+_CHECKPOINT_CHANGES = 500
+"""Rows changed between two checkpoints of the WAL (about SQLite's own default, 1,000 pages)."""
 
 PAGE_SIZE = 1024
 """The page size of a database file tidings creates (bytes)."""
@@ -126,7 +142,6 @@ class SqliteStore(Store):
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5_000,
         max_group: int = 512,
-        readers: int = 4,
     ) -> None:
         super().__init__()
         if synchronous not in ("FULL", "NORMAL"):
@@ -135,13 +150,23 @@ class SqliteStore(Store):
         self.synchronous: Synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._max_group = max_group
-        self._jobs: queue.SimpleQueue[Job | object] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._writer: sqlite3.Connection | None = None
-        self._writer_thread: threading.Thread | None = None
-        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="tidings-sqlite-read")
-        self._reader_local = threading.local()
-        self._reader_conns: list[sqlite3.Connection] = []
-        self._reader_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._open = False  # the group's transaction is open on the writer
+        self._group: list[Job] = []  # units run in it, answered at its commit
+        self._waiting: deque[Job] = deque()  # units queued behind a BEGIN that found it busy
+        self._runner: asyncio.Task[None] | None = None  # runs the waiting units
+        self._busy: DatabaseBusyError | None = None
+        self._commit_handle: asyncio.Handle | None = None
+        self._seen = 0
+        self._passes = 0
+        self._answers: deque[Job] = deque()  # committed or failed, their callers not yet told
+        self._answering = False
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="tidings-sqlite-writer")
+        self._away: asyncio.Future[Any] | None = None  # the writer's commit or checkpoint
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpointed_at = 0
         self._closed = False
         self._instance_locks: dict[str, int] = {}
         self.groups_committed = 0
@@ -192,11 +217,17 @@ class SqliteStore(Store):
         except BaseException:
             conn.close()
             raise
+        try:
+            # The writer never waits inside SQLite for another process's lock: that would
+            # block the event loop. Its BEGIN is retried instead (see _begin_later). Nor does
+            # it checkpoint inside its commits (see _checkpoint_if_due).
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._reader = self._connect(readonly=True)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise classify(exc) from exc
         self._writer = conn
-        self._writer_thread = threading.Thread(
-            target=self._writer_loop, name="tidings-sqlite-writer", daemon=True
-        )
-        self._writer_thread.start()
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -213,97 +244,266 @@ class SqliteStore(Store):
         await asyncio.to_thread(store._open_sync)
         return store
 
-    # -- the writer ----------------------------------------------------------------------------
+    # -- the writer: units run on the event loop, one open transaction per group -------------
+
+    def _loop_for(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise StoreError("this SQLite store belongs to another event loop")
+        return loop
 
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
-        # One writer: every route is already in submission order.
+        # One writer, in submission order: every route is already ordered.
         if self._closed:
             raise StoreError("the store is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop_for()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(Job(unit, loop, future))
+        job = Job(unit, loop, future)
+        if self._waiting or self._away is not None or (not self._open and not self._begin()):
+            # The writer is away (a commit or checkpoint on its thread), or another process
+            # holds the database: queue behind the units already waiting, loop running on.
+            self._waiting.append(job)
+            if self._runner is None:
+                self._runner = loop.create_task(self._run_waiting())
+            return await future
+        self._run(job)
+        self._schedule_commit(loop)
+        if job.error is not None:
+            raise job.error
         return await future
 
-    def _writer_loop(self) -> None:
-        while True:
-            group, stop = next_group(self._jobs, self._max_group)
-            if group:
-                self._run_group(group)
-            if stop:
-                return
+    def _schedule_commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._open:
+            return
+        if len(self._group) >= self._max_group:
+            self._commit()
+        elif self._commit_handle is None:
+            self._seen, self._passes = len(self._group), 0
+            self._commit_handle = loop.call_soon(self._commit_soon)
 
-    def _run_group(self, group: list[Job]) -> None:
+    def _begin(self) -> bool:
+        """Open the group's transaction now; False if another connection holds the write lock
+        (raises for any other failure)."""
+        assert self._writer is not None
+        try:
+            self._writer.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            error = classify(exc)
+            if isinstance(error, DatabaseBusyError):
+                self._busy = error
+                return False
+            raise error from exc
+        self._open = True
+        return True
+
+    async def _run_waiting(self) -> None:
+        """Run the units that queued, in order, a slice per pass of the loop, opening the
+        transaction again whenever it is closed."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                if not self._open and not await self._begin_when_free():
+                    return
+                for _ in range(_SLICE):
+                    if not self._waiting or not self._open:
+                        break
+                    job = self._waiting.popleft()
+                    self._run(job)
+                    if job.error is not None and not job.future.done():
+                        job.future.set_exception(job.error)
+                self._schedule_commit(loop)
+                if self._waiting:
+                    await asyncio.sleep(0)
+        finally:
+            self._runner = None
+
+    async def _begin_when_free(self) -> bool:
+        """Wait until the writer is back, then retry BEGIN with growing pauses for up to the
+        busy timeout; on failure every queued unit learns why."""
+        while self._away is not None:
+            await self._wait_for(self._away)
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        pause = 0.0005
+        while True:
+            try:
+                if self._begin():
+                    return True
+            except StoreError as exc:
+                self._fail_waiting(exc)
+                return False
+            if time.monotonic() >= deadline:
+                assert self._busy is not None
+                self._fail_waiting(self._busy)
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    @staticmethod
+    async def _wait_for(pending: asyncio.Future[Any]) -> None:
+        """Wait until ``pending`` is done and its done-callbacks have run (they clear it)."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(pending)
+        await asyncio.sleep(0)
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        while self._waiting:
+            job = self._waiting.popleft()
+            if not job.future.done():
+                job.future.set_exception(error)
+
+    def _run(self, job: Job) -> None:
+        """Run one unit in a savepoint of the open transaction: on success it joins the group
+        (answered at the group's commit); on failure it is rolled back alone and ``job.error``
+        says why."""
+        conn = self._writer
+        assert conn is not None
+        tx = SqliteTx(self.queries, conn)
+        try:
+            conn.execute("SAVEPOINT unit")
+            job.result = job.unit(tx)
+            conn.execute("RELEASE unit")
+        except BaseException as exc:
+            job.error = classify(exc) if isinstance(exc, sqlite3.Error) else exc
+            if job.error is not exc:
+                job.error.__cause__ = exc
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK TO unit")
+                    conn.execute("RELEASE unit")
+            except sqlite3.Error:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if not conn.in_transaction:
+                # A fatal error (disk full, I/O) ended the transaction: the units already in it
+                # are not committed, and learn it now.
+                self._open = False
+                group, self._group = self._group, []
+                self._finish(group, StoreError("the shared transaction was aborted by a failure"))
+            return
+        job.took(tx)
+        self._group.append(job)
+
+    def _commit_soon(self) -> None:
+        """Commit once a pass of the loop added no unit: units made ready by the same wake-up
+        share the fsync, and a lone unit is committed at once (bounded passes and size)."""
+        self._commit_handle = None
+        size = len(self._group)
+        if size > self._seen and self._passes < _GATHER_PASSES and size < self._max_group:
+            self._seen, self._passes = size, self._passes + 1
+            self._commit_handle = asyncio.get_running_loop().call_soon(self._commit_soon)
+            return
+        self._commit()
+
+    def _commit(self) -> None:
+        """Commit the group: a lone unit on the loop (no hand-off: a serial caller's commit is
+        the cheapest path there is), a larger group on the writer's thread, so that the loop
+        runs on while the fsync lasts and units arriving meanwhile queue for the next group."""
+        if self._commit_handle is not None:
+            self._commit_handle.cancel()
+            self._commit_handle = None
+        group, self._group = self._group, []
+        if not self._open:
+            return
+        self._open = False
+        if len(group) <= 1 or self._closed:
+            self._finish(group, self._commit_sync())
+            return
+        away = asyncio.get_running_loop().run_in_executor(self._thread, self._commit_sync)
+        self._away = away
+        away.add_done_callback(lambda done: self._committed(done, group))
+
+    def _commit_sync(self) -> StoreError | None:
         conn = self._writer
         assert conn is not None
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("COMMIT")
         except sqlite3.Error as exc:
             error = classify(exc)
+            error.__cause__ = exc
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            return error
+        return None
+
+    def _committed(self, done: asyncio.Future[StoreError | None], group: list[Job]) -> None:
+        self._away = None
+        error = done.exception() or done.result()
+        self._finish(group, error if isinstance(error, BaseException) else None)
+
+    def _finish(self, group: list[Job], error: BaseException | None) -> None:
+        """Answer a group's callers: committed (its after-commit work done, listeners woken)
+        or failed, every one with ``error``."""
+        if error is not None:
             for job in group:
                 job.error = error
-            settle(group)
+        elif group:
+            self.groups_committed += 1
+            self.units_committed += len(group)
+            committed(group, self.wakeups, self.feed)
+        self._answer(group)
+        if error is None:
+            self._checkpoint_if_due()
+
+    def _answer(self, jobs: list[Job]) -> None:
+        """Answer callers a slice per pass of the loop: a group's callers wake in the next
+        pass, and a hundred of them waking at once would hold the loop (its timers, its
+        sockets) for all of their work; a slice at a time, the loop's lag stays bounded."""
+        self._answers.extend(jobs)
+        if not self._answering:
+            self._answer_slice()
+
+    def _answer_slice(self) -> None:
+        answers = self._answers
+        answer([answers.popleft() for _ in range(min(_SLICE, len(answers)))])
+        self._answering = bool(answers)
+        if answers:
+            asyncio.get_running_loop().call_soon(self._answer_slice)
+
+    # -- checkpoints: off the loop, between two groups --------------------------------------------
+
+    def _checkpoint_if_due(self) -> None:
+        """Copy the WAL back into the database file from the writer's thread once enough was
+        written.
+
+        The writer's automatic checkpoint is off: it would run inside a COMMIT on the event
+        loop, copying and fsyncing up to a thousand pages (1.5-3 ms here). Instead a checkpoint
+        runs on a connection of its own, on the writer's thread, between two groups: units that
+        arrive meanwhile queue (the loop runs on). No unit is written while it runs, so it
+        copies the whole WAL and the next group writes the WAL from its start again: a commit
+        then overwrites pages the file already has, which costs about half of appending new
+        ones (a WAL that only grows makes every fsync carry the file's new size).
+        """
+        assert self._writer is not None
+        changes = self._writer.total_changes
+        if (self._away is not None or self._open or self._closed
+                or changes - self._checkpointed_at < _CHECKPOINT_CHANGES):
             return
+        self._checkpointed_at = changes
+        away = asyncio.get_running_loop().run_in_executor(self._thread, self._checkpoint_sync)
+        self._away = away
+        away.add_done_callback(self._checkpoint_done)
 
-        savepoints = len(group) > 1
-        for job in group:
-            if not conn.in_transaction:
-                # A fatal error (disk full, I/O) ended the transaction: the rest cannot run in it.
-                job.error = StoreError("the shared transaction was aborted by an earlier failure")
-                continue
-            tx = SqliteTx(self.queries, conn)
-            if savepoints:
-                conn.execute("SAVEPOINT unit")
-            try:
-                job.result = job.unit(tx)
-            except BaseException as exc:
-                job.error = classify(exc) if isinstance(exc, sqlite3.Error) else exc
-                if conn.in_transaction:
-                    if savepoints:
-                        conn.execute("ROLLBACK TO unit")
-                        conn.execute("RELEASE unit")
-                    else:
-                        conn.execute("ROLLBACK")
-                continue
-            job.took(tx)
-            if savepoints:
-                conn.execute("RELEASE unit")
+    def _checkpoint_sync(self) -> None:
+        if self._checkpoint_conn is None:
+            self._checkpoint_conn = self._connect()
+        self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
-        if conn.in_transaction:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                error = classify(exc)
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                for job in group:
-                    if job.error is None:
-                        job.error = error
-        else:
-            # Nothing of this group is committed; whoever did not fail already learns why.
-            for job in group:
-                if job.error is None:
-                    job.error = StoreError("the shared transaction was rolled back")
+    def _checkpoint_done(self, done: asyncio.Future[None]) -> None:
+        self._away = None
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("WAL checkpoint of %s failed: %s", self.path, done.exception())
 
-        done = [job for job in group if job.error is None]
-        self.groups_committed += 1 if done else 0
-        self.units_committed += len(done)
-        committed(done, self.wakeups, self.feed)
-        settle(group)
+    # -- readers: on the loop, in a snapshot of their own ----------------------------------------
 
-    # -- readers -------------------------------------------------------------------------------
-
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._reader_local, "conn", None)
-        if conn is None:
-            conn = self._connect(readonly=True)
-            self._reader_local.conn = conn
-            with self._reader_lock:
-                self._reader_conns.append(conn)
-        return conn
-
-    def _read_sync(self, unit: Callable[[Tx], T]) -> T:
+    async def read(self, unit: Callable[[Tx], T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        self._loop_for()
+        conn = self._reader
+        assert conn is not None
         try:
-            conn = self._reader()
             conn.execute("BEGIN")
         except sqlite3.Error as exc:
             raise classify(exc) from exc
@@ -314,12 +514,6 @@ class SqliteStore(Store):
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
-
-    async def read(self, unit: Callable[[Tx], T]) -> T:
-        if self._closed:
-            raise StoreError("the store is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self._read_sync, unit)
 
     # -- instance liveness: an exclusive flock held on a sidecar file for the process's life --
 
@@ -357,14 +551,16 @@ class SqliteStore(Store):
         if self._closed:
             return
         self._closed = True
-        if self._writer_thread is not None:
-            self._jobs.put(STOP)
-            await asyncio.to_thread(self._writer_thread.join)
-        if self._writer is not None:
-            self._writer.close()
-        self._readers.shutdown(wait=True)
-        with self._reader_lock:
-            for conn in self._reader_conns:
+        while True:  # let queued units run and the writer come back
+            pending: asyncio.Future[Any] | None = self._runner or self._away
+            if pending is None:
+                break
+            await self._wait_for(pending)
+        if self._writer is not None and self._open:
+            self._commit()
+        self._thread.shutdown(wait=True)
+        for conn in (self._checkpoint_conn, self._reader, self._writer):
+            if conn is not None:
                 conn.close()
         for instance_id, fd in self._instance_locks.items():
             with contextlib.suppress(FileNotFoundError):
