@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -73,6 +74,10 @@ class _Entry:
     compacting: bool = False
     starting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    settled_ns: int | None = None
+    """Set when the entry's last unit read, under the lock, that a re-check would start
+    nothing: when that unit began (``time.monotonic_ns``). Cleared by every request and
+    every unit the driver submits, so it is only ever the newest unit's word."""
 
 
 class Coordinator:
@@ -129,6 +134,7 @@ class Coordinator:
         else:
             entry.kinds.add(kind)
             entry.record = entry.record or record
+        entry.settled_ns = None
         entry.idle.clear()
         if entry.driver is None and not entry.compacting and not entry.starting:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
@@ -192,12 +198,23 @@ class Coordinator:
 
         Wake-up hints that are still on their way (a publish's wake-up is handed to the event
         loop after its commit) are waited for by the same rule.
+
+        When the last unit of what ran here began after this wait did and read under the lock
+        that nothing would start (the turn's end, or a start that yielded), that read is this
+        wait's: the database was settled at a moment inside the wait, exactly as a read of
+        its own would have found it then, so no read follows.
         """
+        called = time.monotonic_ns()
         while True:
             await asyncio.sleep(0)
             entry = self._entries.get(conversation_id)
             if entry is not None:
                 await entry.idle.wait()
+                settled = entry.settled_ns
+                if settled is not None and settled > called:
+                    await asyncio.sleep(0)  # a hint already handed to the loop goes first
+                    if conversation_id not in self._entries:
+                        return
                 continue
             if self._closing or not await self.store.read(
                 lambda tx: self._would_start(tx, conversation_id)
@@ -217,6 +234,7 @@ class Coordinator:
                 finally:
                     self._capacity.release()
             while (entry.kinds or entry.recheck) and not self._closing:
+                entry.settled_ns = None
                 kinds = frozenset(entry.kinds)
                 record = entry.record
                 entry.kinds.clear()
@@ -256,6 +274,8 @@ class Coordinator:
         if begin.plan is None:
             if decision.reason == "slot_busy" and begin.slot_deadline_us is not None:
                 self._retry_at(conversation_id, begin.slot_deadline_us)
+            if not (entry.kinds or entry.recheck):
+                entry.settled_ns = begin.settled_ns
             return
         self.turns_started += 1
         entry.stop_reason = "stopped" if begin.plan.run_id in entry.stopped_runs else None
@@ -264,9 +284,11 @@ class Coordinator:
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
         keeper = asyncio.create_task(self._keep(begin.plan, entry))
         more_work = True
+        settled_ns = None
         try:
             outcome = await entry.turn
             more_work = outcome.more_work
+            settled_ns = outcome.settled_ns
         except asyncio.CancelledError:
             if entry.stop_reason != "slot_lost" or self._closing:
                 raise
@@ -281,6 +303,8 @@ class Coordinator:
         # slot, whether inputs or signals were waiting; what arrived later found the slot free.
         if more_work:
             entry.recheck = True
+        elif not (entry.kinds or entry.recheck):
+            entry.settled_ns = settled_ns  # what the turn's last unit read (see idle)
 
     async def _turn(self, plan: TurnPlan, entry: _Entry) -> TurnOutcome:
         # A task cancelled before its first step never runs its body, so its cleanup would

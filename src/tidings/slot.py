@@ -61,6 +61,9 @@ class Begin:
     decision: StartDecision
     slot_deadline_us: int | None = None
     """When the slot a yield found busy is due to be free again (None: not busy)."""
+    settled_ns: int | None = None
+    """A yield that nothing would start: when its unit began (``time.monotonic_ns``), before
+    it read that under the lock -- as :func:`would_start` would have read it then."""
 
 
 # -- taking the slot ---------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def begin(
     trigger = decision.trigger
     if trigger is None:
         _, deadline, _ = cx.slot_holder()
-        return Begin(None, decision, deadline)
+        return Begin(None, decision, deadline, cx.locked_ns)
     run_id = RunId(new_id("run"))
     deadline_us = cx.now_us + to_us(config.slot_ttl)
     lease = (

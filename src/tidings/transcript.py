@@ -21,6 +21,7 @@ counters, and :attr:`ConversationTx.accepted`, true in the same unit).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -75,12 +76,19 @@ class ConversationTx:
         """The task journal's records this unit wrote, newest per task id: when no
         notification waited undelivered as the unit began, only these can be due now."""
 
+    locked_ns: int | None = None
+    """The monotonic time (``time.monotonic_ns``) just before :meth:`lock` read the row: what
+    this unit reads under the lock is the database as it stood at some moment after it."""
+
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
+        began = time.monotonic_ns()
         row = tx.one("lock_conversation", conversation_id=conversation_id)
         if row is None:
             raise UnknownConversationError(conversation_id)
-        return cls(tx, row, clock)
+        cx = cls(tx, row, clock)
+        cx.locked_ns = began
+        return cx
 
     @property
     def conversation_id(self) -> ConversationId:
