@@ -21,10 +21,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidings import compaction, slot
 from tidings.clock import Clock, to_us
@@ -282,7 +282,9 @@ class Coordinator:
         entry.stopped_runs.clear()
         entry.turn_started = False
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
-        keeper = asyncio.create_task(self._keep(begin.plan, entry))
+        plan = begin.plan
+        keeper = _Keeper(lambda: self._keep(plan, entry),
+                         to_us(self.turn_config.slot_ttl) / 3 / 1e6)
         more_work = True
         settled_ns = None
         try:
@@ -295,9 +297,7 @@ class Coordinator:
         except TidingsError as exc:
             log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id, exc)
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await keeper.stop()
             entry.turn = None
         # Level-triggered: the turn's last unit read, under the lock and before releasing the
         # slot, whether inputs or signals were waiting; what arrived later found the slot free.
@@ -356,7 +356,7 @@ class Coordinator:
         """Extend the slot while the turn runs; stop the turn when asked to from another
         process, or when the slot was lost."""
         reason = await slot.keep(
-            self.store, self.outbox, self.clock, plan, config=self.turn_config
+            self.store, self.outbox, self.clock, plan, config=self.turn_config, first_wait=False
         )
         if entry.turn is not None:
             self._interrupt(entry, reason)
@@ -480,6 +480,32 @@ class Coordinator:
         for driver in drivers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await driver
+
+
+class _Keeper:
+    """The slot's keeper of one turn, started only once the first extension is due: most
+    turns end before that, and then no task was made for it."""
+
+    def __init__(self, keep: Callable[[], Coroutine[Any, Any, None]], delay_s: float) -> None:
+        self._keep = keep
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            delay_s, self._start
+        )
+
+    def _start(self) -> None:
+        self._timer = None
+        self._task = asyncio.create_task(self._keep())
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _written(

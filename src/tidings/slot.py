@@ -331,18 +331,22 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
 
 
 async def keep(
-    store: Store, outbox: Outbox, clock: Clock, plan: TurnPlan, *, config: TurnConfig
+    store: Store, outbox: Outbox, clock: Clock, plan: TurnPlan, *, config: TurnConfig,
+    first_wait: bool = True,
 ) -> str:
     """Extend the slot (and the signal lease) every third of its lease while the turn runs.
 
     Returns why the turn must stop -- ``slot_lost`` (another holder may have it) or
     ``stopped`` (asked from any process); otherwise runs until cancelled. A store fault only
-    skips one extension: the lease outlives two of them.
+    skips one extension: the lease outlives two of them. ``first_wait`` False extends at once
+    (the caller waited the first third already).
     """
     ttl_us = to_us(config.slot_ttl)
     interval = ttl_us / 3 / 1e6
     while True:
-        await asyncio.sleep(interval)
+        if first_wait:
+            await asyncio.sleep(interval)
+        first_wait = True
         now = clock.now_us()
         try:
             rows = await store.transact_query(
