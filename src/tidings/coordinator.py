@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidings import compaction, slot
 from tidings.clock import Clock, to_us
@@ -73,6 +74,10 @@ class _Entry:
     compacting: bool = False
     starting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    settled_ns: int | None = None
+    """Set when the entry's last unit read, under the lock, that a re-check would start
+    nothing: when that unit began (``time.monotonic_ns``). Cleared by every request and
+    every unit the driver submits, so it is only ever the newest unit's word."""
 
 
 class Coordinator:
@@ -129,6 +134,7 @@ class Coordinator:
         else:
             entry.kinds.add(kind)
             entry.record = entry.record or record
+        entry.settled_ns = None
         entry.idle.clear()
         if entry.driver is None and not entry.compacting and not entry.starting:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
@@ -192,12 +198,23 @@ class Coordinator:
 
         Wake-up hints that are still on their way (a publish's wake-up is handed to the event
         loop after its commit) are waited for by the same rule.
+
+        When the last unit of what ran here began after this wait did and read under the lock
+        that nothing would start (the turn's end, or a start that yielded), that read is this
+        wait's: the database was settled at a moment inside the wait, exactly as a read of
+        its own would have found it then, so no read follows.
         """
+        called = time.monotonic_ns()
         while True:
             await asyncio.sleep(0)
             entry = self._entries.get(conversation_id)
             if entry is not None:
                 await entry.idle.wait()
+                settled = entry.settled_ns
+                if settled is not None and settled > called:
+                    await asyncio.sleep(0)  # a hint already handed to the loop goes first
+                    if conversation_id not in self._entries:
+                        return
                 continue
             if self._closing or not await self.store.read(
                 lambda tx: self._would_start(tx, conversation_id)
@@ -217,6 +234,7 @@ class Coordinator:
                 finally:
                     self._capacity.release()
             while (entry.kinds or entry.recheck) and not self._closing:
+                entry.settled_ns = None
                 kinds = frozenset(entry.kinds)
                 record = entry.record
                 entry.kinds.clear()
@@ -256,31 +274,37 @@ class Coordinator:
         if begin.plan is None:
             if decision.reason == "slot_busy" and begin.slot_deadline_us is not None:
                 self._retry_at(conversation_id, begin.slot_deadline_us)
+            if not (entry.kinds or entry.recheck):
+                entry.settled_ns = begin.settled_ns
             return
         self.turns_started += 1
         entry.stop_reason = "stopped" if begin.plan.run_id in entry.stopped_runs else None
         entry.stopped_runs.clear()
         entry.turn_started = False
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
-        keeper = asyncio.create_task(self._keep(begin.plan, entry))
+        plan = begin.plan
+        keeper = _Keeper(lambda: self._keep(plan, entry),
+                         to_us(self.turn_config.slot_ttl) / 3 / 1e6)
         more_work = True
+        settled_ns = None
         try:
             outcome = await entry.turn
             more_work = outcome.more_work
+            settled_ns = outcome.settled_ns
         except asyncio.CancelledError:
             if entry.stop_reason != "slot_lost" or self._closing:
                 raise
         except TidingsError as exc:
             log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id, exc)
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await keeper.stop()
             entry.turn = None
         # Level-triggered: the turn's last unit read, under the lock and before releasing the
         # slot, whether inputs or signals were waiting; what arrived later found the slot free.
         if more_work:
             entry.recheck = True
+        elif not (entry.kinds or entry.recheck):
+            entry.settled_ns = settled_ns  # what the turn's last unit read (see idle)
 
     async def _turn(self, plan: TurnPlan, entry: _Entry) -> TurnOutcome:
         # A task cancelled before its first step never runs its body, so its cleanup would
@@ -332,7 +356,7 @@ class Coordinator:
         """Extend the slot while the turn runs; stop the turn when asked to from another
         process, or when the slot was lost."""
         reason = await slot.keep(
-            self.store, self.outbox, self.clock, plan, config=self.turn_config
+            self.store, self.outbox, self.clock, plan, config=self.turn_config, first_wait=False
         )
         if entry.turn is not None:
             self._interrupt(entry, reason)
@@ -456,6 +480,32 @@ class Coordinator:
         for driver in drivers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await driver
+
+
+class _Keeper:
+    """The slot's keeper of one turn, started only once the first extension is due: most
+    turns end before that, and then no task was made for it."""
+
+    def __init__(self, keep: Callable[[], Coroutine[Any, Any, None]], delay_s: float) -> None:
+        self._keep = keep
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            delay_s, self._start
+        )
+
+    def _start(self) -> None:
+        self._timer = None
+        self._task = asyncio.create_task(self._keep())
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _written(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import Gauge as PromGauge
@@ -59,6 +60,9 @@ class Metrics:
         self._histograms: dict[str, Histogram] = {}
         self._live: list[Callable[[], Iterable[Gauge]]] = []
         self._gauges: dict[str, PromGauge] = {}
+        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        """Each recorded series (a family's labelled child) by name and labels: recording
+        into one again is a dict lookup, not the library's label validation."""
 
     def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
         """Gauges a component reads from its own state at every render (models cooling down)."""
@@ -67,8 +71,12 @@ class Metrics:
     def count(
         self, name: str, help: str, amount: float = 1, labels: Mapping[str, str] | None = None
     ) -> None:
-        counter = self._counter(_counter_name(name), help, labels)
-        (counter.labels(**labels) if labels else counter).inc(amount)
+        key = (name, tuple(labels.items()) if labels else ())
+        series = self._series.get(key)
+        if series is None:
+            counter = self._counter(_counter_name(name), help, labels)
+            series = self._series[key] = counter.labels(**labels) if labels else counter
+        series.inc(amount)
 
     def count_model_call(self, model: str, usage: Usage) -> None:
         """One model call (answered or failed) and the tokens it spent, by model and kind.
@@ -93,8 +101,12 @@ class Metrics:
     def observe(
         self, name: str, help: str, seconds: float, labels: Mapping[str, str] | None = None
     ) -> None:
-        histogram = self._histogram(name, help, labels)
-        (histogram.labels(**labels) if labels else histogram).observe(max(0.0, seconds))
+        key = ("histogram:" + name, tuple(labels.items()) if labels else ())
+        series = self._series.get(key)
+        if series is None:
+            histogram = self._histogram(name, help, labels)
+            series = self._series[key] = histogram.labels(**labels) if labels else histogram
+        series.observe(max(0.0, seconds))
 
     def set_gauge(
         self, name: str, help: str, value: float, labels: Mapping[str, str] | None = None

@@ -61,6 +61,9 @@ class Begin:
     decision: StartDecision
     slot_deadline_us: int | None = None
     """When the slot a yield found busy is due to be free again (None: not busy)."""
+    settled_ns: int | None = None
+    """A yield that nothing would start: when its unit began (``time.monotonic_ns``), before
+    it read that under the lock -- as :func:`would_start` would have read it then."""
 
 
 # -- taking the slot ---------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def begin(
     trigger = decision.trigger
     if trigger is None:
         _, deadline, _ = cx.slot_holder()
-        return Begin(None, decision, deadline)
+        return Begin(None, decision, deadline, cx.locked_ns)
     run_id = RunId(new_id("run"))
     deadline_us = cx.now_us + to_us(config.slot_ttl)
     lease = (
@@ -328,18 +331,22 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
 
 
 async def keep(
-    store: Store, outbox: Outbox, clock: Clock, plan: TurnPlan, *, config: TurnConfig
+    store: Store, outbox: Outbox, clock: Clock, plan: TurnPlan, *, config: TurnConfig,
+    first_wait: bool = True,
 ) -> str:
     """Extend the slot (and the signal lease) every third of its lease while the turn runs.
 
     Returns why the turn must stop -- ``slot_lost`` (another holder may have it) or
     ``stopped`` (asked from any process); otherwise runs until cancelled. A store fault only
-    skips one extension: the lease outlives two of them.
+    skips one extension: the lease outlives two of them. ``first_wait`` False extends at once
+    (the caller waited the first third already).
     """
     ttl_us = to_us(config.slot_ttl)
     interval = ttl_us / 3 / 1e6
     while True:
-        await asyncio.sleep(interval)
+        if first_wait:
+            await asyncio.sleep(interval)
+        first_wait = True
         now = clock.now_us()
         try:
             rows = await store.transact_query(

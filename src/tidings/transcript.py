@@ -21,6 +21,7 @@ counters, and :attr:`ConversationTx.accepted`, true in the same unit).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -50,6 +51,14 @@ RUN_CHANGES = frozenset({"turn_status", "input_materialized", "input_cancelled"}
 watchers in this process once it commits (a wait for an input's answer wakes on them)."""
 
 
+STATE_COLUMNS = (
+    "queued_inputs", "last_queue_position", "last_message_seq", "last_event_seq",
+    "history_start_seq", "slot_token", "slot_deadline_us", "slot_instance", "slot_run",
+)
+"""The conversation row's counters and slot: what most units change, and all that they write
+back when the conversation's own fields (its profile, title, status, flags) are unchanged."""
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -63,7 +72,8 @@ class ConversationTx:
         self.clock = clock
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
-        self._saved = (dict(row), self.conversation)
+        self._saved_conversation = self.conversation
+        self._saved_state = tuple(map(self.row.__getitem__, STATE_COLUMNS))
         self._events: list[dict[str, Any]] = []
         self.appended: list[Message] = []
         self.accepted: list[Input] = []
@@ -75,12 +85,19 @@ class ConversationTx:
         """The task journal's records this unit wrote, newest per task id: when no
         notification waited undelivered as the unit began, only these can be due now."""
 
+    locked_ns: int | None = None
+    """The monotonic time (``time.monotonic_ns``) just before :meth:`lock` read the row: what
+    this unit reads under the lock is the database as it stood at some moment after it."""
+
     @classmethod
     def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
+        began = time.monotonic_ns()
         row = tx.one("lock_conversation", conversation_id=conversation_id)
         if row is None:
             raise UnknownConversationError(conversation_id)
-        return cls(tx, row, clock)
+        cx = cls(tx, row, clock)
+        cx.locked_ns = began
+        return cx
 
     @property
     def conversation_id(self) -> ConversationId:
@@ -130,11 +147,31 @@ class ConversationTx:
             )
             self.tx.journaled(self.conversation_id, self._events[-1]["seq"])
             self._events = []
-        if (self.row, self.conversation) == self._saved:
-            return  # nothing changed: no write
-        self._saved = (dict(self.row), self.conversation)
-        c = self.conversation
         r = self.row
+        state = tuple(map(r.__getitem__, STATE_COLUMNS))
+        c = self.conversation
+        if c is self._saved_conversation or c == self._saved_conversation:
+            if state == self._saved_state:
+                return  # nothing changed: no write
+            # Only the counters and the slot: the profile is not encoded and written again.
+            self._saved_state = state
+            self.tx.run_later(
+                "save_conversation_state",
+                conversation_id=c.conversation_id,
+                queued_inputs=r["queued_inputs"],
+                last_queue_position=r["last_queue_position"],
+                last_message_seq=r["last_message_seq"],
+                last_event_seq=r["last_event_seq"],
+                history_start_seq=r["history_start_seq"],
+                slot_token=r["slot_token"],
+                slot_deadline_us=r["slot_deadline_us"],
+                slot_instance=r["slot_instance"],
+                slot_run=r["slot_run"],
+                now_us=self.now_us,
+            )
+            return
+        self._saved_conversation = c
+        self._saved_state = state
         self.tx.run_later(
             "save_conversation",
             conversation_id=c.conversation_id,

@@ -421,6 +421,87 @@ async def test_c4_duplicate_wakeups_coalesce_and_stale_wakeup_starts_nothing(
     assert rt.coordinator.turns_started == 1
 
 
+class SettleProbe:
+    """Counts the settle's own reads, and can hold a turn's units after they committed."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.reads = 0
+        self.hold_after_commit = False
+        self.committed = asyncio.Event()
+        self.release = asyncio.Event()
+        store_read, store_transact = rt.store.read, rt.store.transact
+
+        async def read(unit: Any) -> Any:
+            if "Coordinator.idle" in getattr(unit, "__qualname__", ""):
+                self.reads += 1
+            return await store_read(unit)
+
+        async def transact(unit: Any, *, route: str | None = None) -> Any:
+            result = await store_transact(unit, route=route)
+            if self.hold_after_commit and "TurnWriter.commit" in unit.__qualname__:
+                self.hold_after_commit = False
+                self.committed.set()
+                await reached(self.release)
+            return result
+
+        setattr(rt.store, "read", read)  # noqa: B010 -- this runtime only
+        setattr(rt.store, "transact", transact)  # noqa: B010
+
+
+async def test_c4_a_settle_begun_before_the_turns_end_takes_its_last_units_word(
+    runtimes: RuntimeFactory,
+) -> None:
+    """The turn's last unit read under the lock that nothing waits, after the settle began:
+    that read is the settle's, and none follows it."""
+    gate = Gate()
+    rt = await runtimes(models=[ScriptedModel(rules=list(GATE_RULES))], tools=[gate.tool()],
+                        config=FAST)
+    conv = await new_conversation(rt, Profile(model="scripted", tools=("gate",)))
+    probe = SettleProbe(rt)
+    await rt.post(conv, "hello")
+    await settle(rt, conv)
+    assert probe.reads == 0
+    assert len(await rt.runs(conv)) == 1
+
+    # Work committed while the turn runs, by a writer that tells this coordinator nothing
+    # (another process's door): the turn's last unit finds it, and the settle waits for it.
+    await rt.post(conv, "block")
+    await reached(gate.entered)
+    await rt.door.post(conv, "from elsewhere")
+    settling = asyncio.create_task(settle(rt, conv))
+    await asyncio.sleep(0.01)
+    gate.release.set()
+    await settling
+    runs = await rt.runs(conv)
+    assert len(runs) == 3
+    assert all(r.status is RunStatus.COMPLETED for r in runs)
+    assert (await rt.inputs(conv))[-1].state is InputState.MATERIALIZED
+    assert probe.reads == 0
+
+
+async def test_c4_a_settle_begun_after_the_last_unit_read_reads_again(
+    runtimes: RuntimeFactory,
+) -> None:
+    """Work committed after the turn's last unit read, and before the settle began, is not
+    covered by that read: the settle reads for itself and waits for the turn it starts."""
+    rt = await runtimes(models=[ScriptedModel()], config=FAST)
+    conv = await new_conversation(rt)
+    probe = SettleProbe(rt)
+    probe.hold_after_commit = True
+    await rt.post(conv, "first")
+    await reached(probe.committed)  # the turn's end is durable; its driver has not seen it
+    await rt.door.post(conv, "from elsewhere")  # another process's door: no wake-up here
+    settling = asyncio.create_task(settle(rt, conv))
+    await asyncio.sleep(0.01)
+    probe.release.set()
+    await settling
+    runs = await rt.runs(conv)
+    assert len(runs) == 2
+    assert all(r.status is RunStatus.COMPLETED for r in runs)
+    assert all(i.state is InputState.MATERIALIZED for i in await rt.inputs(conv))
+    assert probe.reads >= 1
+
+
 # -- C5 ------------------------------------------------------------------------------------------
 
 

@@ -148,7 +148,8 @@ def add_input(
         task_key=task_key,
         delivery_mode=delivery_mode.value,
         content=content,
-        meta=json.dumps(accepted.meta, ensure_ascii=False, separators=(",", ":")),
+        meta=(json.dumps(accepted.meta, ensure_ascii=False, separators=(",", ":"))
+              if accepted.meta else "{}"),
         idempotency_key=idempotency_key,
         now_us=cx.now_us,
     )
@@ -270,7 +271,8 @@ class Door:
         extra = dict(meta or {})
         if not all(isinstance(key, str) for key in extra):
             raise InvalidInputError("meta keys must be strings")
-        encode_json(extra, "meta", limit_bytes=self.config.meta_limit_bytes)
+        if extra or self.config.meta_limit_bytes < 2:  # "{}" is plain JSON, 2 bytes
+            encode_json(extra, "meta", limit_bytes=self.config.meta_limit_bytes)
         reserved = RESERVED_META_KEYS & set(extra)
         if reserved:
             raise InvalidInputError(f"meta keys {sorted(reserved)} are the kernel's own")

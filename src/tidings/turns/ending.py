@@ -216,11 +216,15 @@ class TurnEnding:
         cx.release_slot(plan.slot_token)
         # Read under the lock, before the slot is released: what it shows was committed
         # before, and whatever it misses will find the slot free.
-        progress.more_work = (
+        progress.more_work = more_work = (
             progress.more_work
             or cx.queued_count > 0
             or (cx.signal_backlog > 0 and self._ready_signals(cx))
         )
+        # Nothing waits, read under the lock after the unit began: a re-check would start
+        # nothing now (its inputs, ready signals and notifications are what it reads; the
+        # notifications this unit delivered or kept made ``more_work`` true above).
+        progress.settled_ns = None if more_work else cx.locked_ns
         return run
 
     def _ready_signals(self, cx: ConversationTx) -> bool:

@@ -93,6 +93,10 @@ class TurnOutcome:
 
     run: Run
     more_work: bool
+    settled_ns: int | None = None
+    """When nothing waited as the slot was released: the monotonic time (``time.monotonic_ns``)
+    at which the last unit began, before it read under the lock that nothing would start --
+    a settle begun before then needs no read of its own (None: not known settled)."""
 
 
 class TurnFailed(Exception):
@@ -114,6 +118,9 @@ class TurnProgress:
     taken: set[str] = field(default_factory=set)
     notice_written: bool = False
     more_work: bool = False
+    settled_ns: int | None = None
+    """Set by the unit that ends the turn: when it began (see :attr:`TurnOutcome.settled_ns`);
+    kept only when ``more_work`` is false."""
     turn_tasks: list[str] = field(default_factory=list)
     """Turn-lifetime tasks started by this turn, not yet drained."""
     trimmed: dict[str, int] | None = None

@@ -175,8 +175,7 @@ class TurnRunner:
         if early is not None and early != "slot_lost":
             # Stopped before it began: end it the way a stopped turn ends.
             stopped = TurnFailed(RunStatus.STOPPED, early, [])
-            return TurnOutcome(await self.ending.finish_failed(plan, progress, stopped),
-                               more_work=progress.more_work)
+            return _outcome(await self.ending.finish_failed(plan, progress, stopped), progress)
         try:
             run = await self._loop(plan, progress)
         except TurnFailed as failed:
@@ -210,7 +209,7 @@ class TurnRunner:
                 (run.ended_at_us - plan.started_at_us) / 1e6,
                 {"status": run.status.value, "trigger": plan.trigger.value},
             )
-        return TurnOutcome(run, more_work=progress.more_work)
+        return _outcome(run, progress)
 
     async def _loop(self, plan: TurnPlan, progress: TurnProgress) -> Run:
         profile = retry_profile(plan.profile, plan.inputs)
@@ -409,6 +408,11 @@ class TurnRunner:
                 ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
             ) from None
         return reply.text
+
+
+def _outcome(run: Run, progress: TurnProgress) -> TurnOutcome:
+    more_work = progress.more_work
+    return TurnOutcome(run, more_work, None if more_work else progress.settled_ns)
 
 
 SUMMARY_REQUEST = (

@@ -198,6 +198,17 @@ UPDATE conversations
        slot_instance = :slot_instance, slot_run = :slot_run, updated_at_us = :now_us
  WHERE conversation_id = :conversation_id;
 
+-- save_conversation_state --
+-- A unit that changed only the counters and the slot (most of a turn's): the conversation's
+-- own fields, its profile JSON among them, are neither encoded nor written again.
+UPDATE conversations
+   SET queued_inputs = :queued_inputs, last_queue_position = :last_queue_position,
+       last_message_seq = :last_message_seq, last_event_seq = :last_event_seq,
+       history_start_seq = :history_start_seq, slot_token = :slot_token,
+       slot_deadline_us = :slot_deadline_us, slot_instance = :slot_instance,
+       slot_run = :slot_run, updated_at_us = :now_us
+ WHERE conversation_id = :conversation_id;
+
 -- list_conversations --
 SELECT * FROM conversations
  WHERE owner = :owner AND status <> 'tombstoned' AND conversation_id > :after
