@@ -266,12 +266,29 @@ class Outbox:
             raise InvalidInputError("max_count and max_bytes must be positive")
         token = secrets.token_hex(16)
         now = self.clock.now_us()
+        instance_id = self.instance.instance_id
         rows = tx.all(
             "claim", conversation_id=conversation_id, token=token, deadline_us=deadline_us,
-            now_us=now, instance_id=self.instance.instance_id, owner=owner, max_count=count,
+            now_us=now, instance_id=instance_id, owner=owner, max_count=count,
             max_bytes=size, max_attempts=self.config.max_attempts,
         )
-        rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
+        if rows and not rows[0]["leased"]:
+            # Read, not leased yet (SQLite): cut to max_bytes in journal order, the first
+            # always taken, then lease the batch by its sequence span.
+            total = 0
+            for n, row in enumerate(rows):
+                total += row["payload_bytes"]
+                if n and total > size:
+                    del rows[n:]
+                    break
+            tx.run_later(
+                "claim_lease", expect=len(rows), conversation_id=conversation_id, token=token,
+                deadline_us=deadline_us, now_us=now, instance_id=instance_id, owner=owner,
+                first_seq=rows[0]["queue_seq"], last_seq=rows[-1]["queue_seq"],
+                max_attempts=self.config.max_attempts,
+            )
+        else:
+            rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
         return Lease(
             token, ConversationId(conversation_id), deadline_us, tuple(_delivery(r) for r in rows)
         )
@@ -299,18 +316,31 @@ class Outbox:
         raised and -- because the whole unit then rolls back -- the consumer's writes do not
         commit either.
         """
+        whole = delivery_ids is None
         ids = list(dict.fromkeys(lease.delivery_ids if delivery_ids is None else delivery_ids))
         if not ids:
             return
-        unknown = set(ids) - set(lease.delivery_ids)
-        if unknown:
-            raise InvalidInputError(f"deliveries {sorted(unknown)} are not in this lease")
-        now = self.clock.now_us()
-        rows = tx.all(
-            "ack", token=lease.token, delivery_ids=ids, expected=len(ids),
-            conversation_id=lease.conversation_id, now_us=now,
+        held = lease.deliveries
+        if not whole:
+            wanted = set(ids)
+            held = tuple(d for d in held if d.delivery_id in wanted)
+            if len(held) != len(wanted):
+                unknown = wanted - {d.delivery_id for d in held}
+                raise InvalidInputError(f"deliveries {sorted(unknown)} are not in this lease")
+            whole = len(held) == len(lease.deliveries)
+        # All or nothing: one row changes at the end, or none when any of them is no longer
+        # held by this unexpired token -- and then nothing changed at all.
+        changed = tx.execute(
+            "ack" if whole else "ack_listed",
+            token=lease.token,
+            conversation_id=lease.conversation_id,
+            now_us=self.clock.now_us(),
+            expected=len(held),
+            first_seq=held[0].queue_seq,  # a lease is in journal order
+            last_seq=held[-1].queue_seq,
+            **({} if whole else {"delivery_ids": ids}),
         )
-        if len(rows) != len(ids):
+        if changed != 1:
             raise StaleLeaseError(lease.token, ids)
 
     async def consume(self, lease: Lease, unit: Callable[[Tx], T], *, failure_code: str) -> T:

@@ -7,7 +7,7 @@ mutant with several seeds and reports, per mutant and seed, whether it was caugh
 
     python -m tests.properties.mutants --seeds 1,2,3,4,5 --backend sqlite
 
-Mutants (each edits the ``ack`` query of both dialects):
+Mutants (each edits the ``ack`` and ``ack_listed`` queries of both dialects):
 
 * ``ack_token``: an ack does not check the lease token -- a holder whose lease expired and
   was reclaimed acknowledges the new holder's signals;
@@ -47,13 +47,14 @@ def _mutated(dialect: str) -> dict[str, base.Query]:
     name = os.environ.get(ENV)
     if not name:
         return queries
-    ack = queries["ack"]
-    statements = list(ack.statements)
-    for old, new in MUTANTS[name]:
-        if not any(old in s for s in statements):
-            raise RuntimeError(f"mutant {name}: {old!r} is not in the {dialect} ack query")
-        statements = [s.replace(old, new) for s in statements]
-    queries["ack"] = replace(ack, statements=tuple(statements))
+    for query in ("ack", "ack_listed"):
+        ack = queries[query]
+        statements = list(ack.statements)
+        for old, new in MUTANTS[name]:
+            if not any(old in s for s in statements):
+                raise RuntimeError(f"mutant {name}: {old!r} is not in the {dialect} {query} query")
+            statements = [s.replace(old, new) for s in statements]
+        queries[query] = replace(ack, statements=tuple(statements))
     return queries
 
 

@@ -424,6 +424,31 @@ async def test_s5_delayed_redelivery_may_follow_newer_events(
     assert retry.deliveries[0].event_id == older.event_id
 
 
+async def test_s5_s6_a_lease_spanning_another_takes_and_acks_only_its_own(
+    outbox: Outbox, clock: ManualClock
+) -> None:
+    """A claim leases, and an ack of the whole lease acknowledges, only that lease's deliveries,
+    even with another lease's delivery between them in the journal."""
+    ob = outbox
+    first, middle, last = [await publish(ob, payload={"n": n}) for n in range(3)]
+    holder = await ob.claim(CONV, max_count=2)
+    assert holder.delivery_ids == (first.delivery_id, middle.delivery_id)
+    await ob.release(holder, "model_error", delivery_ids=[first.delivery_id])
+    clock.advance(ob.config.backoff_base)  # the retry is due; the holder's lease is not out
+
+    spanning = await ob.claim(CONV)
+    assert spanning.delivery_ids == (first.delivery_id, last.delivery_id)
+    await ack(ob, spanning)
+    rows = await states(ob, [first.delivery_id, middle.delivery_id, last.delivery_id])
+    assert [rows[d]["state"] for d in sorted(rows)] == ["acknowledged", "leased", "acknowledged"]
+    assert rows[middle.delivery_id]["lease_token"] == holder.token
+    assert (await ob.stats(CONV)).backlog == 1
+
+    await ack(ob, holder, [middle.delivery_id])
+    assert (await ob.stats(CONV)).backlog == 0
+    assert (await ob.claim(CONV)).deliveries == ()
+
+
 async def test_s5_concurrent_claims_never_share_a_delivery(outbox: Outbox) -> None:
     ob = outbox
     published = [await publish(ob, payload={"n": n}) for n in range(12)]

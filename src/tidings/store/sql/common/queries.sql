@@ -63,6 +63,18 @@ SELECT e.seq, e.event_id, d.delivery_id
   FROM signal_events e JOIN signal_deliveries d ON d.event_id = e.event_id
  WHERE e.conversation_id = :conversation_id AND e.idempotency_key = :idempotency_key;
 
+-- claim_lease --
+-- Lease the batch a claim read (where the claim did not lease it itself: leased = 0). The
+-- batch is every candidate in its sequence span, so the span names it; the writer lock held
+-- since the read means the same rows still match.
+UPDATE signal_deliveries
+   SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
+       claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
+       attempts = attempts + 1
+ WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased')
+   AND queue_seq BETWEEN :first_seq AND :last_seq
+   AND claimable_at_us <= :now_us AND attempts < :max_attempts;
+
 -- undo_admission --
 UPDATE signal_queues SET backlog = backlog - 1 WHERE conversation_id = :conversation_id;
 

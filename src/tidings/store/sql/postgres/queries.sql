@@ -125,7 +125,8 @@ WITH picked AS (
               d.attempts, d.published_at_us
 )
 SELECT l.delivery_id, l.event_id, e.seq, l.queue_seq, e.type, e.operation_id, l.conversation_id,
-       e.payload, l.payload_bytes, e.schema_version, l.attempts, l.published_at_us
+       e.payload, l.payload_bytes, e.schema_version, l.attempts, l.published_at_us,
+       1 AS leased
   FROM leased l JOIN signal_events e ON e.event_id = l.event_id
  ORDER BY l.queue_seq;
 
@@ -136,18 +137,33 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
--- One statement, all or nothing: unless every listed delivery is still leased under this
--- unexpired token, nothing changes and no row is returned. Then the queue's head and backlog
--- move. The head only moves forward, to the lowest unsettled sequence this statement can see.
--- A publisher whose row this snapshot misses holds the queue row lock, and its sequence was
--- allocated after every committed one, so it is above any head computed here
--- (docs/architecture.md, "Keeping the queue head clean").
+-- One statement, all or nothing: unless every delivery of the lease (expected: those of its
+-- token in its sequence span) is still leased under this unexpired token, nothing changes and
+-- no row is returned; otherwise one row. Then the queue's head and backlog move. The head only
+-- moves forward, to the lowest unsettled sequence this statement can see. A publisher whose row
+-- this snapshot misses holds the queue row lock, and its sequence was allocated after every
+-- committed one, so it is above any head computed here (docs/architecture.md, "Keeping the
+-- queue head clean").
+WITH held AS (
+    SELECT delivery_id FROM signal_deliveries
+     WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased')
+       AND queue_seq BETWEEN :first_seq AND :last_seq
+       AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+       FOR UPDATE
+), {ack_settle};
+
+-- ack_listed --
+-- Some of a lease's deliveries, all or nothing, as ack.
 WITH held AS (
     SELECT delivery_id FROM signal_deliveries
      WHERE delivery_id = ANY(:delivery_ids::bigint[])
        AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
        FOR UPDATE
-), acked AS (
+), {ack_settle};
+
+-- {ack_settle} --
+-- The rest of an ack after its held CTE: acknowledge, then move the queue row.
+acked AS (
     UPDATE signal_deliveries
        SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
            claimable_at_us = 0
@@ -164,8 +180,9 @@ WITH held AS (
                    AND d.delivery_id NOT IN (SELECT delivery_id FROM acked)),
                (SELECT max(queue_seq) + 1 FROM acked)))
      WHERE q.conversation_id = :conversation_id AND EXISTS (SELECT 1 FROM acked)
+    RETURNING q.conversation_id
 )
-SELECT delivery_id, queue_seq FROM acked;
+SELECT conversation_id FROM settled
 
 -- release --
 UPDATE signal_deliveries d

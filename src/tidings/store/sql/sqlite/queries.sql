@@ -57,45 +57,26 @@ RETURNING 'created' AS outcome, seq, event_id, seq AS delivery_id,
             WHERE q.conversation_id IN (signal_events.conversation_id)) AS backlog;
 
 -- claim --
--- Head-bounded, sequence-ordered, bounded in count and bytes (the first always fits). The batch
--- is staged in a connection-local temp table: on SQLite 3.40 an UPDATE with RETURNING, or
--- with window functions, costs ten times these five small statements.
-CREATE TEMP TABLE IF NOT EXISTS claim_batch (
-    delivery_id INTEGER PRIMARY KEY,
-    queue_seq INTEGER NOT NULL,
-    payload_bytes INTEGER NOT NULL
-);
-DELETE FROM temp.claim_batch;
-INSERT INTO temp.claim_batch (delivery_id, queue_seq, payload_bytes)
-SELECT delivery_id, queue_seq, payload_bytes
-  FROM signal_deliveries
- WHERE conversation_id = :conversation_id
-   AND state IN ('ready', 'leased')
-   AND queue_seq >= coalesce((SELECT head_seq FROM signal_queues
-                               WHERE conversation_id = :conversation_id), 0)
-   AND claimable_at_us <= :now_us
-   AND attempts < :max_attempts
+-- The candidates, read: head-bounded, sequence-ordered, at most max_count, each with its event
+-- (attempts as they will be once leased). The caller cuts the batch to max_bytes (the first
+-- always fits) and leases it with claim_lease. One writer at a time: nothing moves between the
+-- two statements. leased = 0 says the rows are not leased yet (PostgreSQL's claim leases them
+-- in the same statement).
+SELECT d.delivery_id, d.event_id, e.seq, d.queue_seq, e.type, e.operation_id, d.conversation_id,
+       e.payload, d.payload_bytes, e.schema_version, d.attempts + 1 AS attempts,
+       d.published_at_us, 0 AS leased
+  FROM signal_deliveries d
+ CROSS JOIN signal_events e ON e.seq = d.delivery_id
+ WHERE d.conversation_id = :conversation_id
+   AND d.state IN ('ready', 'leased')
+   AND d.queue_seq >= coalesce((SELECT head_seq FROM signal_queues
+                                 WHERE conversation_id = :conversation_id), 0)
+   AND d.claimable_at_us <= :now_us
+   AND d.attempts < :max_attempts
    AND EXISTS (SELECT 1 FROM instances
                 WHERE instance_id = :instance_id AND stopped_at_us IS NULL)
- ORDER BY queue_seq
+ ORDER BY d.queue_seq
  LIMIT :max_count;
-DELETE FROM temp.claim_batch
- WHERE queue_seq > (SELECT min(queue_seq) FROM temp.claim_batch)
-   AND (SELECT sum(b.payload_bytes) FROM temp.claim_batch b
-         WHERE b.queue_seq <= temp.claim_batch.queue_seq) > :max_bytes;
-UPDATE signal_deliveries
-   SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
-       claimable_at_us = :deadline_us, lease_instance = :instance_id, lease_owner = :owner,
-       attempts = attempts + 1
- WHERE delivery_id IN (SELECT delivery_id FROM temp.claim_batch);
--- A delivery is numbered like its event (trigger signal_events_deliver). CROSS JOIN fixes the
--- join order: the batch drives, the big tables are only looked up by key.
-SELECT d.delivery_id, d.event_id, e.seq, d.queue_seq, e.type, e.operation_id, d.conversation_id,
-       e.payload, d.payload_bytes, e.schema_version, d.attempts, d.published_at_us
-  FROM temp.claim_batch b
- CROSS JOIN signal_deliveries d ON d.delivery_id = b.delivery_id
- CROSS JOIN signal_events e ON e.seq = d.delivery_id
- ORDER BY b.queue_seq;
 
 -- extend --
 UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us = :deadline_us
@@ -104,10 +85,26 @@ UPDATE signal_deliveries SET lease_deadline_us = :deadline_us, claimable_at_us =
 RETURNING delivery_id;
 
 -- ack --
--- All or nothing: unless every listed delivery is still leased under this unexpired token,
--- nothing changes and no row is returned. Then the queue's head and backlog move; the head only
--- moves forward, to the lowest unsettled sequence (docs/architecture.md, "Keeping the queue
+-- The whole lease, all or nothing: its deliveries are those of its token in its sequence span.
+-- Unless every one of them (expected) is still leased under this unexpired token, nothing
+-- changes and the queue update reports no row. Then the queue's head and backlog move; the head
+-- only moves forward, to the lowest unsettled sequence (docs/architecture.md, "Keeping the queue
 -- head clean").
+UPDATE signal_deliveries
+   SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
+       claimable_at_us = 0
+ WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased')
+   AND queue_seq BETWEEN :first_seq AND :last_seq
+   AND lease_token = :token AND state = 'leased' AND lease_deadline_us > :now_us
+   AND (SELECT count(*) FROM signal_deliveries
+         WHERE conversation_id = :conversation_id AND state IN ('ready', 'leased')
+           AND queue_seq BETWEEN :first_seq AND :last_seq
+           AND lease_token = :token AND state = 'leased'
+           AND lease_deadline_us > :now_us) = :expected;
+{ack_settle};
+
+-- ack_listed --
+-- Some of a lease's deliveries, all or nothing, as ack.
 UPDATE signal_deliveries
    SET state = 'acknowledged', settled_at_us = :now_us, lease_deadline_us = NULL,
        claimable_at_us = 0
@@ -117,19 +114,19 @@ UPDATE signal_deliveries
          WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
            AND lease_token = :token AND state = 'leased'
            AND lease_deadline_us > :now_us) = :expected;
+{ack_settle};
+
+-- {ack_settle} --
+-- The queue row after an ack, changed only when the ack's UPDATE took all it expected (so the
+-- ack's answer is 1, or 0 when stale). Past the head's next unsettled sequence, or last_seq + 1.
 UPDATE signal_queues
-   SET backlog = backlog - changes(),
+   SET backlog = backlog - :expected,
        head_seq = max(head_seq, coalesce(
            (SELECT min(d.queue_seq) FROM signal_deliveries d
              WHERE d.conversation_id = :conversation_id AND d.state IN ('ready', 'leased')
                AND d.queue_seq >= signal_queues.head_seq),
-           (SELECT max(d.queue_seq) + 1 FROM signal_deliveries d
-             WHERE d.delivery_id IN (SELECT value FROM json_each(:delivery_ids)))))
- WHERE conversation_id = :conversation_id AND changes() > 0;
-SELECT delivery_id, queue_seq FROM signal_deliveries
- WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
-   AND lease_token = :token AND state = 'acknowledged' AND settled_at_us = :now_us
-   AND changes() > 0;
+           :last_seq + 1))
+ WHERE conversation_id = :conversation_id AND changes() = :expected
 
 -- release --
 UPDATE signal_deliveries
