@@ -160,7 +160,7 @@ async def test_l5_another_principal_cannot_decide(runtimes: RuntimeFactory) -> N
         await rt.decide(conv, "appr_nope", approve=True, decided_by="alice")
     assert (await rt.approvals_of(conv))[0].status == "pending"
     await rt.stop(conv)
-    await wait_for_runs(rt, conv, 1)
+    await ended(rt, approval.run_id)  # a wait for the runs ends on the hold: wait for its end
     # The stopped run can never apply it: it expires, and a late approval is refused.
     assert (await rt.approvals_of(conv))[0].status == "expired"
     with pytest.raises(ApprovalDecidedError):

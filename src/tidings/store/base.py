@@ -299,6 +299,14 @@ class Store(ABC):
         each other's locks across writers. Units that touch one conversation should pass it.
         """
 
+    def submit(self, unit: Callable[[Tx], T], *, route: str | None = None) -> asyncio.Future[T]:
+        """Submit ``unit`` as :meth:`transact` does; a future of its outcome, which stands
+        whether or not anyone awaits it (cancelling the future only stops the waiting).
+
+        A dialect whose units run on the event loop answers without a task of its own.
+        """
+        return asyncio.ensure_future(self.transact(unit, route=route))
+
     async def transact_query(
         self, query: str, *, route: str | None = None, **params: Any
     ) -> list[Row]:

@@ -255,24 +255,33 @@ class SqliteStore(Store):
         return loop
 
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
-        # One writer, in submission order: every route is already ordered.
+        return await self.submit(unit, route=route)
+
+    def submit(self, unit: Callable[[Tx], T], *, route: str | None = None) -> asyncio.Future[T]:
+        # One writer, in submission order: every route is already ordered. The unit runs now,
+        # in the caller's step, unless units are waiting already.
         if self._closed:
             raise StoreError("the store is closed")
         loop = self._loop_for()
         future: asyncio.Future[T] = loop.create_future()
         job = Job(unit, loop, future)
-        if self._waiting or self._away is not None or (not self._open and not self._begin()):
+        try:
+            ready = not self._waiting and self._away is None and (self._open or self._begin())
+        except StoreError as exc:
+            future.set_exception(exc)
+            return future
+        if not ready:
             # The writer is away (a commit or checkpoint on its thread), or another process
             # holds the database: queue behind the units already waiting, loop running on.
             self._waiting.append(job)
             if self._runner is None:
                 self._runner = loop.create_task(self._run_waiting())
-            return await future
+            return future
         self._run(job)
         self._schedule_commit(loop)
         if job.error is not None:
-            raise job.error
-        return await future
+            future.set_exception(job.error)
+        return future
 
     def _schedule_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._open:

@@ -43,7 +43,7 @@ class TurnWriter:
             cx.save()
             return result, cx.appended
 
-        submitted = asyncio.ensure_future(self.store.transact(unit, route=plan.conversation_id))
+        submitted = self.store.submit(unit, route=plan.conversation_id)
         try:
             result, appended = await asyncio.shield(submitted)
         except asyncio.CancelledError:

@@ -1,0 +1,142 @@
+"""S1, S3: SQLite's writer on the event loop -- what its callers and the database file see.
+
+Units run on the loop inside one open transaction per group; another process's write lock is
+waited for without blocking the loop, units queued meanwhile keep their order, and the WAL is
+copied back into the database file by checkpoints of the store's own, so it stays bounded.
+These are SQLite's own mechanisms (PostgreSQL has no WAL file or write lock of this kind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tidings import DatabaseBusyError, ManualClock, Outbox, SqliteStore, StoreError, Tx
+from tidings.store import open_store
+
+CONV = "conv-a"
+
+
+async def _store(path: Path, **options: object) -> tuple[SqliteStore, Outbox]:
+    store = await open_store(str(path), **options)
+    assert isinstance(store, SqliteStore)
+    ob = Outbox(store, clock=ManualClock())
+    await ob.instance.start()
+    return store, ob
+
+
+async def test_s3_sqlite_units_queued_behind_another_writer_commit_in_order(
+    tmp_path: Path,
+) -> None:
+    """While another connection holds the write lock, units queue; once it is free they all
+    commit, in the order they were submitted, and the loop ran on meanwhile."""
+    path = tmp_path / "queued.db"
+    store, ob = await _store(path)
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        order: list[int] = []
+
+        def unit(i: int) -> Callable[[Tx], int]:
+            def run(tx: Tx) -> int:
+                ob.publish(tx, CONV, "unit.done", {"i": i}, idempotency_key=f"q-{i}")
+                order.append(i)
+                return i
+
+            return run
+
+        pending = [asyncio.ensure_future(store.transact(unit(i))) for i in range(20)]
+        ticks = 0
+        for _ in range(5):
+            await asyncio.sleep(0.002)
+            ticks += 1
+        assert ticks == 5
+        assert not any(p.done() for p in pending), "a unit committed under another's lock"
+        holder.execute("ROLLBACK")
+        assert await asyncio.wait_for(asyncio.gather(*pending), timeout=10) == list(range(20))
+        assert order == list(range(20))
+        lease = await ob.claim(CONV, max_count=20)
+        assert [d.payload["i"] for d in lease.deliveries] == list(range(20))
+    finally:
+        holder.close()
+        await ob.instance.close()
+        await store.close()
+
+
+async def test_s1_sqlite_busy_for_longer_than_the_timeout_fails_every_queued_unit(
+    tmp_path: Path,
+) -> None:
+    """Past the busy timeout every queued unit fails with the busy error and wrote nothing;
+    the store works again once the lock is gone."""
+    path = tmp_path / "busy.db"
+    store, ob = await _store(path, busy_timeout_ms=30)
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        results = await asyncio.gather(*(
+            store.transact(lambda tx: ob.publish(tx, CONV, "unit.lost", {}))
+            for _ in range(5)
+        ), return_exceptions=True)
+        assert all(isinstance(r, DatabaseBusyError) for r in results), results
+        holder.execute("ROLLBACK")
+        assert (await ob.stats(CONV)).backlog == 0
+        await store.transact(lambda tx: ob.publish(tx, CONV, "unit.kept", {}))
+        assert (await ob.stats(CONV)).backlog == 1
+    finally:
+        holder.close()
+        await ob.instance.close()
+        await store.close()
+
+
+async def test_s1_sqlite_wal_stays_bounded_and_is_copied_into_the_database(
+    tmp_path: Path,
+) -> None:
+    """Thousands of commits leave a WAL of bounded size (it is checkpointed and written from
+    its start again), and what they wrote is in the database file itself."""
+    path = tmp_path / "wal.db"
+    store, ob = await _store(path)
+    try:
+        def publish(conv: str, i: int) -> Callable[[Tx], object]:
+            return lambda tx: ob.publish(tx, conv, "unit.done", {"i": i})
+
+        for _ in range(30):
+            await asyncio.gather(*(store.transact(publish(f"conv-{i % 7}", i))
+                                   for i in range(100)))
+            for i in range(5):  # and lone units, committed on the loop
+                await store.transact(publish("conv-lone", i))
+        wal = (tmp_path / "wal.db-wal").stat().st_size
+        assert wal < 4 * 2**20, f"the WAL grew to {wal} bytes"
+    finally:
+        await ob.instance.close()
+        await store.close()
+    # Closed: the database file alone holds every row.
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*) FROM signal_events").fetchone()[0] == 3150
+    finally:
+        conn.close()
+
+
+async def test_s3_sqlite_store_closes_after_its_queued_units(tmp_path: Path) -> None:
+    """Closing the store lets units already submitted commit; later ones are refused."""
+    path = tmp_path / "close.db"
+    store, ob = await _store(path)
+    def publish(i: int) -> Callable[[Tx], object]:
+        return lambda tx: ob.publish(tx, CONV, "unit.done", {"i": i})
+
+    pending = [asyncio.ensure_future(store.transact(publish(i))) for i in range(30)]
+    await asyncio.sleep(0)
+    await ob.instance.close()
+    await store.close()
+    assert len(await asyncio.gather(*pending)) == 30
+    with pytest.raises(StoreError):
+        await store.transact(lambda tx: None)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*) FROM signal_events").fetchone()[0] == 30
+    finally:
+        conn.close()
