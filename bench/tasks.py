@@ -42,6 +42,7 @@ from harness import (
     guarded,
     log,
     now_us,
+    raw_pg_commit_us,
     raw_sqlite_commit_us,
     scratch_url,
     source_revision,
@@ -222,6 +223,12 @@ async def main_async(args: argparse.Namespace) -> int:
     data = payload()
     results.figures["raw_aes_gcm_mb_s"] = raw_aes_mb_s(data, plan.rounds)
     results.figures["raw_sqlite_commit_us"] = raw_sqlite_commit_us(1.0)
+    if "postgres" in backends:
+        raw_pg = await guarded(results, "raw_pg_commit",
+                               functools.partial(asyncio.to_thread, raw_pg_commit_us,
+                                                 args.postgres_dsn, 1.0))
+        if raw_pg is not None:
+            results.figures["raw_pg_commit_us"] = raw_pg
     for backend in backends:
         prefix = "sqlite" if backend == "sqlite" else "pg"
         figure = await guarded(results, f"{prefix}_envelope",
@@ -254,6 +261,7 @@ async def main_async(args: argparse.Namespace) -> int:
         "sqlite_wake_p50_us": results.figures.get("sqlite_wake_1", {}).get("called_p50_us"),
         "pg_wake_p50_us": results.figures.get("pg_wake_1", {}).get("called_p50_us"),
         "sqlite_raw_commit_p50_us": raw_us,
+        "pg_raw_commit_p50_us": results.figures.get("raw_pg_commit_us"),
     }
     title = f"result envelopes (2 MiB, {PAGE_BYTES // 1024} KiB pages), {plan.name} plan"
     table = Table(title=title)

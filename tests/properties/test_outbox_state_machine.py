@@ -371,7 +371,9 @@ class OutboxMachine(RuleBasedStateMachine):
         holder acks, extends and releases with its stale token. Every stale call fails and
         changes nothing; the new holder's ack then holds."""
         old = data.draw(st.sampled_from(self.reclaimable()), label="expiring lease")
-        self.clock.advance(timedelta(microseconds=old.deadline_us - self.now()))
+        # Its deadline is its deliveries' (an extend moved it past the one the lease came with).
+        deadline = max(self.deliveries[i].deadline_us or 0 for i in old.delivery_ids)
+        self.clock.advance(timedelta(microseconds=deadline - self.now()))
         assert not self.ack_with(old, None)  # expired, not reclaimed yet: still stale
         taken: list[int] = []
         new: Lease | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from tidings import (
     Rule,
     RunStatus,
     ScriptedModel,
+    SqliteStore,
     StartKind,
     Tool,
     ToolContext,
@@ -610,21 +612,34 @@ async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFa
     conv = await new_conversation(rt)
     await rt.door.post(conv, "hello")  # queued; no turn asked for yet
     inside, hold = threading.Event(), threading.Event()
+    holder: sqlite3.Connection | None = None
+    holding: asyncio.Task[None] | None = None
 
     def busy(tx: Tx) -> None:
         inside.set()
         hold.wait(WAIT)
 
-    # Hold the conversation's writer so that the turn's slot-taking unit and the stop's unit
-    # queue behind it and commit as one group: both callers resume in the same loop pass.
-    holding = asyncio.create_task(rt.store.transact(busy, route=conv))
-    await asyncio.to_thread(inside.wait, WAIT)
+    # Hold the writer so that the turn's slot-taking unit and the stop's unit queue behind it
+    # and commit as one group: both callers resume in the same loop pass. SQLite's units run on
+    # the loop, so another connection holds its write lock; PostgreSQL's writer thread is held
+    # by a unit that waits.
+    if isinstance(rt.store, SqliteStore):
+        holder = sqlite3.connect(rt.store.path, isolation_level=None, timeout=0)
+        holder.execute("BEGIN IMMEDIATE")
+    else:
+        holding = asyncio.create_task(rt.store.transact(busy, route=conv))
+        await asyncio.to_thread(inside.wait, WAIT)
     rt.coordinator.request(conv, StartKind.PERSON)
     await asyncio.sleep(0)  # the driver submits its slot-taking unit
     stopping = asyncio.create_task(rt.stop(conv))
     await asyncio.sleep(0)  # the stop submits its unit behind it
-    hold.set()
-    await holding
+    if holder is not None:
+        holder.execute("ROLLBACK")
+        holder.close()
+    else:
+        assert holding is not None
+        hold.set()
+        await holding
     stopped = await stopping
     if len(stopped) != 1:
         pytest.fail(f"precondition: the stop should find the new run, found {stopped}")

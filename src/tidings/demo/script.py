@@ -70,11 +70,13 @@ MODEL = ScriptedModel(
                  "command": DEPLOY_COMMAND, "background": True, "timeout_s": 120}}]}),
         # Streamed to watchers piece by piece as it is written (B1).
         Rule({"tool_result": "shell"}, {"text": STARTED, "chunks": 8, "chunk_delay": 0.02}),
+        # The restart's completion first: the first turn of the new instance may read it
+        # together with the notice of the task the restart interrupted (one turn, both facts).
+        Rule({"suffix_contains": "restart_completed"}, {"text": RESTARTED}),
         # Process facts are fenced JSON: a success is stated there, never inferred.
         Rule({"meta_kind": "task_notification", "text_contains": '"succeeded":true'},
              {"text": BUILD_DONE}),
         Rule({"meta_kind": "task_notification"}, {"text": INTERRUPTED}),
-        Rule({"suffix_contains": "restart_completed"}, {"text": RESTARTED}),
     ],
     default={"text": "Noted."},
 )
