@@ -7,6 +7,9 @@
   after: a serialization failure, a deadlock, a connection lost before ``COMMIT``.
 - A :class:`PostgresTx` sends the statements whose answers the unit does not need together,
   in one pipeline, before the next statement that needs an answer or at the end of the unit.
+  Inside a writer's pipelined group (``pipeline=``) they wait longer: until the next statement
+  whose answer is needed, or the group's ``COMMIT``; a row count a unit expects is then checked
+  by the server (:func:`expecting`), so the check needs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -75,7 +78,33 @@ def transient(exc: BaseException) -> bool:
     return lost or sqlstate in TRANSIENT or sqlstate in ("57P01",)
 
 
+_DML = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+_expecting: dict[tuple[str, int], str | None] = {}
+EXPECTATION_FAILED = "22012"  # division_by_zero: what an :func:`expecting` statement raises
+
+
+def expecting(statement: str, expect: int) -> str | None:
+    """``statement`` rewritten to fail (division by zero, :data:`EXPECTATION_FAILED`) unless
+    it changes exactly ``expect`` rows: the check runs in the server, in the same round trip.
+    None for a statement that cannot be wrapped so (not a plain INSERT, UPDATE or DELETE: one
+    that starts with its own WITH, say)."""
+    key = (statement, expect)
+    if key not in _expecting:
+        wrapped = None
+        if _DML.match(statement) is not None:
+            # A row per changed row: the statement's own RETURNING, or one added.
+            returning = "" if _RETURNING.search(statement) else " RETURNING 1"
+            wrapped = (
+                f"WITH tidings_expected AS ({statement}{returning}) "
+                f"SELECT 1 / (count(*) = {int(expect)})::int FROM tidings_expected"
+            )
+        _expecting[key] = wrapped
+    return _expecting[key]
+
+
 _Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
+_Check = tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]
 
 
 class PostgresTx(Tx):
@@ -86,7 +115,12 @@ class PostgresTx(Tx):
     refuses_nul = True  # PostgreSQL's text cannot hold NUL: refused as bad input, not a 503
 
     def __init__(
-        self, queries: dict[str, Query], conn: psycopg.Connection[Row], *, binary: bool = False
+        self,
+        queries: dict[str, Query],
+        conn: psycopg.Connection[Row],
+        *,
+        binary: bool = False,
+        pipeline: psycopg.Pipeline | None = None,
     ) -> None:
         super().__init__(queries)
         self._conn = conn
@@ -94,14 +128,22 @@ class PostgresTx(Tx):
         # Reads take results in binary: no text round trip for numbers, and bytea (result
         # envelopes) arrives as bytes instead of twice its size in hex.
         self._binary = binary
+        # A writer's pipelined group: statements are queued on it and sent with the next sync.
+        self._pipeline = pipeline
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
-        self.flush()
-        cursor = self._conn.execute(statement, params, binary=self._binary)
+        if self._pipeline is None:
+            self.flush()
+            cursor = self._conn.execute(statement, params, binary=self._binary)
+        else:  # the queued statements, this one and one sync: a round trip
+            checks = self._queue_later()
+            cursor = self._conn.execute(statement, params, binary=self._binary)
+            self._pipeline.sync()
+            _check(checks)
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
 
@@ -113,10 +155,33 @@ class PostgresTx(Tx):
         mismatch: Callable[[], Exception] | None = None,
         **params: Any,
     ) -> None:
-        self._later.append((self._statements(query), self._bind(params), expect, mismatch))
+        statements = self._statements(query)
+        if expect is not None and self._pipeline is not None and len(statements) == 1:
+            wrapped = expecting(statements[0], expect)
+            if wrapped is not None:  # checked by the server: nothing to wait for here
+                statements, expect, mismatch = (wrapped,), None, None
+        self._later.append((statements, self._bind(params), expect, mismatch))
+
+    def _queue_later(self) -> list[_Check]:
+        """Queue the held statements on the pipeline; the row counts still to check."""
+        later, self._later = self._later, []
+        checks: list[_Check] = []
+        for statements, params, expect, mismatch in later:
+            cursors = [self._conn.execute(st, params) for st in statements]
+            if expect is not None:
+                checks.append((cursors[-1], expect, mismatch))
+        return checks
 
     def flush(self) -> None:
         if not self._later:
+            return
+        if self._pipeline is not None:
+            # The rest go with the next sync (the next unit's, or the group's COMMIT); a row
+            # count the server cannot check is waited for now.
+            checks = self._queue_later()
+            if checks:
+                self._pipeline.sync()
+                _check(checks)
             return
         later, self._later = self._later, []
         if len(later) == 1 and len(later[0][0]) == 1:
@@ -128,8 +193,12 @@ class PostgresTx(Tx):
                 for statements, params, expect, mismatch in later:
                     cursors = [self._conn.execute(st, params) for st in statements]
                     checks.append((cursors[-1], expect, mismatch))
-        for cursor, expect, mismatch in checks:
-            if expect is not None and cursor.rowcount != expect:
-                if mismatch is not None:
-                    raise mismatch()
-                raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")
+        _check(checks)
+
+
+def _check(checks: list[_Check]) -> None:
+    for cursor, expect, mismatch in checks:
+        if expect is not None and cursor.rowcount != expect:
+            if mismatch is not None:
+                raise mismatch()
+            raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")

@@ -9,6 +9,15 @@ and the others run again in a fresh transaction. That is safe because a unit onl
 database. A group's first attempt ran nothing twice; each retry removes the failed unit, so a
 group is retried at most as often as it has units.
 
+A group is sent as one pipeline: ``BEGIN`` goes with the first statement whose answer a unit
+needs, the statements whose answers nobody needs (:meth:`Tx.run_later`) go with the next one,
+and the last unit's go with ``COMMIT``; a row count a unit expects is checked by the server in
+the same round trip. A unit of one statement that needs an answer and some writes thus costs
+two round trips, not four. When anything goes wrong in that pipelined attempt -- a unit raises,
+a statement fails, ``COMMIT`` is refused -- nothing committed: the transaction is rolled back
+and the group runs again the careful way (a round trip per statement, each unit's writes and
+row counts checked when it ends), which tells exactly which unit failed and why.
+
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
 the transaction may or may not have landed, and every caller of the group is told exactly that
@@ -40,6 +49,16 @@ from tidings.store.postgres_tx import RETRIES, TRANSIENT, PostgresTx, classify, 
 
 class _CommitUnknown(Exception):
     """COMMIT was sent and the connection died before its answer."""
+
+
+_CAREFULLY = object()
+"""What a pipelined attempt returns when the group must run again the careful way."""
+
+
+def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection is gone (rather than the server refusing)."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    return conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P"
 
 
 def _fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
@@ -138,6 +157,7 @@ class GroupWriter:
         """Commit every unit of ``group`` it can; give each of the others its error."""
         pending = list(group)
         retries = 0
+        carefully = False
         while pending:
             if conn is not None and not conn.closed and _spoke_while_idle(conn):
                 conn.close()  # terminated or broken while idle: reconnect before sending
@@ -153,7 +173,15 @@ class GroupWriter:
                 if len(pending) == 1 and lone.statement is not None:
                     lone.result = _fetch(conn.execute(lone.statement, lone.params))
                     return conn
-                failed = self._attempt(conn, pending)
+                if carefully:
+                    failed = self._attempt(conn, pending)
+                else:
+                    outcome = self._attempt_pipelined(conn, pending)
+                    if outcome is _CAREFULLY:
+                        _rollback(conn)
+                        carefully = True
+                        continue
+                    failed = outcome  # type: ignore[assignment]
             except _CommitUnknown as unknown:
                 for job in pending:
                     job.error = CommitOutcomeUnknownError(str(unknown.__cause__))
@@ -202,8 +230,46 @@ class GroupWriter:
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
-            sqlstate = getattr(exc, "sqlstate", None) or ""
-            if conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P":
+            if _lost(conn, exc):
                 raise _CommitUnknown() from exc
             raise  # the server answered: the transaction did not commit
         return None
+
+    def _attempt_pipelined(
+        self, conn: psycopg.Connection[Row], pending: list[Job]
+    ) -> tuple[Job, BaseException] | object | None:
+        """Run every unit in one pipelined transaction and commit: None once committed; the
+        unit that raised and its exception when one raised on its own (not a statement's
+        error); :data:`_CAREFULLY` when a statement failed, whoever sent it (nothing committed
+        in either case: the caller rolls back).
+
+        No exception leaves the pipeline's block, so leaving it always sends what is queued
+        (the last unit's writes and ``COMMIT``) and reports the first error of those."""
+        error: BaseException | None = None
+        failed: Job | None = None
+        commit_sent = False
+        try:
+            with conn.pipeline() as pipeline:
+                try:
+                    conn.execute("BEGIN")
+                    for job in pending:
+                        failed = job
+                        tx = PostgresTx(self._queries, conn, pipeline=pipeline)
+                        job.result = job.unit(tx)
+                        tx.flush()
+                        job.took(tx)
+                    failed = None
+                    commit_sent = True  # from here on, COMMIT may reach the server
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    error = exc
+        except psycopg.Error as exc:
+            error = error or exc
+        if error is None:
+            return None
+        if isinstance(error, psycopg.Error):
+            if commit_sent and _lost(conn, error):
+                raise _CommitUnknown() from error
+            return _CAREFULLY  # a statement's error: maybe an earlier unit's, sent late
+        assert failed is not None
+        return failed, error  # the unit's own (a row count it checked is its own too)
