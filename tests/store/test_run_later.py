@@ -125,3 +125,4 @@ async def test_s7_deferred_row_count_with_returning_is_checked(backend: Backend)
         assert 970 not in [e.seq for e in await conversations.events(conv)]
     finally:
         await store.close()
+
