@@ -7,9 +7,9 @@
   after: a serialization failure, a deadlock, a connection lost before ``COMMIT``.
 - A :class:`PostgresTx` sends the statements whose answers the unit does not need together,
   in one pipeline, before the next statement that needs an answer or at the end of the unit.
-  Inside a writer's pipelined group (``pipeline=``) they wait longer: until the next statement
-  whose answer is needed, or the group's ``COMMIT``; a row count a unit expects is then checked
-  by the server (:func:`expecting`), so the check needs no round trip of its own.
+  Inside a writer's group (a :class:`Batch`) they wait longer: until the next statement whose
+  answer is needed, or the group's ``COMMIT``; a row count a unit expects is then checked by
+  the server (:func:`expecting`), so the check needs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -107,10 +107,39 @@ _Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Excepti
 _Check = tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]
 
 
+class Batch:
+    """What a writer's group still has to send: statements whose answers nobody needs (and the
+    group's ``BEGIN``). They go to the server with the next statement whose answer is needed,
+    or with ``COMMIT``, in one pipeline: one round trip. With nothing queued, a statement goes
+    alone, outside pipeline mode (cheaper in the client for the same round trip)."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+        self.queued: list[_Later] = [(("BEGIN",), {}, None, None)]
+
+    def send(
+        self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False
+    ) -> tuple[psycopg.Cursor[Row], list[_Check]]:
+        """Send what is queued and ``statement``; its cursor, answered, and the row counts of
+        the queued statements still to check."""
+        if not self.queued:
+            return self._conn.execute(statement, params, binary=binary), []
+        queued, self.queued = self.queued, []
+        checks: list[_Check] = []
+        with self._conn.pipeline():  # leaving it syncs: everything is answered (or raises)
+            for statements, later_params, expect, mismatch in queued:
+                cursors = [self._conn.execute(st, later_params) for st in statements]
+                if expect is not None:
+                    checks.append((cursors[-1], expect, mismatch))
+            cursor = self._conn.execute(statement, params, binary=binary)
+        return cursor, checks
+
+
 class PostgresTx(Tx):
     """Statements whose answers a unit does not need wait in ``_later`` and go to the server
     together, in one pipeline (one round trip), before the next statement that needs an
-    answer or at the end of the unit."""
+    answer or at the end of the unit. In a writer's group (``batch=``) they wait longer: until
+    the next statement whose answer is needed, or the group's ``COMMIT``."""
 
     refuses_nul = True  # PostgreSQL's text cannot hold NUL: refused as bad input, not a 503
 
@@ -120,7 +149,7 @@ class PostgresTx(Tx):
         conn: psycopg.Connection[Row],
         *,
         binary: bool = False,
-        pipeline: psycopg.Pipeline | None = None,
+        batch: Batch | None = None,
     ) -> None:
         super().__init__(queries)
         self._conn = conn
@@ -128,22 +157,21 @@ class PostgresTx(Tx):
         # Reads take results in binary: no text round trip for numbers, and bytea (result
         # envelopes) arrives as bytes instead of twice its size in hex.
         self._binary = binary
-        # A writer's pipelined group: statements are queued on it and sent with the next sync.
-        self._pipeline = pipeline
+        self._batch = batch
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
-        if self._pipeline is None:
+        if self._batch is None:
             self.flush()
             cursor = self._conn.execute(statement, params, binary=self._binary)
-        else:  # the queued statements, this one and one sync: a round trip
-            checks = self._queue_later()
-            cursor = self._conn.execute(statement, params, binary=self._binary)
-            self._pipeline.sync()
-            _check(checks)
+        else:  # what the group queued, this unit's writes and this statement: a round trip
+            self._batch.queued += self._later
+            self._later = []
+            cursor, checks = self._batch.send(statement, params, binary=self._binary)
+            _check(checks)  # only this unit's: a unit's own checks are made before it ends
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
 
@@ -156,34 +184,23 @@ class PostgresTx(Tx):
         **params: Any,
     ) -> None:
         statements = self._statements(query)
-        if expect is not None and self._pipeline is not None and len(statements) == 1:
+        if expect is not None and self._batch is not None and len(statements) == 1:
             wrapped = expecting(statements[0], expect)
             if wrapped is not None:  # checked by the server: nothing to wait for here
                 statements, expect, mismatch = (wrapped,), None, None
         self._later.append((statements, self._bind(params), expect, mismatch))
 
-    def _queue_later(self) -> list[_Check]:
-        """Queue the held statements on the pipeline; the row counts still to check."""
-        later, self._later = self._later, []
-        checks: list[_Check] = []
-        for statements, params, expect, mismatch in later:
-            cursors = [self._conn.execute(st, params) for st in statements]
-            if expect is not None:
-                checks.append((cursors[-1], expect, mismatch))
-        return checks
-
     def flush(self) -> None:
         if not self._later:
             return
-        if self._pipeline is not None:
-            # The rest go with the next sync (the next unit's, or the group's COMMIT); a row
-            # count the server cannot check is waited for now.
-            checks = self._queue_later()
-            if checks:
-                self._pipeline.sync()
+        later, self._later = self._later, []
+        if self._batch is not None:
+            self._batch.queued += later
+            if any(expect is not None for _, _, expect, _ in later):
+                # A row count the server cannot check is this unit's to check, now.
+                _, checks = self._batch.send("SELECT 1")
                 _check(checks)
             return
-        later, self._later = self._later, []
         if len(later) == 1 and len(later[0][0]) == 1:
             (statement,), params, expect, mismatch = later[0]
             checks = [(self._conn.execute(statement, params), expect, mismatch)]

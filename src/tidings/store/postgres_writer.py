@@ -44,7 +44,14 @@ from tidings.errors import CommitOutcomeUnknownError
 from tidings.store.base import Query, Row, Wakeups
 from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
-from tidings.store.postgres_tx import RETRIES, TRANSIENT, PostgresTx, classify, transient
+from tidings.store.postgres_tx import (
+    RETRIES,
+    TRANSIENT,
+    Batch,
+    PostgresTx,
+    classify,
+    transient,
+)
 
 
 class _CommitUnknown(Exception):
@@ -238,33 +245,30 @@ class GroupWriter:
     def _attempt_pipelined(
         self, conn: psycopg.Connection[Row], pending: list[Job]
     ) -> tuple[Job, BaseException] | object | None:
-        """Run every unit in one pipelined transaction and commit: None once committed; the
-        unit that raised and its exception when one raised on its own (not a statement's
-        error); :data:`_CAREFULLY` when a statement failed, whoever sent it (nothing committed
-        in either case: the caller rolls back).
-
-        No exception leaves the pipeline's block, so leaving it always sends what is queued
-        (the last unit's writes and ``COMMIT``) and reports the first error of those."""
+        """Run every unit in one transaction, its statements batched, and commit: None once
+        committed; the unit that raised and its exception when one raised on its own (not a
+        statement's error); :data:`_CAREFULLY` when a statement failed, whoever sent it
+        (nothing committed in either case: the caller rolls back)."""
         error: BaseException | None = None
         failed: Job | None = None
         commit_sent = False
+        batch = Batch(conn)
         try:
-            with conn.pipeline() as pipeline:
-                try:
-                    conn.execute("BEGIN")
-                    for job in pending:
-                        failed = job
-                        tx = PostgresTx(self._queries, conn, pipeline=pipeline)
-                        job.result = job.unit(tx)
-                        tx.flush()
-                        job.took(tx)
-                    failed = None
-                    commit_sent = True  # from here on, COMMIT may reach the server
-                    conn.execute("COMMIT")
-                except BaseException as exc:
-                    error = exc
-        except psycopg.Error as exc:
-            error = error or exc
+            for job in pending:
+                failed = job
+                tx = PostgresTx(self._queries, conn, batch=batch)
+                job.result = job.unit(tx)
+                tx.flush()
+                job.took(tx)
+            failed = None
+        except BaseException as exc:
+            error = exc
+        if error is None:
+            commit_sent = True  # from here on, COMMIT may reach the server
+            try:
+                batch.send("COMMIT")
+            except psycopg.Error as exc:
+                error = exc
         if error is None:
             return None
         if isinstance(error, psycopg.Error):
