@@ -6,17 +6,19 @@ statements, ``COMMIT``), answering every caller after the commit. A round trip c
 than a statement here, so a savepoint per unit would double the cost of the common case;
 instead, when a unit fails, the transaction is rolled back, that unit alone gets its error,
 and the others run again in a fresh transaction. That is safe because a unit only touches the
-database. A group's first attempt ran nothing twice; each retry removes the failed unit, so a
-group is retried at most as often as it has units.
+database. Each retry removes the failed unit, so a group is retried at most as often as it has
+units (once more when its batched attempt hands it to the careful way, below).
 
-A group is sent as one pipeline: ``BEGIN`` goes with the first statement whose answer a unit
-needs, the statements whose answers nobody needs (:meth:`Tx.run_later`) go with the next one,
-and the last unit's go with ``COMMIT``; a row count a unit expects is checked by the server in
-the same round trip. A unit of one statement that needs an answer and some writes thus costs
-two round trips, not four. When anything goes wrong in that pipelined attempt -- a unit raises,
-a statement fails, ``COMMIT`` is refused -- nothing committed: the transaction is rolled back
-and the group runs again the careful way (a round trip per statement, each unit's writes and
-row counts checked when it ends), which tells exactly which unit failed and why.
+A group's statements are batched (:class:`~tidings.store.postgres_tx.Batch`): ``BEGIN`` goes
+with the first statement whose answer a unit needs, the statements whose answers nobody needs
+(:meth:`Tx.run_later`) go with the next one -- the same unit's or a later one's -- and the last
+unit's go with ``COMMIT``, each time in one pipeline; a row count a unit expects is checked by
+the server in the same round trip. A unit of one answered statement and some writes thus costs
+two round trips, not four. When anything goes wrong in that attempt -- a statement fails,
+``COMMIT`` is refused -- nothing committed: the transaction is rolled back and the group runs
+again the careful way (a round trip per statement, each unit's writes and row counts checked
+when it ends), which tells exactly which unit failed and why. A unit that raises on its own
+fails alone either way.
 
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
@@ -59,7 +61,7 @@ class _CommitUnknown(Exception):
 
 
 _CAREFULLY = object()
-"""What a pipelined attempt returns when the group must run again the careful way."""
+"""What a batched attempt returns when the group must run again the careful way."""
 
 
 def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
