@@ -47,6 +47,7 @@ from tidings.store.base import Query, Row, Wakeups
 from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.store.postgres_tx import (
+    NO_FSYNC_QUERIES,
     RETRIES,
     TRANSIENT,
     Batch,
@@ -255,6 +256,7 @@ class GroupWriter:
         failed: Job | None = None
         commit_sent = False
         batch = Batch(conn)
+        durable = False
         try:
             for job in pending:
                 failed = job
@@ -262,11 +264,14 @@ class GroupWriter:
                 job.result = job.unit(tx)
                 tx.flush()
                 job.took(tx)
+                durable = durable or not tx.ran <= NO_FSYNC_QUERIES
             failed = None
         except BaseException as exc:
             error = exc
         if error is None:
             commit_sent = True  # from here on, COMMIT may reach the server
+            if not durable:  # claims only: no fsync of its own (NO_FSYNC_QUERIES says why)
+                batch.queued.append((("SET LOCAL synchronous_commit = off",), {}, None, None))
             try:
                 batch.send("COMMIT")
             except psycopg.Error as exc:
