@@ -300,10 +300,11 @@ class PostgresStore(Store):
         assert isinstance(tx, PostgresTx)
         # A transaction-level try-lock: it succeeds only if no session holds the instance's lock,
         # and it is released when this transaction ends.
-        row = tx._conn.execute(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0)) AS free", (instance_id,)
-        ).fetchone()
-        return not (row and row["free"])
+        rows, _ = tx._run(  # after what the unit queued, inside its transaction
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%(instance_id)s, 0)) AS free",
+            {"instance_id": instance_id},
+        )
+        return not (rows and rows[0]["free"])
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ two round trips, not four. When anything goes wrong in that attempt -- a stateme
 ``COMMIT`` is refused -- nothing committed: the transaction is rolled back and the group runs
 again the careful way (a round trip per statement, each unit's writes and row counts checked
 when it ends), which tells exactly which unit failed and why. A unit that raises on its own
-fails alone either way.
+fails alone either way. A group that only claimed (``NO_FSYNC_QUERIES``) commits without
+waiting for its fsync: its callers are answered once it is visible, not once it is durable.
 
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
