@@ -70,3 +70,59 @@ async def test_s7_deferred_row_count_mismatch_raises_and_rolls_back(backend: Bac
         assert 950 not in [e.seq for e in await conversations.events(conv)]
     finally:
         await store.close()
+
+
+async def test_s7_deferred_row_count_mismatch_fails_its_unit_alone(backend: Backend) -> None:
+    # PostgreSQL checks such a count in the server, in the round trip that sends the statement
+    # (with a later unit's statements, or COMMIT): the mismatch is still its own unit's error.
+    store = await open_store(backend.url)
+    try:
+        conversations = Conversations(store, SystemClock())
+        conv = (await conversations.create("alice", Profile(model="m"))).conversation_id
+
+        def mismatched(tx: Tx) -> None:
+            tx.run_later("insert_events", conversation_id=conv, items=_event(960), now_us=1)
+            tx.run_later(
+                "answer_tool_call", conversation_id=conv, call_id="nope", seq=1, expect=1,
+                mismatch=lambda: PairingViolationError(conv, "no open call"),
+            )
+
+        def fine(tx: Tx) -> str:
+            tx.run_later("insert_events", conversation_id=conv, items=_event(961), now_us=1)
+            return "committed"
+
+        results = await asyncio.gather(
+            store.transact(fine, route=conv), store.transact(mismatched, route=conv),
+            store.transact(fine, route=conv), return_exceptions=True,
+        )
+        assert isinstance(results[1], PairingViolationError)
+        assert results[0] == "committed"
+        assert isinstance(results[2], IntegrityViolationError)  # 961 again: its own error
+        seqs = [e.seq for e in await conversations.events(conv)]
+        assert 960 not in seqs
+        assert seqs.count(961) == 1
+    finally:
+        await store.close()
+
+
+async def test_s7_deferred_row_count_with_returning_is_checked(backend: Backend) -> None:
+    # A statement with its own RETURNING (finish_run's shape): its rows are what is counted.
+    store = await open_store(backend.url)
+    try:
+        conversations = Conversations(store, SystemClock())
+        conv = (await conversations.create("alice", Profile(model="m"))).conversation_id
+
+        def unit(tx: Tx) -> None:
+            tx.run_later("insert_events", conversation_id=conv, items=_event(970), now_us=1)
+            tx.run_later(
+                "finish_run", run_id="run_none", status="completed", failure_code=None,
+                model=None, steps=0, now_us=1, expect=1,
+                mismatch=lambda: PairingViolationError(conv, "no such run"),
+            )
+
+        with pytest.raises(PairingViolationError):
+            await store.transact(unit, route=conv)
+        assert 970 not in [e.seq for e in await conversations.events(conv)]
+    finally:
+        await store.close()
+

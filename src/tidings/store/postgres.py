@@ -5,8 +5,10 @@ says how, and what a caller is told when a connection dies during ``COMMIT``); s
 transactions and error classification are :mod:`tidings.store.postgres_tx`. This module opens
 and closes the store and holds the connections that are neither:
 
-- reads run on a small pool of read-only transactions, run again after a lost connection
-  (a read changes nothing);
+- reads run on a small pool of read-only connections in autocommit: each statement is its own
+  read-only transaction (one round trip, no ``BEGIN``/``COMMIT``), which is what a read
+  committed transaction gives a unit anyway, a fresh snapshot per statement; a read is run
+  again after a lost connection (it changes nothing);
 - wake-ups: the publish statement NOTIFYs ``tidings_signals``; one listener connection per
   process LISTENs and fans the conversation ids out in-process;
 - the feed: journal hints (NOTIFYed by the statement that writes a conversation's events, so
@@ -72,6 +74,11 @@ def _listen(dsn: str) -> psycopg.Connection[Any]:
     return listener
 
 
+def _read_only(conn: psycopg.Connection[Any]) -> None:
+    """A reader's connection: every statement on it is a read-only transaction."""
+    conn.execute("SET default_transaction_read_only = on")
+
+
 def _release_liveness(conn: psycopg.Connection[Any]) -> None:
     # Release the liveness mark before returning: a server notices a closed session a moment
     # later, and whoever reconciles next must already see this instance gone.
@@ -113,7 +120,11 @@ class PostgresStore(Store):
             min_size=1,
             max_size=readers,
             open=False,
-            kwargs={"row_factory": dict_row, "application_name": application_name},
+            kwargs={
+                "row_factory": dict_row, "application_name": application_name,
+                "autocommit": True,
+            },
+            configure=_read_only,
         )
         self._executor = ThreadPoolExecutor(readers, thread_name_prefix="tidings-pg-read")
         self._listener: psycopg.Connection[Any] | None = None
@@ -244,13 +255,7 @@ class PostgresStore(Store):
         for attempt in range(1, RETRIES + 1):
             try:
                 with self._pool.connection() as conn:
-                    conn.read_only = True
-                    try:
-                        with conn.transaction():
-                            return unit(PostgresTx(self.queries, conn, binary=True))
-                    finally:
-                        if not conn.closed:
-                            conn.read_only = False
+                    return unit(PostgresTx(self.queries, conn, binary=True))
             except psycopg.Error as exc:
                 # A read changes nothing, so running it again after a lost connection is safe.
                 if transient(exc) and attempt < RETRIES:
@@ -295,10 +300,11 @@ class PostgresStore(Store):
         assert isinstance(tx, PostgresTx)
         # A transaction-level try-lock: it succeeds only if no session holds the instance's lock,
         # and it is released when this transaction ends.
-        row = tx._conn.execute(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0)) AS free", (instance_id,)
-        ).fetchone()
-        return not (row and row["free"])
+        rows, _ = tx._run(  # after what the unit queued, inside its transaction
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%(instance_id)s, 0)) AS free",
+            {"instance_id": instance_id},
+        )
+        return not (rows and rows[0]["free"])
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -7,6 +7,9 @@
   after: a serialization failure, a deadlock, a connection lost before ``COMMIT``.
 - A :class:`PostgresTx` sends the statements whose answers the unit does not need together,
   in one pipeline, before the next statement that needs an answer or at the end of the unit.
+  Inside a writer's group (a :class:`Batch`) they wait longer: until the next statement whose
+  answer is needed, or the group's ``COMMIT``; a row count a unit expects is then checked by
+  the server (:func:`expecting`), so the check needs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -75,18 +78,86 @@ def transient(exc: BaseException) -> bool:
     return lost or sqlstate in TRANSIENT or sqlstate in ("57P01",)
 
 
+_DML = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+_expecting: dict[tuple[str, int], str | None] = {}
+EXPECTATION_FAILED = "22012"  # division_by_zero: what an :func:`expecting` statement raises
+
+
+def expecting(statement: str, expect: int) -> str | None:
+    """``statement`` rewritten to fail (division by zero, :data:`EXPECTATION_FAILED`) unless
+    it changes exactly ``expect`` rows: the check runs in the server, in the same round trip.
+    None for a statement that cannot be wrapped so (not a plain INSERT, UPDATE or DELETE: one
+    that starts with its own WITH, say)."""
+    key = (statement, expect)
+    if key not in _expecting:
+        wrapped = None
+        if _DML.match(statement) is not None:
+            # A row per changed row: the statement's own RETURNING, or one added.
+            returning = "" if _RETURNING.search(statement) else " RETURNING 1"
+            wrapped = (
+                f"WITH tidings_expected AS ({statement}{returning}) "
+                f"SELECT 1 / (count(*) = {int(expect)})::int FROM tidings_expected"
+            )
+        _expecting[key] = wrapped
+    return _expecting[key]
+
+
+NO_FSYNC_QUERIES = frozenset({"claim"})
+"""Named queries whose effects may be lost to a crash of the server: a transaction that ran
+only these commits without waiting for its fsync (``synchronous_commit = off``). A claim's
+lease is such an effect: lost, its signals are ready again as before the claim, and the
+consumer's work cannot commit (its ack, in the same transaction, finds no lease). Any later
+transaction that commits durably flushes the log up to and past it, so nothing durable ever
+depends on a lost claim."""
+
 _Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
+_Check = tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]
+
+
+class Batch:
+    """What a writer's group still has to send: statements whose answers nobody needs (and the
+    group's ``BEGIN``). They go to the server with the next statement whose answer is needed,
+    or with ``COMMIT``, in one pipeline: one round trip. With nothing queued, a statement goes
+    alone, outside pipeline mode (cheaper in the client for the same round trip)."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+        self.queued: list[_Later] = [(("BEGIN",), {}, None, None)]
+
+    def send(
+        self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False
+    ) -> tuple[psycopg.Cursor[Row], list[_Check]]:
+        """Send what is queued and ``statement``; its cursor, answered, and the row counts of
+        the queued statements still to check."""
+        if not self.queued:
+            return self._conn.execute(statement, params, binary=binary), []
+        queued, self.queued = self.queued, []
+        checks: list[_Check] = []
+        with self._conn.pipeline():  # leaving it syncs: everything is answered (or raises)
+            for statements, later_params, expect, mismatch in queued:
+                cursors = [self._conn.execute(st, later_params) for st in statements]
+                if expect is not None:
+                    checks.append((cursors[-1], expect, mismatch))
+            cursor = self._conn.execute(statement, params, binary=binary)
+        return cursor, checks
 
 
 class PostgresTx(Tx):
     """Statements whose answers a unit does not need wait in ``_later`` and go to the server
     together, in one pipeline (one round trip), before the next statement that needs an
-    answer or at the end of the unit."""
+    answer or at the end of the unit. In a writer's group (``batch=``) they wait longer: until
+    the next statement whose answer is needed, or the group's ``COMMIT``."""
 
     refuses_nul = True  # PostgreSQL's text cannot hold NUL: refused as bad input, not a 503
 
     def __init__(
-        self, queries: dict[str, Query], conn: psycopg.Connection[Row], *, binary: bool = False
+        self,
+        queries: dict[str, Query],
+        conn: psycopg.Connection[Row],
+        *,
+        binary: bool = False,
+        batch: Batch | None = None,
     ) -> None:
         super().__init__(queries)
         self._conn = conn
@@ -94,14 +165,27 @@ class PostgresTx(Tx):
         # Reads take results in binary: no text round trip for numbers, and bytea (result
         # envelopes) arrives as bytes instead of twice its size in hex.
         self._binary = binary
+        self._batch = batch
+        self.ran: set[str] = set()
+        """The names of the queries this unit ran (or queued)."""
+
+    def _statements(self, query: str) -> tuple[str, ...]:
+        self.ran.add(query)
+        return super()._statements(query)
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
-        self.flush()
-        cursor = self._conn.execute(statement, params, binary=self._binary)
+        if self._batch is None:
+            self.flush()
+            cursor = self._conn.execute(statement, params, binary=self._binary)
+        else:  # what the group queued, this unit's writes and this statement: a round trip
+            self._batch.queued += self._later
+            self._later = []
+            cursor, checks = self._batch.send(statement, params, binary=self._binary)
+            _check(checks)  # only this unit's: a unit's own checks are made before it ends
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
 
@@ -113,12 +197,24 @@ class PostgresTx(Tx):
         mismatch: Callable[[], Exception] | None = None,
         **params: Any,
     ) -> None:
-        self._later.append((self._statements(query), self._bind(params), expect, mismatch))
+        statements = self._statements(query)
+        if expect is not None and self._batch is not None and len(statements) == 1:
+            wrapped = expecting(statements[0], expect)
+            if wrapped is not None:  # checked by the server: nothing to wait for here
+                statements, expect, mismatch = (wrapped,), None, None
+        self._later.append((statements, self._bind(params), expect, mismatch))
 
     def flush(self) -> None:
         if not self._later:
             return
         later, self._later = self._later, []
+        if self._batch is not None:
+            self._batch.queued += later
+            if any(expect is not None for _, _, expect, _ in later):
+                # A row count the server cannot check is this unit's to check, now.
+                _, checks = self._batch.send("SELECT 1")
+                _check(checks)
+            return
         if len(later) == 1 and len(later[0][0]) == 1:
             (statement,), params, expect, mismatch = later[0]
             checks = [(self._conn.execute(statement, params), expect, mismatch)]
@@ -128,8 +224,12 @@ class PostgresTx(Tx):
                 for statements, params, expect, mismatch in later:
                     cursors = [self._conn.execute(st, params) for st in statements]
                     checks.append((cursors[-1], expect, mismatch))
-        for cursor, expect, mismatch in checks:
-            if expect is not None and cursor.rowcount != expect:
-                if mismatch is not None:
-                    raise mismatch()
-                raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")
+        _check(checks)
+
+
+def _check(checks: list[_Check]) -> None:
+    for cursor, expect, mismatch in checks:
+        if expect is not None and cursor.rowcount != expect:
+            if mismatch is not None:
+                raise mismatch()
+            raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")

@@ -6,8 +6,20 @@ statements, ``COMMIT``), answering every caller after the commit. A round trip c
 than a statement here, so a savepoint per unit would double the cost of the common case;
 instead, when a unit fails, the transaction is rolled back, that unit alone gets its error,
 and the others run again in a fresh transaction. That is safe because a unit only touches the
-database. A group's first attempt ran nothing twice; each retry removes the failed unit, so a
-group is retried at most as often as it has units.
+database. Each retry removes the failed unit, so a group is retried at most as often as it has
+units (once more when its batched attempt hands it to the careful way, below).
+
+A group's statements are batched (:class:`~tidings.store.postgres_tx.Batch`): ``BEGIN`` goes
+with the first statement whose answer a unit needs, the statements whose answers nobody needs
+(:meth:`Tx.run_later`) go with the next one -- the same unit's or a later one's -- and the last
+unit's go with ``COMMIT``, each time in one pipeline; a row count a unit expects is checked by
+the server in the same round trip. A unit of one answered statement and some writes thus costs
+two round trips, not four. When anything goes wrong in that attempt -- a statement fails,
+``COMMIT`` is refused -- nothing committed: the transaction is rolled back and the group runs
+again the careful way (a round trip per statement, each unit's writes and row counts checked
+when it ends), which tells exactly which unit failed and why. A unit that raises on its own
+fails alone either way. A group that only claimed (``NO_FSYNC_QUERIES``) commits without
+waiting for its fsync: its callers are answered once it is visible, not once it is durable.
 
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
@@ -35,11 +47,29 @@ from tidings.errors import CommitOutcomeUnknownError
 from tidings.store.base import Query, Row, Wakeups
 from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
-from tidings.store.postgres_tx import RETRIES, TRANSIENT, PostgresTx, classify, transient
+from tidings.store.postgres_tx import (
+    NO_FSYNC_QUERIES,
+    RETRIES,
+    TRANSIENT,
+    Batch,
+    PostgresTx,
+    classify,
+    transient,
+)
 
 
 class _CommitUnknown(Exception):
     """COMMIT was sent and the connection died before its answer."""
+
+
+_CAREFULLY = object()
+"""What a batched attempt returns when the group must run again the careful way."""
+
+
+def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection is gone (rather than the server refusing)."""
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    return conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P"
 
 
 def _fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
@@ -138,6 +168,7 @@ class GroupWriter:
         """Commit every unit of ``group`` it can; give each of the others its error."""
         pending = list(group)
         retries = 0
+        carefully = False
         while pending:
             if conn is not None and not conn.closed and _spoke_while_idle(conn):
                 conn.close()  # terminated or broken while idle: reconnect before sending
@@ -153,7 +184,15 @@ class GroupWriter:
                 if len(pending) == 1 and lone.statement is not None:
                     lone.result = _fetch(conn.execute(lone.statement, lone.params))
                     return conn
-                failed = self._attempt(conn, pending)
+                if carefully:
+                    failed = self._attempt(conn, pending)
+                else:
+                    outcome = self._attempt_pipelined(conn, pending)
+                    if outcome is _CAREFULLY:
+                        _rollback(conn)
+                        carefully = True
+                        continue
+                    failed = outcome  # type: ignore[assignment]
             except _CommitUnknown as unknown:
                 for job in pending:
                     job.error = CommitOutcomeUnknownError(str(unknown.__cause__))
@@ -202,8 +241,47 @@ class GroupWriter:
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
-            sqlstate = getattr(exc, "sqlstate", None) or ""
-            if conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P":
+            if _lost(conn, exc):
                 raise _CommitUnknown() from exc
             raise  # the server answered: the transaction did not commit
         return None
+
+    def _attempt_pipelined(
+        self, conn: psycopg.Connection[Row], pending: list[Job]
+    ) -> tuple[Job, BaseException] | object | None:
+        """Run every unit in one transaction, its statements batched, and commit: None once
+        committed; the unit that raised and its exception when one raised on its own (not a
+        statement's error); :data:`_CAREFULLY` when a statement failed, whoever sent it
+        (nothing committed in either case: the caller rolls back)."""
+        error: BaseException | None = None
+        failed: Job | None = None
+        commit_sent = False
+        batch = Batch(conn)
+        durable = False
+        try:
+            for job in pending:
+                failed = job
+                tx = PostgresTx(self._queries, conn, batch=batch)
+                job.result = job.unit(tx)
+                tx.flush()
+                job.took(tx)
+                durable = durable or not tx.ran <= NO_FSYNC_QUERIES
+            failed = None
+        except BaseException as exc:
+            error = exc
+        if error is None:
+            commit_sent = True  # from here on, COMMIT may reach the server
+            if not durable:  # claims only: no fsync of its own (NO_FSYNC_QUERIES says why)
+                batch.queued.append((("SET LOCAL synchronous_commit = off",), {}, None, None))
+            try:
+                batch.send("COMMIT")
+            except psycopg.Error as exc:
+                error = exc
+        if error is None:
+            return None
+        if isinstance(error, psycopg.Error):
+            if commit_sent and _lost(conn, error):
+                raise _CommitUnknown() from error
+            return _CAREFULLY  # a statement's error: maybe an earlier unit's, sent late
+        assert failed is not None
+        return failed, error  # the unit's own (a row count it checked is its own too)
