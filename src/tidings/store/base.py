@@ -120,8 +120,8 @@ class Tx(ABC):
         """Run a named query whose rows the unit does not need.
 
         A dialect may hold it and send it with the next statements (PostgreSQL pipelines them:
-        one round trip for several writes); it runs before any later query of the unit and
-        before the unit ends. With ``expect``, it must change exactly that many rows, or
+        one round trip for several writes); it runs before any later query that answers and
+        before the transaction commits. With ``expect``, it must change exactly that many rows, or
         ``mismatch()`` is raised -- at the latest when the unit ends, so the unit rolls back.
         """
         count = self.execute(query, **params)
@@ -289,6 +289,11 @@ class Store(ABC):
     @abstractmethod
     async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
         """Run ``unit`` in a write transaction; return its result once it is durable.
+
+        One exception, where losing the effect to a crash of the server is harmless: a group of
+        units that only claimed (a lease) may be answered once visible, before its fsync -- a
+        lost lease leaves its signals ready, and whatever its holder commits durably later
+        makes the claim durable first, or finds no lease.
 
         A unit may run more than once before it commits (a transient error, or another unit of
         the same group failing, runs it again in a fresh transaction), so it must only touch the
