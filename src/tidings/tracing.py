@@ -213,9 +213,12 @@ class Tracing:
 
     def __init__(self, provider: TracerSource | None = None) -> None:
         self._tracer: otel_trace.Tracer | None = None
+        self._api: Any = None  # set when the spans follow the global provider
         api = _api()
         if api is None:
             return
+        if provider is None:
+            self._api = api
         try:
             self._tracer = (
                 api.get_tracer(TRACER_NAME) if provider is None
@@ -226,8 +229,13 @@ class Tracing:
 
     @property
     def enabled(self) -> bool:
-        """Whether OpenTelemetry's API is there (spans go wherever its provider sends them)."""
-        return self._tracer is not None
+        """Whether spans are made: OpenTelemetry's API is there, and a provider is given or
+        set globally (until one is set, the global tracer's spans are dropped unseen, so
+        none is made: a span costs several microseconds even then)."""
+        if self._tracer is None:
+            return False
+        api = self._api
+        return api is None or not isinstance(api.get_tracer_provider(), api.ProxyTracerProvider)
 
     def start(
         self, name: str, attributes: Attributes, *, parent: Span | None = None,
@@ -235,7 +243,7 @@ class Tracing:
     ) -> Span:
         """Start a span (not made current); the caller ends it."""
         tracer = self._tracer
-        if tracer is None:
+        if tracer is None or not self.enabled:
             return NO_SPAN
         try:
             from opentelemetry import context as otel_context
@@ -261,7 +269,7 @@ class Tracing:
         root: bool = False, kind: SpanKind = "INTERNAL",
     ) -> SpanScope:
         """A span current for a ``with`` (or ``async with``) block; see :meth:`start`."""
-        if self._tracer is None:
+        if not self.enabled:
             return NO_SCOPE
         return SpanScope(self.start(name, attributes, parent=parent, root=root, kind=kind))
 

@@ -29,8 +29,8 @@ import asyncio
 import contextlib
 import itertools
 import os
+import sqlite3
 import tempfile
-import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -53,6 +53,7 @@ from tidings import (
     Run,
     RunStatus,
     ScriptedModel,
+    SqliteStore,
     Tool,
     ToolContext,
     Tx,
@@ -626,24 +627,22 @@ async def test_c6_a_stop_during_the_first_commit_ends_the_run_stopped() -> None:
     async with opened(harness) as (rt, conversation_id):
         await rt.post(conversation_id, "call:1")
         await asyncio.wait_for(harness.asked.wait(), WAIT)
-        # Hold SQLite's single writer, so that the stop's unit and then the turn's first
-        # commit (its input and its tool call) commit in one group, in that order: the stop
-        # cancels the turn while it awaits a commit that has already happened.
-        inside, unblock = threading.Event(), threading.Event()
-
-        def hold(tx: Tx) -> None:
-            inside.set()
-            unblock.wait(WAIT)
-
-        held = asyncio.ensure_future(rt.store.transact(hold))
-        await asyncio.to_thread(inside.wait, WAIT)
-        stopping = asyncio.ensure_future(rt.stop(conversation_id))
-        await asyncio.sleep(0)  # the stop's unit is queued
-        harness.release.set()
-        for _ in range(5):
-            await asyncio.sleep(0)  # the model answered; the turn's commit is queued
-        unblock.set()
-        await held
+        # Hold SQLite's write lock from another connection, so that the stop's unit and then
+        # the turn's first commit (its input and its tool call) queue and commit in one group,
+        # in that order: the stop cancels the turn while it awaits a commit that has already
+        # happened.
+        assert isinstance(rt.store, SqliteStore)
+        holder = sqlite3.connect(rt.store.path, isolation_level=None, timeout=0)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            stopping = asyncio.ensure_future(rt.stop(conversation_id))
+            await asyncio.sleep(0)  # the stop's unit is queued
+            harness.release.set()
+            for _ in range(5):
+                await asyncio.sleep(0)  # the model answered; the turn's commit is queued
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
         assert len(await stopping) == 1
         await rt.settle(conversation_id)
         runs = await rt.runs(conversation_id)

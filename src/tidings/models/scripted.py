@@ -131,7 +131,11 @@ def _check_reply(reply: Mapping[str, Any], where: str) -> None:
 
 def estimate_tokens(text: str) -> int:
     """The scripted model's token estimate: one for every four characters, rounded up."""
-    return -(-len(text) // 4)
+    return _tokens(len(text))
+
+
+def _tokens(chars: int) -> int:
+    return -(-chars // 4)
 
 
 def _calls_text(calls: Sequence[ToolCall]) -> str:
@@ -140,13 +144,18 @@ def _calls_text(calls: Sequence[ToolCall]) -> str:
     )
 
 
-def _request_text(request: ModelRequest) -> str:
-    tools = "".join(
-        t.name + t.description + json.dumps(dict(t.parameters), sort_keys=True, default=str)
-        for t in request.tools
-    )
-    history = "".join(m.content + _calls_text(m.tool_calls) for m in request.messages)
-    return request.system + tools + history + "".join(request.suffix)
+def _request_chars(request: ModelRequest) -> int:
+    """The length of the request written out as text (system, tools, history, suffix),
+    counted without writing it out: a long history is counted on every call."""
+    chars = len(request.system) + sum(len(block) for block in request.suffix)
+    for t in request.tools:
+        chars += len(t.name) + len(t.description) + len(
+            json.dumps(dict(t.parameters), sort_keys=True, default=str))
+    for m in request.messages:
+        chars += len(m.content)
+        if m.tool_calls:
+            chars += len(_calls_text(m.tool_calls))
+    return chars
 
 
 @dataclass
@@ -228,7 +237,7 @@ class ScriptedModel:
             tool_calls=calls,
             model=request.model,
             stop_reason="tool_use" if calls else "end_turn",
-            input_tokens=usage.get("input_tokens", estimate_tokens(_request_text(request))),
+            input_tokens=usage.get("input_tokens", _tokens(_request_chars(request))),
             output_tokens=usage.get("output_tokens", estimate_tokens(text + _calls_text(calls))),
             cache_read_tokens=usage.get("cache_read_tokens"),
             cache_write_tokens=usage.get("cache_write_tokens"),
