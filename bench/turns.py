@@ -429,9 +429,11 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
     """Time each unit of work the runtime submits, end to end and inside the writer."""
     found = UnitLog()
     transact = store.transact
+    submit = store.submit
+    own_submit = type(store).submit is not Store.submit  # else submit runs transact
     read = store.read
 
-    async def timed_transact(unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+    def timed_submit(unit: Callable[[Tx], T], *, route: str | None = None) -> asyncio.Future[T]:
         inside = [0.0]
         statements = [0]
         result: list[Any] = [None]
@@ -446,11 +448,14 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
                 inside[0] += time.perf_counter() - t
 
         t0 = time.perf_counter()
-        try:
-            return await transact(timed, route=route)
-        finally:
-            found.add(unit_kind(unit, result[0]), time.perf_counter() - t0, inside[0],
-                      statements[0])
+        future = (submit(timed, route=route) if own_submit
+                  else asyncio.ensure_future(transact(timed, route=route)))
+        future.add_done_callback(lambda _: found.add(
+            unit_kind(unit, result[0]), time.perf_counter() - t0, inside[0], statements[0]))
+        return future
+
+    async def timed_transact(unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+        return await timed_submit(unit, route=route)
 
     async def timed_read(unit: Callable[[Tx], T]) -> T:
         statements = [0]
@@ -463,11 +468,13 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
             found.read_statements += statements[0]
 
     setattr(store, "transact", timed_transact)  # noqa: B010 -- an instance, not the class
+    setattr(store, "submit", timed_submit)  # noqa: B010
     setattr(store, "read", timed_read)  # noqa: B010
     try:
         yield found
     finally:
         delattr(store, "transact")
+        delattr(store, "submit")
         delattr(store, "read")
 
 

@@ -59,8 +59,11 @@ STATE_COLUMNS = (
 back when the conversation's own fields (its profile, title, status, flags) are unchanged."""
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)  # one encoder: json.dumps makes one per call with options
 
 
 class ConversationTx:

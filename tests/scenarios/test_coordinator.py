@@ -431,6 +431,7 @@ class SettleProbe:
         self.hold_after_commit = False
         self.committed = asyncio.Event()
         self.release = asyncio.Event()
+        self.relaying: asyncio.Future[None] | None = None
         store_read, store_transact = rt.store.read, rt.store.transact
 
         async def read(unit: Any) -> Any:
@@ -446,8 +447,31 @@ class SettleProbe:
                 await reached(self.release)
             return result
 
+        store_submit = rt.store.submit
+
+        def submit(unit: Any, *, route: str | None = None) -> asyncio.Future[Any]:
+            inner = store_submit(unit, route=route)
+            if not (self.hold_after_commit and "TurnWriter.commit" in unit.__qualname__):
+                return inner
+            self.hold_after_commit = False
+            outer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+            async def relay() -> None:
+                try:
+                    result = await inner
+                except BaseException as exc:
+                    outer.set_exception(exc)
+                    return
+                self.committed.set()
+                await reached(self.release)
+                outer.set_result(result)
+
+            self.relaying = asyncio.ensure_future(relay())
+            return outer
+
         setattr(rt.store, "read", read)  # noqa: B010 -- this runtime only
         setattr(rt.store, "transact", transact)  # noqa: B010
+        setattr(rt.store, "submit", submit)  # noqa: B010
 
 
 async def test_c4_a_settle_begun_before_the_turns_end_takes_its_last_units_word(

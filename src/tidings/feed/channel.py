@@ -72,7 +72,8 @@ class Channel:
         self._hint = asyncio.Event()
         self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
         self._reader: asyncio.Task[None] | None = None
-        self._held: list[FeedEvent] = []
+        self._held: list[tuple[int, FeedEvent]] = []
+        """Live events waiting for the journal rows hinted before them (that sequence, each)."""
         self._pending: list[FeedEvent] = []  # live events for the next turn of the loop
         self._flush: asyncio.Handle | None = None
         self._round_at = 0.0  # the loop's time of the last round of live events
@@ -159,6 +160,11 @@ class Channel:
                 self.broadcast(discarded_event(self.conversation_id, key, "run_ended",
                                                self.now_us()))
         self.broadcast(event)
+        if self._held and self._held[0][0] <= event.seq:
+            # Live events that came once this row was announced go out behind it, not behind
+            # rows committed after them (a read may reach further than the hint it answers).
+            while self._held and self._held[0][0] <= event.seq:
+                self._later(self._held.pop(0)[1])
 
     def _remember(self, item: object) -> None:
         self._done[item] = None
@@ -173,14 +179,14 @@ class Channel:
     def live(self, event: FeedEvent) -> None:
         """Hand a live event to every watcher, after the journal rows hinted before it."""
         if (self.last is None or self.last < self._hinted) and len(self._held) < _HELD:
-            self._held.append(event)
+            self._held.append((self._hinted, event))
         else:
             self._release()
             self._later(event)
 
     def _release(self) -> None:
         held, self._held = self._held, []
-        for event in held:
+        for _, event in held:
             self._later(event)
 
     def _later(self, event: FeedEvent) -> None:

@@ -188,7 +188,9 @@ class Watch:
             return
         self._started = True
         for event in page:
+            self._serve_live_before()
             self._journal(FeedEvent.of(event))
+        self._serve_live_before()
         if len(page) < PAGE and not self._ending:
             self._catching_up = False
             now = self._host.now_us()
@@ -214,12 +216,33 @@ class Watch:
             self._deferred = event
             self._queued.appendleft((event, after))
             self._catching_up = True
-        elif event.type == MESSAGE_DELTA:
+        else:
+            self._live(event)
+
+    def _live(self, event: FeedEvent) -> None:
+        if event.type == MESSAGE_DELTA:
             self._delta(event)
         elif event.type == MESSAGE_DISCARDED:
             self._discarded(event)
         else:
             self._ready.append(event)
+
+    def _serve_live_before(self) -> None:
+        """While catching up: serve the queued live events whose earlier rows are served now,
+        before the next row -- a read reaches rows committed after them (the run's end, say),
+        and they belong before those."""
+        queued = self._queued
+        while queued:
+            event, after = queued[0]
+            if event.seq is not None and event.seq <= self.last:
+                queued.popleft()  # a row this read served already
+            elif event.seq is None and after <= self.last:
+                queued.popleft()
+                if event is self._deferred:
+                    self._deferred = None
+                self._live(event)
+            else:
+                return
 
     def _journal(self, event: FeedEvent) -> None:
         assert event.seq is not None

@@ -189,7 +189,11 @@ class GroupWriter:
                 else:
                     outcome = self._attempt_pipelined(conn, pending)
                     if outcome is _CAREFULLY:
-                        _rollback(conn)
+                        # A statement failed inside the pipeline: what followed it there was
+                        # skipped, statements the driver took as prepared among them. The
+                        # careful run starts on a fresh connection, whose driver and server
+                        # agree on what is prepared.
+                        conn.close()
                         carefully = True
                         continue
                     failed = outcome  # type: ignore[assignment]
