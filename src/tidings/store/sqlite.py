@@ -56,8 +56,12 @@ Synchronous = Literal["FULL", "NORMAL"]
 _GATHER_PASSES = 3
 """Passes of the loop a group may wait for more units (each pass must have added one)."""
 
-_SLICE = 8
-"""Callers answered, or queued units run, per pass of the loop (see _answer)."""
+_PASS_S = 0.002
+"""How long a pass of the event loop should take at most while the writer hands out work: the
+queued units it runs per pass, and the callers it answers per pass, follow it (see _sliced)."""
+
+_SLICES = (4, 128)
+"""The least and the most callers answered per pass."""
 
 _CHECKPOINT_CHANGES = 500
 """Rows changed between two checkpoints of the WAL (about SQLite's own default, 1,000 pages)."""
@@ -163,6 +167,8 @@ class SqliteStore(Store):
         self._passes = 0
         self._answers: deque[Job] = deque()  # committed or failed, their callers not yet told
         self._answering = False
+        self._slice = 16  # callers answered per pass of the loop
+        self._caller_s: float | None = None  # what answering one caller costs the next pass
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="tidings-sqlite-writer")
         self._away: asyncio.Future[Any] | None = None  # the writer's commit or checkpoint
         self._checkpoint_conn: sqlite3.Connection | None = None
@@ -308,20 +314,21 @@ class SqliteStore(Store):
         return True
 
     async def _run_waiting(self) -> None:
-        """Run the units that queued, in order, a slice per pass of the loop, opening the
-        transaction again whenever it is closed."""
+        """Run the units that queued, in order, for up to _PASS_S per pass of the loop, opening
+        the transaction again whenever it is closed."""
         loop = asyncio.get_running_loop()
         try:
             while self._waiting:
                 if not self._open and not await self._begin_when_free():
                     return
-                for _ in range(_SLICE):
-                    if not self._waiting or not self._open:
-                        break
+                began = time.perf_counter()
+                while self._waiting and self._open:
                     job = self._waiting.popleft()
                     self._run(job)
                     if job.error is not None and not job.future.done():
                         job.future.set_exception(job.error)
+                    if time.perf_counter() - began >= _PASS_S:
+                        break  # the rest in the next pass: the loop's lag stays bounded
                 self._schedule_commit(loop)
                 if self._waiting:
                     await asyncio.sleep(0)
@@ -461,14 +468,29 @@ class SqliteStore(Store):
         sockets) for all of their work; a slice at a time, the loop's lag stays bounded."""
         self._answers.extend(jobs)
         if not self._answering:
+            self._answering = True
             self._answer_slice()
 
     def _answer_slice(self) -> None:
         answers = self._answers
-        answer([answers.popleft() for _ in range(min(_SLICE, len(answers)))])
-        self._answering = bool(answers)
-        if answers:
-            asyncio.get_running_loop().call_soon(self._answer_slice)
+        count = min(self._slice, len(answers))
+        answer([answers.popleft() for _ in range(count)])
+        # The callers just answered take their next steps in the next pass of the loop; a
+        # callback queued now runs right behind those steps and times them.
+        asyncio.get_running_loop().call_soon(self._sliced, time.perf_counter(), count)
+
+    def _sliced(self, answered_at: float, count: int) -> None:
+        """Size the next slice from what the last one cost: as many callers per pass as fit
+        in _PASS_S at the cost per caller measured (smoothed), within _SLICES."""
+        per_caller = (time.perf_counter() - answered_at) / max(count, 1)
+        self._caller_s = per_caller if self._caller_s is None else (
+            (self._caller_s + per_caller) / 2)
+        low, high = _SLICES
+        self._slice = max(low, min(high, int(_PASS_S / max(self._caller_s, 1e-6))))
+        if self._answers:
+            self._answer_slice()
+        else:
+            self._answering = False
 
     # -- checkpoints: off the loop, between two groups --------------------------------------------
 
