@@ -159,18 +159,8 @@ class ConversationTx:
             # Only the counters and the slot: the profile is not encoded and written again.
             self._saved_state = state
             self.tx.run_later(
-                "save_conversation_state",
-                conversation_id=c.conversation_id,
-                queued_inputs=r["queued_inputs"],
-                last_queue_position=r["last_queue_position"],
-                last_message_seq=r["last_message_seq"],
-                last_event_seq=r["last_event_seq"],
-                history_start_seq=r["history_start_seq"],
-                slot_token=r["slot_token"],
-                slot_deadline_us=r["slot_deadline_us"],
-                slot_instance=r["slot_instance"],
-                slot_run=r["slot_run"],
-                now_us=self.now_us,
+                "save_conversation_state", conversation_id=c.conversation_id,
+                now_us=self.now_us, **dict(zip(STATE_COLUMNS, state, strict=True)),
             )
             return
         self._saved_conversation = c
@@ -185,16 +175,8 @@ class ConversationTx:
             goal_text=c.goal_text,
             suppressed=int(c.suppressed),
             awaiting_person=int(c.awaiting_person),
-            queued_inputs=r["queued_inputs"],
-            last_queue_position=r["last_queue_position"],
-            last_message_seq=r["last_message_seq"],
-            last_event_seq=r["last_event_seq"],
-            history_start_seq=r["history_start_seq"],
-            slot_token=r["slot_token"],
-            slot_deadline_us=r["slot_deadline_us"],
-            slot_instance=r["slot_instance"],
-            slot_run=r["slot_run"],
             now_us=self.now_us,
+            **dict(zip(STATE_COLUMNS, state, strict=True)),
         )
 
     # -- the journal --------------------------------------------------------------------------

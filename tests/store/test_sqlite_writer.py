@@ -9,8 +9,9 @@ These are SQLite's own mechanisms (PostgreSQL has no WAL file or write lock of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -29,16 +30,29 @@ async def _store(path: Path, **options: object) -> tuple[SqliteStore, Outbox]:
     return store, ob
 
 
+@contextlib.asynccontextmanager
+async def _locked(
+    path: Path, **options: object
+) -> AsyncIterator[tuple[SqliteStore, Outbox, sqlite3.Connection]]:
+    """A store on ``path``, and another connection holding its write lock (its ROLLBACK frees
+    it); everything closed at the end."""
+    store, ob = await _store(path, **options)
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield store, ob, holder
+    finally:
+        holder.close()
+        await ob.instance.close()
+        await store.close()
+
+
 async def test_s3_sqlite_units_queued_behind_another_writer_commit_in_order(
     tmp_path: Path,
 ) -> None:
     """While another connection holds the write lock, units queue; once it is free they all
     commit, in the order they were submitted, and the loop ran on meanwhile."""
-    path = tmp_path / "queued.db"
-    store, ob = await _store(path)
-    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
-    try:
-        holder.execute("BEGIN IMMEDIATE")
+    async with _locked(tmp_path / "queued.db") as (store, ob, holder):
         order: list[int] = []
 
         def unit(i: int) -> Callable[[Tx], int]:
@@ -61,10 +75,6 @@ async def test_s3_sqlite_units_queued_behind_another_writer_commit_in_order(
         assert order == list(range(20))
         lease = await ob.claim(CONV, max_count=20)
         assert [d.payload["i"] for d in lease.deliveries] == list(range(20))
-    finally:
-        holder.close()
-        await ob.instance.close()
-        await store.close()
 
 
 async def test_s1_sqlite_busy_for_longer_than_the_timeout_fails_every_queued_unit(
@@ -72,11 +82,7 @@ async def test_s1_sqlite_busy_for_longer_than_the_timeout_fails_every_queued_uni
 ) -> None:
     """Past the busy timeout every queued unit fails with the busy error and wrote nothing;
     the store works again once the lock is gone."""
-    path = tmp_path / "busy.db"
-    store, ob = await _store(path, busy_timeout_ms=30)
-    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
-    try:
-        holder.execute("BEGIN IMMEDIATE")
+    async with _locked(tmp_path / "busy.db", busy_timeout_ms=30) as (store, ob, holder):
         results = await asyncio.gather(*(
             store.transact(lambda tx: ob.publish(tx, CONV, "unit.lost", {}))
             for _ in range(5)
@@ -86,10 +92,6 @@ async def test_s1_sqlite_busy_for_longer_than_the_timeout_fails_every_queued_uni
         assert (await ob.stats(CONV)).backlog == 0
         await store.transact(lambda tx: ob.publish(tx, CONV, "unit.kept", {}))
         assert (await ob.stats(CONV)).backlog == 1
-    finally:
-        holder.close()
-        await ob.instance.close()
-        await store.close()
 
 
 async def test_s1_sqlite_wal_stays_bounded_and_is_copied_into_the_database(
