@@ -589,6 +589,9 @@ class SqliteStore(Store):
             await self._wait_for(pending)
         if self._writer is not None and self._open:
             self._commit()
+        if self._answers:  # every caller learns its outcome now, not in later passes
+            answers, self._answers = list(self._answers), deque()
+            answer(answers)
         self._thread.shutdown(wait=True)
         for conn in (self._checkpoint_conn, self._reader, self._writer):
             if conn is not None:
