@@ -283,8 +283,7 @@ class Coordinator:
         entry.turn_started = False
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
         plan = begin.plan
-        keeper = _Keeper(lambda: self._keep(plan, entry),
-                         to_us(self.turn_config.slot_ttl) / 3 / 1e6)
+        keeper = _Keeper(lambda: self._keep(plan, entry), slot.keep_interval_s(self.turn_config))
         more_work = True
         settled_ns = None
         try:

@@ -330,6 +330,11 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
 # -- keeping the slot --------------------------------------------------------------------------
 
 
+def keep_interval_s(config: TurnConfig) -> float:
+    """How often the slot is extended while a turn runs: every third of its lease (seconds)."""
+    return to_us(config.slot_ttl) / 3 / 1e6
+
+
 async def keep(
     store: Store, outbox: Outbox, clock: Clock, plan: TurnPlan, *, config: TurnConfig,
     first_wait: bool = True,
@@ -342,7 +347,7 @@ async def keep(
     (the caller waited the first third already).
     """
     ttl_us = to_us(config.slot_ttl)
-    interval = ttl_us / 3 / 1e6
+    interval = keep_interval_s(config)
     while True:
         if first_wait:
             await asyncio.sleep(interval)
@@ -371,6 +376,7 @@ __all__ = (
     "begin",
     "decide",
     "keep",
+    "keep_interval_s",
     "ready_signals",
     "recover_interrupted",
     "start_state",

@@ -81,11 +81,8 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
 
 
 def answer(jobs: list[Job]) -> None:
-    """Answer callers whose loop is the running one (a writer on the loop)."""
-    _deliver(jobs)
-
-
-def _deliver(jobs: list[Job]) -> None:
+    """Answer callers on their loop, which must be the running one (a writer on the loop
+    calls it directly; :func:`settle` schedules it from a writer's thread)."""
     for job in jobs:
         if job.future.done():
             continue  # the caller stopped waiting; the outcome stands either way
@@ -102,4 +99,4 @@ def settle(jobs: list[Job]) -> None:
         by_loop.setdefault(job.loop, []).append(job)
     for loop, batch in by_loop.items():
         if not loop.is_closed():
-            loop.call_soon_threadsafe(_deliver, batch)
+            loop.call_soon_threadsafe(answer, batch)
