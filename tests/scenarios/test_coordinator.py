@@ -432,20 +432,12 @@ class SettleProbe:
         self.committed = asyncio.Event()
         self.release = asyncio.Event()
         self.relaying: asyncio.Future[None] | None = None
-        store_read, store_transact = rt.store.read, rt.store.transact
+        store_read = rt.store.read
 
         async def read(unit: Any) -> Any:
             if "Coordinator.idle" in getattr(unit, "__qualname__", ""):
                 self.reads += 1
             return await store_read(unit)
-
-        async def transact(unit: Any, *, route: str | None = None) -> Any:
-            result = await store_transact(unit, route=route)
-            if self.hold_after_commit and "TurnWriter.commit" in unit.__qualname__:
-                self.hold_after_commit = False
-                self.committed.set()
-                await reached(self.release)
-            return result
 
         store_submit = rt.store.submit
 
@@ -470,7 +462,6 @@ class SettleProbe:
             return outer
 
         setattr(rt.store, "read", read)  # noqa: B010 -- this runtime only
-        setattr(rt.store, "transact", transact)  # noqa: B010
         setattr(rt.store, "submit", submit)  # noqa: B010
 
 
