@@ -161,7 +161,6 @@ class SqliteStore(Store):
         self._group: list[Job] = []  # units run in it, answered at its commit
         self._waiting: deque[Job] = deque()  # units queued behind a BEGIN that found it busy
         self._runner: asyncio.Task[None] | None = None  # runs the waiting units
-        self._busy: DatabaseBusyError | None = None
         self._commit_handle: asyncio.Handle | None = None
         self._seen = 0
         self._passes = 0
@@ -272,7 +271,8 @@ class SqliteStore(Store):
         future: asyncio.Future[T] = loop.create_future()
         job = Job(unit, loop, future)
         try:
-            ready = not self._waiting and self._away is None and (self._open or self._begin())
+            ready = not self._waiting and self._away is None and (
+                self._open or self._begin() is None)
         except StoreError as exc:
             future.set_exception(exc)
             return future
@@ -298,20 +298,19 @@ class SqliteStore(Store):
             self._seen, self._passes = len(self._group), 0
             self._commit_handle = loop.call_soon(self._commit_soon)
 
-    def _begin(self) -> bool:
-        """Open the group's transaction now; False if another connection holds the write lock
-        (raises for any other failure)."""
+    def _begin(self) -> DatabaseBusyError | None:
+        """Open the group's transaction now; the busy error if another connection holds the
+        write lock (raises for any other failure)."""
         assert self._writer is not None
         try:
             self._writer.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             error = classify(exc)
             if isinstance(error, DatabaseBusyError):
-                self._busy = error
-                return False
+                return error
             raise error from exc
         self._open = True
-        return True
+        return None
 
     async def _run_waiting(self) -> None:
         """Run the units that queued, in order, for up to _PASS_S per pass of the loop, opening
@@ -344,14 +343,14 @@ class SqliteStore(Store):
         pause = 0.0005
         while True:
             try:
-                if self._begin():
-                    return True
+                busy = self._begin()
             except StoreError as exc:
                 self._fail_waiting(exc)
                 return False
+            if busy is None:
+                return True
             if time.monotonic() >= deadline:
-                assert self._busy is not None
-                self._fail_waiting(self._busy)
+                self._fail_waiting(busy)
                 return False
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.01)
