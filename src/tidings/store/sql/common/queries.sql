@@ -275,7 +275,8 @@ SELECT r.stop_requested
 
 -- stranded_conversations --
 -- What the sweep re-finds when a wake-up was missed: queued inputs with no live slot holder,
--- slots whose holder's lease expired, and signals that came due after a backoff.
+-- slots whose holder's lease expired, and signals that came due after a backoff. Each branch
+-- matches one partial index (an OR across two of them would read the whole table).
 SELECT i.conversation_id
   FROM inputs i JOIN conversations c ON c.conversation_id = i.conversation_id
  WHERE i.state = 'queued' AND c.status <> 'tombstoned'
@@ -286,15 +287,21 @@ SELECT conversation_id FROM conversations
 UNION
 SELECT t.conversation_id
   FROM tasks t JOIN conversations c ON c.conversation_id = t.conversation_id
- WHERE ((t.state <> 'running' AND t.delivered = 0 AND t.cancelled = 0 AND t.committed = 1
-         AND t.handed_off = 1 AND t.notify = 'on_exit' AND t.reported_in_tool_result = 0)
-        OR (t.delivered = 1 AND t.consumed = 0))
+ WHERE t.state <> 'running' AND t.delivered = 0 AND t.cancelled = 0 AND t.committed = 1
+   AND t.handed_off = 1 AND t.notify = 'on_exit' AND t.reported_in_tool_result = 0
+   AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
+   AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
+UNION
+SELECT t.conversation_id
+  FROM tasks t JOIN conversations c ON c.conversation_id = t.conversation_id
+ WHERE t.delivered = 1 AND t.consumed = 0
    AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
    AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
 UNION
 SELECT d.conversation_id
   FROM signal_deliveries d JOIN conversations c ON c.conversation_id = d.conversation_id
- WHERE d.state = 'ready' AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
+ WHERE d.state IN ('ready', 'leased') AND d.state = 'ready'
+   AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
    AND c.suppressed = 0 AND c.awaiting_person = 0 AND c.status <> 'tombstoned'
    AND (c.slot_token IS NULL OR c.slot_deadline_us <= :now_us)
 LIMIT :limit;
@@ -303,8 +310,10 @@ LIMIT :limit;
 -- A ready signal that wakes the conversation (L3): passive types (config, approval and job
 -- events) are read by the next turn, never starting one. The wakes fragment is policy.wakes,
 -- written in by the loader from policy.PASSIVE_SIGNAL_PREFIXES.
+-- (state IN ('ready', 'leased') repeats the queue index's condition, so that SQLite uses it.)
 SELECT EXISTS (SELECT 1 FROM signal_deliveries d JOIN signal_events e ON e.event_id = d.event_id
-                WHERE d.conversation_id = :conversation_id AND d.state = 'ready'
+                WHERE d.conversation_id = :conversation_id
+                  AND d.state IN ('ready', 'leased') AND d.state = 'ready'
                   AND d.claimable_at_us <= :now_us AND d.attempts < :max_attempts
                   AND {wakes(e.type)}) AS ready;
 

@@ -183,9 +183,10 @@ SELECT * FROM messages
  ORDER BY seq;
 
 -- inputs_content_by_id --
--- The text of the inputs a page of the journal announces (its input_accepted events).
+-- The text of the inputs a page of the journal announces (its input_accepted events). Found by
+-- their ids: the unary + keeps SQLite from walking every input of the conversation instead.
 SELECT input_id, content FROM inputs
- WHERE conversation_id = :conversation_id AND input_id IN (SELECT value FROM json_each(:input_ids));
+ WHERE +conversation_id = :conversation_id AND input_id IN (SELECT value FROM json_each(:input_ids));
 
 -- journal_heads --
 -- How far each watched conversation's journal has come: the feed's slow poll, one query for

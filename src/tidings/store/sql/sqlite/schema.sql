@@ -336,6 +336,8 @@ CREATE TABLE IF NOT EXISTS approvals (
 
 CREATE INDEX IF NOT EXISTS approvals_pending
     ON approvals (conversation_id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS approvals_conversation
+    ON approvals (conversation_id, requested_at_us);
 
 -- Child conversations (M16).
 CREATE TABLE IF NOT EXISTS child_requests (
