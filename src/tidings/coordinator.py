@@ -30,6 +30,7 @@ from tidings import compaction, slot
 from tidings.clock import Clock, to_us
 from tidings.errors import (
     CompactionRefusedError,
+    SlotLostError,
     TidingsError,
     UnknownConversationError,
 )
@@ -293,6 +294,15 @@ class Coordinator:
         except asyncio.CancelledError:
             if entry.stop_reason != "slot_lost" or self._closing:
                 raise
+        except SlotLostError as exc:
+            if self._closing:
+                # Shut down while the turn's own end was committing: the end stands, and the
+                # shutdown's attempt to end the run again finds the slot already given back.
+                log.debug("turn %s of %s: already ended at shutdown", begin.plan.run_id,
+                          conversation_id)
+            else:
+                log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id,
+                            exc)
         except TidingsError as exc:
             log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id, exc)
         finally:

@@ -7,6 +7,7 @@ Nothing here touches the store or the clock; every function is deterministic giv
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import random
@@ -117,6 +118,7 @@ def encode_json(value: Any, what: str, *, limit_bytes: int) -> tuple[str, int]:
     return text, size
 
 
+@functools.lru_cache(maxsize=4096)  # payloads repeat their keys: judge each once
 def is_secret_key(key: str) -> bool:
     """Whether a payload key names a secret, judged by its words (snake, kebab or camel case).
 

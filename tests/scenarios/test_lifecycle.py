@@ -391,3 +391,21 @@ async def test_m11_a_retry_whose_history_exceeds_the_fit_is_held_not_cut(
     done = (await rt.runs(conv))[-1]
     assert (done.status, done.model) == (RunStatus.COMPLETED, "large")
     assert (await rt.transcript(conv))[-1].content == "answered by large"
+
+
+async def test_l2_closing_right_after_an_answer_leaves_the_run_completed_and_warns_of_nothing(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host that closes as soon as it has its answer: the turn's end may still be settling
+    when the shutdown reaches it. The run stays completed, and the log does not cry a lost
+    slot that nobody lost."""
+    caplog.set_level("WARNING", logger="tidings")
+    for _ in range(3):
+        async with tidings.open(backend.url, models=[ScriptedModel()]) as rt:
+            conv = (await rt.create_conversation("alice", Profile(model="scripted")))
+            answer = await rt.post(conv.conversation_id, "hello", wait=True)
+            assert answer.reply == "hello"
+        async with tidings.open(backend.url, models=[ScriptedModel()]) as rt:
+            runs = await rt.runs(conv.conversation_id, owner="alice")
+            assert [r.status for r in runs] == [RunStatus.COMPLETED]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
