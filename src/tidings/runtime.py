@@ -219,6 +219,7 @@ class Runtime(BackgroundViews):
 
     async def _boot(self) -> None:
         await self.instance.start()
+        self.feed.start()  # hears other processes' watchers before its first turn
         self.lifetime.start()
         await self.mcp.started()  # MCP tools registered before the first turn
         await self.takeover.take_up()

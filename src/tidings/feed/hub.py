@@ -13,6 +13,11 @@ watcher of a conversation in this process, without polling.
   event. It is the only way commits of other SQLite processes arrive (their deltas do not).
 - **Joining mid-answer.** A process that starts watching while another process writes an
   answer asks for it (a snapshot request); the writer sends its draft again from offset 0.
+- **Only to processes that watch.** A draft's pieces go to other processes only while one of
+  them watches the conversation: it says so with its snapshot request and renews it with a
+  watch notice every few seconds (``_RENEW_US``); a notice not renewed lapses
+  (``_WATCHED_US``). A turn nobody elsewhere watches sends nothing (a round trip, and a wake-up
+  of every process, per piece).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from tidings.feed.channel import Channel
 from tidings.feed.drafts import Draft, DraftKey, delta_event, discarded_event
 from tidings.feed.publisher import Publisher
 from tidings.feed.watch import ReadPage, Watch
-from tidings.feed.wire import DELTA, DISCARD, REQUEST, Live, decode
+from tidings.feed.wire import DELTA, DISCARD, REQUEST, WATCH, Live, decode
 from tidings.policy import check_position
 from tidings.store import Row, Store, Tx
 from tidings.store.feed import FeedSubscription
@@ -41,6 +46,12 @@ log = logging.getLogger("tidings.feed")
 
 _ASK_AGAIN_US = 500_000
 """How soon a watching process may ask a conversation's writers for their drafts again."""
+
+_RENEW_US = 3_000_000
+"""How often a watching process tells the others that it still watches its conversations."""
+
+_WATCHED_US = 10_000_000
+"""How long another process's word that it watches a conversation holds, unrenewed."""
 
 
 def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[[str], None], arg: str) -> None:
@@ -71,6 +82,8 @@ class FeedHub:
         self._subscription: FeedSubscription | None = None
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
+        self._elsewhere: dict[str, int] = {}  # watched by another process, until (µs)
+        self._renewed_at_us = 0
 
     def now_us(self) -> int:
         return self.clock.now_us()
@@ -94,15 +107,17 @@ class FeedHub:
         if channel is not None:
             channel.live(delta_event(draft.conversation_id, draft.key, offset, piece,
                                           self.now_us()))
-        run_id, step = draft.key
-        self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
-                                  offset, piece))
+        if self._watched_elsewhere(draft.conversation_id):
+            run_id, step = draft.key
+            self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
+                                      offset, piece))
 
     def sealed(self, draft: Draft) -> None:
         self._forget(draft)
-        run_id, step = draft.key
-        self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
-                                  draft.length, "", final=True))
+        if self._watched_elsewhere(draft.conversation_id):
+            run_id, step = draft.key
+            self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
+                                      draft.length, "", final=True))
 
     def discarded(self, draft: Draft, reason: str) -> None:
         self._forget(draft)
@@ -110,9 +125,20 @@ class FeedHub:
         if channel is not None:
             channel.live(discarded_event(draft.conversation_id, draft.key, reason,
                                               self.now_us()))
-        run_id, step = draft.key
-        self._publisher.send(Live(DISCARD, self.hub_id, draft.conversation_id, run_id, step,
-                                  reason=reason))
+        if self._watched_elsewhere(draft.conversation_id):
+            run_id, step = draft.key
+            self._publisher.send(Live(DISCARD, self.hub_id, draft.conversation_id, run_id, step,
+                                      reason=reason))
+
+    def _watched_elsewhere(self, conversation_id: str) -> bool:
+        """Whether another process said lately that it watches the conversation."""
+        until = self._elsewhere.get(conversation_id)
+        if until is None:
+            return False
+        if until < self.now_us():
+            del self._elsewhere[conversation_id]
+            return False
+        return True
 
     def _forget(self, draft: Draft) -> None:
         drafts = self._drafts.get(draft.conversation_id)
@@ -187,6 +213,12 @@ class FeedHub:
 
     # -- what the store hears -----------------------------------------------------------------
 
+    def start(self) -> None:
+        """Listen from now on (a draft or a watch would start it anyway): on a store that
+        reaches other processes, their watchers' notices are heard before any turn here."""
+        if self._publisher.reaches_peers:
+            self._listen()
+
     def _listen(self) -> None:
         if self._subscription is None and not self._closed:
             self._subscription = self.store.feed.subscribe(self._journal_hints, self._heard)
@@ -203,8 +235,12 @@ class FeedHub:
             live = decode(message)
             if live is None or live.hub == self.hub_id:
                 continue  # not understood, or this hub's own
-            if live.kind == REQUEST:
-                self._resend(live.conversation_id)
+            if live.kind in (REQUEST, WATCH):
+                news = not self._watched_elsewhere(live.conversation_id)
+                self._elsewhere[live.conversation_id] = self.now_us() + _WATCHED_US
+                if live.kind == REQUEST or news:
+                    # Its pieces went nowhere until now (or it asks): the draft from offset 0.
+                    self._resend(live.conversation_id)
                 continue
             channel = self._channels.get(live.conversation_id)
             if channel is None:
@@ -222,11 +258,13 @@ class FeedHub:
                                         draft.text))
 
     async def _poll(self) -> None:
-        """The slow poll: one query for every watched conversation's journal head."""
+        """The slow poll: one query for every watched conversation's journal head (and, every
+        few seconds, the word to the other processes that they are still watched here)."""
         while self._channels and not self._closed:
             await asyncio.sleep(self.poll_s)
             if not self._channels:
                 return
+            self._renew()
             try:
                 rows = await self.store.read(functools.partial(
                     _heads, conversation_ids=list(self._channels)
@@ -235,6 +273,13 @@ class FeedHub:
                 log.warning("feed poll: %s (%s)", exc.code, exc.message)
                 continue
             self._journal_hints({r["conversation_id"]: int(r["last_event_seq"]) for r in rows})
+
+    def _renew(self) -> None:
+        now = self.now_us()
+        if self._publisher.reaches_peers and now - self._renewed_at_us >= _RENEW_US:
+            self._renewed_at_us = now
+            self._publisher.announce([Live(WATCH, self.hub_id, conversation_id)
+                                      for conversation_id in self._channels])
 
     # -- closing ------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class Publisher:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._queues: dict[str, _Queue] = {}
+        self._notices: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -62,6 +63,23 @@ class Publisher:
                        if not (i.kind == DELTA and (i.run_id, i.step) == (live.run_id, live.step))]
         queue.items.append(live)
         self._schedule(live.conversation_id, queue)
+
+    def announce(self, notices: list[Live]) -> None:
+        """Send notices about many conversations (watch notices) together: one send, not
+        one per conversation; a notice lost is sent again at the next renewal."""
+        if not self.reaches_peers or not notices:
+            return
+        limit = self.store.feed_payload_bytes
+        messages = [message for notice in notices for message in encode(notice, limit)]
+        task = asyncio.create_task(self._send_notices(messages))
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
+
+    async def _send_notices(self, messages: list[str]) -> None:
+        try:
+            await self.store.publish_feed(messages)
+        except Exception:  # a hint lost: the next renewal says it again
+            log.exception("feed watch notices were not sent")
 
     def _schedule(self, conversation_id: str, queue: _Queue) -> None:
         if queue.sending is None and not queue.scheduled:
@@ -97,6 +115,7 @@ class Publisher:
     async def close(self) -> None:
         self._closed = True
         sending = [q.sending for q in self._queues.values() if q.sending is not None]
+        sending += self._notices
         self._queues.clear()
         for task in sending:
             task.cancel()

@@ -1,6 +1,6 @@
 """The feed's live messages between processes: what they say and how they are cut to size.
 
-Three kinds, each one compact JSON object, sent by one hub and heard by every other hub on
+Four kinds, each one compact JSON object, sent by one hub and heard by every other hub on
 the database (the store carries them; PostgreSQL bounds each one to a few kilobytes):
 
 - a **delta** ``{"k": "d", "h": hub, "c": conversation, "r": run, "s": step, "o": offset,
@@ -9,7 +9,10 @@ the database (the store carries them; PostgreSQL bounds each one to a few kiloby
 - a **discard** ``{"k": "x", "h", "c", "r", "s", "w": reason}``: that step's text will never
   be committed;
 - a **snapshot request** ``{"k": "q", "h", "c"}``: a hub that began watching mid-answer asks
-  whoever writes an answer in the conversation to send it again from offset 0.
+  whoever writes an answer in the conversation to send it again from offset 0;
+- a **watch notice** ``{"k": "w", "h", "c"}``: a hub still watches the conversation. A hub
+  sends the deltas and discards of a conversation only while another hub has said, by a
+  snapshot request or a watch notice, that it watches it; watchers renew the notice.
 
 A delta too large for one message is cut by characters, measuring the UTF-8 bytes of the
 encoded text, into several deltas at successive offsets (the flag rides on the last).
@@ -21,13 +24,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-DELTA, DISCARD, REQUEST = "d", "x", "q"
+DELTA, DISCARD, REQUEST, WATCH = "d", "x", "q", "w"
 
 
 @dataclass(slots=True)
 class Live:
-    """One live message, decoded (``kind`` is :data:`DELTA`, :data:`DISCARD` or
-    :data:`REQUEST`; the fields a kind does not use keep their defaults)."""
+    """One live message, decoded (``kind`` is :data:`DELTA`, :data:`DISCARD`, :data:`REQUEST`
+    or :data:`WATCH`; the fields a kind does not use keep their defaults)."""
 
     kind: str
     hub: str
@@ -101,7 +104,7 @@ def decode(message: str) -> Live | None:
         elif kind == DISCARD:
             live.run_id, live.step, live.reason = str(fields["r"]), int(fields["s"]), \
                 str(fields["w"])
-        elif kind != REQUEST:
+        elif kind not in (REQUEST, WATCH):
             return None
     except (ValueError, KeyError, TypeError):
         return None
@@ -110,4 +113,4 @@ def decode(message: str) -> Live | None:
     return live
 
 
-__all__ = ("DELTA", "DISCARD", "REQUEST", "Live", "decode", "encode")
+__all__ = ("DELTA", "DISCARD", "REQUEST", "WATCH", "Live", "decode", "encode")
