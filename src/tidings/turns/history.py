@@ -24,13 +24,16 @@ from tidings.types import Message
 
 @dataclass(slots=True)
 class _Window:
+    """A conversation's newest messages in order (no per-message tuples: a cache of hundreds
+    of conversations is that many fewer objects for every full garbage collection to walk)."""
+
     start_seq: int
     last_seq: int
-    messages: list[tuple[int, PromptMessage]]
+    messages: list[PromptMessage]
     size: int = 0
 
     def measure(self) -> int:
-        self.size = sum(_size(m) for _, m in self.messages)
+        self.size = sum(_size(m) for m in self.messages)
         return self.size
 
 
@@ -83,7 +86,6 @@ class HistoryCache:
                 measured = True
         else:
             newest = await self._read("history", conversation_id, start_seq, self.limit)
-            newest.sort(key=lambda item: item[0])
             cached = _Window(start_seq, last_seq, newest)
             measured = True
         self._windows[conversation_id] = cached
@@ -93,7 +95,7 @@ class HistoryCache:
         ):
             _, dropped = self._windows.popitem(last=False)
             self._bytes -= dropped.size
-        return list(history_window([m for _, m in cached.messages]))
+        return history_window(cached.messages)  # a copy: the cache moves on
 
     def extend(
         self, conversation_id: str, *, start_seq: int, messages: list[Message]
@@ -109,11 +111,11 @@ class HistoryCache:
         if cached.start_seq != start_seq or cached.last_seq + 1 != messages[0].seq:
             self.forget(conversation_id)
             return
-        added = [(m.seq, prompt_message(m)) for m in messages]
+        added = [prompt_message(m) for m in messages]
         cached.messages += added
-        grown = sum(_size(m) for _, m in added)
+        grown = sum(_size(m) for m in added)
         excess = max(0, len(cached.messages) - self.limit)
-        shrunk = sum(_size(m) for _, m in cached.messages[:excess])
+        shrunk = sum(_size(m) for m in cached.messages[:excess])
         del cached.messages[:excess]
         cached.last_seq = messages[-1].seq
         cached.size += grown - shrunk
@@ -126,11 +128,13 @@ class HistoryCache:
 
     async def _read(
         self, query: str, conversation_id: str, after_seq: int, limit: int
-    ) -> list[tuple[int, PromptMessage]]:
+    ) -> list[PromptMessage]:
         rows = await self.store.read(
             lambda tx: tx.all(query, conversation_id=conversation_id, after_seq=after_seq,
                               limit=limit)
         )
         self.reads += 1
         self.rows += len(rows)
-        return [(int(r["seq"]), prompt_message(message_from_row(r))) for r in rows]
+        if query == "history":  # the newest, newest first: oldest first, as the window is
+            rows.reverse()
+        return [prompt_message(message_from_row(r)) for r in rows]
