@@ -56,9 +56,11 @@ Synchronous = Literal["FULL", "NORMAL"]
 _GATHER_PASSES = 3
 """Passes of the loop a group may wait for more units (each pass must have added one)."""
 
-_PASS_S = 0.002
+_PASS_S = 0.0015
 """How long a pass of the event loop should take at most while the writer hands out work: the
-queued units it runs per pass, and the callers it answers per pass, follow it (see _sliced)."""
+queued units it runs per pass, and the callers it answers per pass, follow it (see _sliced).
+Other work shares the pass, so its length is about twice this: at 100 busy conversations the
+loop lag p99 was 5.7 ms with 2 ms and 4.7 ms with 1.5 ms, at the same turns per second."""
 
 _SLICES = (4, 128)
 """The least and the most callers answered per pass."""
