@@ -433,7 +433,9 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
     own_submit = type(store).submit is not Store.submit  # else submit runs transact
     read = store.read
 
-    def timed_submit(unit: Callable[[Tx], T], *, route: str | None = None) -> asyncio.Future[T]:
+    def timed_submit(
+        unit: Callable[[Tx], T], *, route: str | None = None, durable: bool = True
+    ) -> asyncio.Future[T]:
         inside = [0.0]
         statements = [0]
         result: list[Any] = [None]
@@ -448,14 +450,16 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
                 inside[0] += time.perf_counter() - t
 
         t0 = time.perf_counter()
-        future = (submit(timed, route=route) if own_submit
-                  else asyncio.ensure_future(transact(timed, route=route)))
+        future = (submit(timed, route=route, durable=durable) if own_submit
+                  else asyncio.ensure_future(transact(timed, route=route, durable=durable)))
         future.add_done_callback(lambda _: found.add(
             unit_kind(unit, result[0]), time.perf_counter() - t0, inside[0], statements[0]))
         return future
 
-    async def timed_transact(unit: Callable[[Tx], T], *, route: str | None = None) -> T:
-        return await timed_submit(unit, route=route)
+    async def timed_transact(
+        unit: Callable[[Tx], T], *, route: str | None = None, durable: bool = True
+    ) -> T:
+        return await timed_submit(unit, route=route, durable=durable)
 
     async def timed_read(unit: Callable[[Tx], T]) -> T:
         statements = [0]

@@ -244,6 +244,7 @@ class Outbox:
                 deadline_us=self.clock.now_us() + ttl,
             ),
             route=conversation_id,
+            durable=False,  # a lease lost to a power failure leaves its signals ready
         )
 
     def claim_in(

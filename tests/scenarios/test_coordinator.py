@@ -441,8 +441,10 @@ class SettleProbe:
 
         store_submit = rt.store.submit
 
-        def submit(unit: Any, *, route: str | None = None) -> asyncio.Future[Any]:
-            inner = store_submit(unit, route=route)
+        def submit(
+            unit: Any, *, route: str | None = None, durable: bool = True
+        ) -> asyncio.Future[Any]:
+            inner = store_submit(unit, route=route, durable=durable)
             if not (self.hold_after_commit and "TurnWriter.commit" in unit.__qualname__):
                 return inner
             self.hold_after_commit = False

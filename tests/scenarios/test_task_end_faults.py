@@ -75,9 +75,11 @@ def inject(
         assert row is not None
         return str(row["state"])
 
-    async def transact(unit: Callable[[Tx], Any], *, route: str | None = None) -> Any:
+    async def transact(
+        unit: Callable[[Tx], Any], *, route: str | None = None, durable: bool = True
+    ) -> Any:
         if route != conversation_id:
-            return await real(unit, route=route)
+            return await real(unit, route=route, durable=durable)
         ended = False
 
         def watched(tx: Tx) -> Any:
@@ -90,7 +92,7 @@ def inject(
                 raise plan.pop(0)[1]  # the unit fails: everything it wrote rolls back
             return result
 
-        result = await real(watched, route=route)
+        result = await real(watched, route=route, durable=durable)
         if ended and plan and plan[0][0] == "after":
             met.append("after")
             raise plan.pop(0)[1]  # it committed, but the caller is told it may not have

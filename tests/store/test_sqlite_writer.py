@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from tidings import DatabaseBusyError, ManualClock, Outbox, SqliteStore, StoreEr
 from tidings.store import open_store
 
 CONV = "conv-a"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 async def _store(path: Path, **options: object) -> tuple[SqliteStore, Outbox]:
@@ -142,3 +146,73 @@ async def test_s3_sqlite_store_closes_after_its_queued_units(tmp_path: Path) -> 
         assert conn.execute("SELECT count(*) FROM signal_events").fetchone()[0] == 30
     finally:
         conn.close()
+
+
+def _synchronous(store: SqliteStore) -> int:
+    writer = store._writer  # the setting lives on the writer's connection
+    assert writer is not None
+    return int(writer.execute("PRAGMA synchronous").fetchone()["synchronous"])
+
+
+async def test_s4_sqlite_a_claim_on_its_own_leaves_every_later_commit_durable(
+    tmp_path: Path,
+) -> None:
+    """A claim made on its own commits without waiting for the disk; the units after it --
+    an ack, a publish -- wait for it again, alone or while another process held the lock."""
+    async with _locked(tmp_path / "claim.db") as (store, ob, holder):
+        holder.execute("ROLLBACK")
+        await store.transact(lambda tx: ob.publish(tx, CONV, "unit.done", {"i": 1}))
+        lease = await ob.claim(CONV)
+        assert len(lease.deliveries) == 1
+        assert _synchronous(store) == 2  # FULL
+        await store.transact(lambda tx: ob.ack(tx, lease))
+        assert _synchronous(store) == 2
+        # Another process holds the lock when the claim comes: it waits like any unit.
+        await store.transact(lambda tx: ob.publish(tx, CONV, "unit.done", {"i": 2}))
+        holder.execute("BEGIN IMMEDIATE")
+        claiming = asyncio.ensure_future(ob.claim(CONV))
+        await asyncio.sleep(0.05)
+        assert not claiming.done()
+        holder.execute("ROLLBACK")
+        assert len((await claiming).deliveries) == 1
+        assert _synchronous(store) == 2
+
+
+_CLAIM_AND_DIE = """
+import asyncio, os, signal, sys
+from tidings import ManualClock, Outbox
+from tidings.store import open_store
+
+async def main(path):
+    store = await open_store(path)
+    ob = Outbox(store, clock=ManualClock())
+    await ob.instance.start()
+    await store.transact(lambda tx: ob.publish(tx, "conv-a", "unit.done", {}))
+    lease = await ob.claim("conv-a")
+    print(lease.token, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_s4_sqlite_a_claim_on_its_own_survives_its_process_being_killed(
+    tmp_path: Path,
+) -> None:
+    """Not waiting for the disk is not losing it to a crash of the process: the operating
+    system holds what was written, and the lease is there after a SIGKILL."""
+    path = tmp_path / "killed.db"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CLAIM_AND_DIE, str(path), stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    out, _ = await child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    token = out.decode().strip()
+    assert token
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT state, lease_token FROM signal_deliveries").fetchall()
+    finally:
+        conn.close()
+    assert rows == [("leased", token)]

@@ -287,13 +287,16 @@ class Store(ABC):
         """Journal hints and live feed messages (:mod:`tidings.store.feed`)."""
 
     @abstractmethod
-    async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
+    async def transact(
+        self, unit: Callable[[Tx], T], *, route: str | None = None, durable: bool = True
+    ) -> T:
         """Run ``unit`` in a write transaction; return its result once it is durable.
 
-        One exception, where losing the effect to a crash of the server is harmless: a group of
-        units that only claimed (a lease) may be answered once visible, before its fsync -- a
-        lost lease leaves its signals ready, and whatever its holder commits durably later
-        makes the claim durable first, or finds no lease.
+        ``durable=False`` is for a unit whose effect may be lost to a power failure or a crash
+        of the database server, and only that: a claim made on its own, whose lost lease leaves
+        its signals ready as before, while whatever its holder commits durably later makes the
+        claim durable first, or finds no lease. Such a unit may be answered once its commit is
+        visible, before the disk has it; a group with any durable unit in it commits durably.
 
         A unit may run more than once before it commits (a transient error, or another unit of
         the same group failing, runs it again in a fresh transaction), so it must only touch the
@@ -304,13 +307,15 @@ class Store(ABC):
         each other's locks across writers. Units that touch one conversation should pass it.
         """
 
-    def submit(self, unit: Callable[[Tx], T], *, route: str | None = None) -> asyncio.Future[T]:
+    def submit(
+        self, unit: Callable[[Tx], T], *, route: str | None = None, durable: bool = True
+    ) -> asyncio.Future[T]:
         """Submit ``unit`` as :meth:`transact` does; a future of its outcome, which stands
         whether or not anyone awaits it (cancelling the future only stops the waiting).
 
         A dialect whose units run on the event loop answers without a task of its own.
         """
-        return asyncio.ensure_future(self.transact(unit, route=route))
+        return asyncio.ensure_future(self.transact(unit, route=route, durable=durable))
 
     async def transact_query(
         self, query: str, *, route: str | None = None, **params: Any

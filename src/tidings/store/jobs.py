@@ -24,6 +24,7 @@ class Job:
     future: asyncio.Future[Any]
     statement: str | None = None  # a one-statement query, which may run in autocommit
     params: dict[str, Any] = field(default_factory=dict)
+    durable: bool = True  # False: may be answered before the disk has it (Store.transact)
     result: Any = None
     error: BaseException | None = None
     after_commit: list[Callable[[], None]] = field(default_factory=list)

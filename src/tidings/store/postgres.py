@@ -223,8 +223,10 @@ class PostgresStore(Store):
 
     # -- units of work: group-committed by the writers ---------------------------------------
 
-    async def transact(self, unit: Callable[[Tx], T], *, route: str | None = None) -> T:
-        return await self._submit(unit, None, {}, route)  # type: ignore[no-any-return]
+    async def transact(
+        self, unit: Callable[[Tx], T], *, route: str | None = None, durable: bool = True
+    ) -> T:
+        return await self._submit(unit, None, {}, route, durable)  # type: ignore[no-any-return]
 
     async def transact_query(
         self, query: str, *, route: str | None = None, **params: Any
@@ -233,7 +235,7 @@ class PostgresStore(Store):
         if len(statements) != 1:
             return await super().transact_query(query, route=route, **params)
         result: list[Row] = await self._submit(
-            lambda tx: tx.all(query, **params), statements[0], params, route
+            lambda tx: tx.all(query, **params), statements[0], params, route, True
         )
         return result
 
@@ -243,11 +245,12 @@ class PostgresStore(Store):
         statement: str | None,
         params: dict[str, Any],
         route: str | None,
+        durable: bool,
     ) -> Any:
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
-        job = Job(unit, loop, loop.create_future(), statement, params)
+        job = Job(unit, loop, loop.create_future(), statement, params, durable=durable)
         self._writer.submit(job, route)
         return await job.future
 

@@ -103,14 +103,6 @@ def expecting(statement: str, expect: int) -> str | None:
     return _expecting[key]
 
 
-NO_FSYNC_QUERIES = frozenset({"claim"})
-"""Named queries whose effects may be lost to a crash of the server: a transaction that ran
-only these commits without waiting for its fsync (``synchronous_commit = off``). A claim's
-lease is such an effect: lost, its signals are ready again as before the claim, and the
-consumer's work cannot commit (its ack, in the same transaction, finds no lease). Any later
-transaction that commits durably flushes the log up to and past it, so nothing durable ever
-depends on a lost claim."""
-
 _Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
 _Check = tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]
 
@@ -166,12 +158,6 @@ class PostgresTx(Tx):
         # envelopes) arrives as bytes instead of twice its size in hex.
         self._binary = binary
         self._batch = batch
-        self.ran: set[str] = set()
-        """The names of the queries this unit ran (or queued)."""
-
-    def _statements(self, query: str) -> tuple[str, ...]:
-        self.ran.add(query)
-        return super()._statements(query)
 
     def run_ddl(self, statement: str) -> None:
         self.flush()

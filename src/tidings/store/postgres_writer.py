@@ -18,8 +18,9 @@ two round trips, not four. When anything goes wrong in that attempt -- a stateme
 ``COMMIT`` is refused -- nothing committed: the transaction is rolled back and the group runs
 again the careful way (a round trip per statement, each unit's writes and row counts checked
 when it ends), which tells exactly which unit failed and why. A unit that raises on its own
-fails alone either way. A group that only claimed (``NO_FSYNC_QUERIES``) commits without
-waiting for its fsync: its callers are answered once it is visible, not once it is durable.
+fails alone either way. A group whose units were all submitted ``durable=False`` (claims made
+on their own) commits without waiting for its fsync: its callers are answered once it is
+visible, not once it is durable.
 
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
@@ -48,7 +49,6 @@ from tidings.store.base import Query, Row, Wakeups
 from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
 from tidings.store.postgres_tx import (
-    NO_FSYNC_QUERIES,
     RETRIES,
     TRANSIENT,
     Batch,
@@ -269,13 +269,13 @@ class GroupWriter:
                 job.result = job.unit(tx)
                 tx.flush()
                 job.took(tx)
-                durable = durable or not tx.ran <= NO_FSYNC_QUERIES
+                durable = durable or job.durable
             failed = None
         except BaseException as exc:
             error = exc
         if error is None:
             commit_sent = True  # from here on, COMMIT may reach the server
-            if not durable:  # claims only: no fsync of its own (NO_FSYNC_QUERIES says why)
+            if not durable:  # claims only: no fsync of its own (Store.transact says why)
                 batch.queued.append((("SET LOCAL synchronous_commit = off",), {}, None, None))
             try:
                 batch.send("COMMIT")
