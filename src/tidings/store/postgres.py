@@ -27,6 +27,7 @@ import os
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -38,7 +39,7 @@ from psycopg_pool import ConnectionPool
 from tidings.errors import StoreError
 from tidings.store.base import Row, Store, Tx
 from tidings.store.feed import FEED_CHANNEL, LIVE_PREFIX, PAYLOAD_BYTES
-from tidings.store.jobs import Job
+from tidings.store.jobs import Answerer, Job
 from tidings.store.postgres_feed import FeedPublisher
 from tidings.store.postgres_tx import (
     RETRIES,
@@ -134,6 +135,9 @@ class PostgresStore(Store):
         self._liveness: psycopg.Connection[Any] | None = None
         self._held: set[str] = set()
         self._closed = False
+        # Callers are answered on their loop a slice per pass (jobs.Answerer), as SQLite's are.
+        self._answerers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Answerer] = (
+            weakref.WeakKeyDictionary())
 
     @property
     def groups_committed(self) -> int:
@@ -250,7 +254,11 @@ class PostgresStore(Store):
         if self._closed:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
-        job = Job(unit, loop, loop.create_future(), statement, params, durable=durable)
+        answerer = self._answerers.get(loop)
+        if answerer is None:
+            answerer = self._answerers[loop] = Answerer()
+        job = Job(unit, loop, loop.create_future(), statement, params, durable=durable,
+                  answerer=answerer)
         self._writer.submit(job, route)
         return await job.future
 
@@ -317,6 +325,9 @@ class PostgresStore(Store):
         self._closed = True
         await self._publisher.close()
         await self._writer.stop()
+        answerer = self._answerers.get(asyncio.get_running_loop())
+        if answerer is not None:
+            answerer.flush()  # every caller learns its outcome now, not in later passes
         os.write(self._stop_w, b"x")
         if self._listener_thread is not None:
             await asyncio.to_thread(self._listener_thread.join)

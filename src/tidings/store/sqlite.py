@@ -46,7 +46,7 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.store.base import Query, Row, Store, Tx
-from tidings.store.jobs import Job, answer, committed
+from tidings.store.jobs import PASS_S, Answerer, Job, committed
 from tidings.types import InstanceId
 
 log = logging.getLogger("tidings.store")
@@ -55,15 +55,6 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 _GATHER_PASSES = 3
 """Passes of the loop a group may wait for more units (each pass must have added one)."""
-
-_PASS_S = 0.0015
-"""How long a pass of the event loop should take at most while the writer hands out work: the
-queued units it runs per pass, and the callers it answers per pass, follow it (see _sliced).
-Other work shares the pass, so its length is about twice this: at 100 busy conversations the
-loop lag p99 was 5.7 ms with 2 ms and 4.7 ms with 1.5 ms, at the same turns per second."""
-
-_SLICES = (4, 128)
-"""The least and the most callers answered per pass."""
 
 _CHECKPOINT_CHANGES = 500
 """Rows changed between two checkpoints of the WAL (about SQLite's own default, 1,000 pages)."""
@@ -167,10 +158,7 @@ class SqliteStore(Store):
         self._last_group = 0  # units in the last group committed
         self._seen = 0
         self._passes = 0
-        self._answers: deque[Job] = deque()  # committed or failed, their callers not yet told
-        self._answering = False
-        self._slice = 16  # callers answered per pass of the loop
-        self._caller_s: float | None = None  # what answering one caller costs the next pass
+        self._answerer = Answerer()  # callers answered a slice per pass of the loop
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="tidings-sqlite-writer")
         self._away: asyncio.Future[Any] | None = None  # the writer's commit or checkpoint
         self._checkpoint_conn: sqlite3.Connection | None = None
@@ -347,7 +335,7 @@ class SqliteStore(Store):
         return None
 
     async def _run_waiting(self) -> None:
-        """Run the units that queued, in order, for up to _PASS_S per pass of the loop, opening
+        """Run the units that queued, in order, for up to PASS_S per pass of the loop, opening
         the transaction again whenever it is closed."""
         loop = asyncio.get_running_loop()
         try:
@@ -360,7 +348,7 @@ class SqliteStore(Store):
                     self._run(job)
                     if job.error is not None and not job.future.done():
                         job.future.set_exception(job.error)
-                    if time.perf_counter() - began >= _PASS_S:
+                    if time.perf_counter() - began >= PASS_S:
                         break  # the rest in the next pass: the loop's lag stays bounded
                 self._schedule_commit(loop)
                 if self._waiting:
@@ -497,34 +485,7 @@ class SqliteStore(Store):
             self._checkpoint_if_due()
 
     def _answer(self, jobs: list[Job]) -> None:
-        """Answer callers a slice per pass of the loop: a group's callers wake in the next
-        pass, and a hundred of them waking at once would hold the loop (its timers, its
-        sockets) for all of their work; a slice at a time, the loop's lag stays bounded."""
-        self._answers.extend(jobs)
-        if not self._answering:
-            self._answering = True
-            self._answer_slice()
-
-    def _answer_slice(self) -> None:
-        answers = self._answers
-        count = min(self._slice, len(answers))
-        answer([answers.popleft() for _ in range(count)])
-        # The callers just answered take their next steps in the next pass of the loop; a
-        # callback queued now runs right behind those steps and times them.
-        asyncio.get_running_loop().call_soon(self._sliced, time.perf_counter(), count)
-
-    def _sliced(self, answered_at: float, count: int) -> None:
-        """Size the next slice from what the last one cost: as many callers per pass as fit
-        in _PASS_S at the cost per caller measured (smoothed), within _SLICES."""
-        per_caller = (time.perf_counter() - answered_at) / max(count, 1)
-        self._caller_s = per_caller if self._caller_s is None else (
-            (self._caller_s + per_caller) / 2)
-        low, high = _SLICES
-        self._slice = max(low, min(high, int(_PASS_S / max(self._caller_s, 1e-6))))
-        if self._answers:
-            self._answer_slice()
-        else:
-            self._answering = False
+        self._answerer.add(jobs)
 
     # -- checkpoints: off the loop, between two groups --------------------------------------------
 
@@ -623,9 +584,7 @@ class SqliteStore(Store):
             await self._wait_for(pending)
         if self._writer is not None and self._open:
             self._commit()
-        if self._answers:  # every caller learns its outcome now, not in later passes
-            answers, self._answers = list(self._answers), deque()
-            answer(answers)
+        self._answerer.flush()  # every caller learns its outcome now, not in later passes
         self._thread.shutdown(wait=True)
         for conn in (self._checkpoint_conn, self._reader, self._writer):
             if conn is not None:
