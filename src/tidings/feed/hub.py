@@ -84,6 +84,7 @@ class FeedHub:
         self._closed = False
         self._elsewhere: dict[str, int] = {}  # watched by another process, until (µs)
         self._renewed_at_us = 0
+        self._pruned_at_us = 0
 
     def now_us(self) -> int:
         return self.clock.now_us()
@@ -139,6 +140,14 @@ class FeedHub:
             del self._elsewhere[conversation_id]
             return False
         return True
+
+    def _forget_lapsed(self) -> None:
+        """Drop the notices that lapsed (at most once per lapse time: the map stays as large
+        as what other processes watch now, not as what they ever watched)."""
+        now = self.now_us()
+        if now - self._pruned_at_us >= _WATCHED_US:
+            self._pruned_at_us = now
+            self._elsewhere = {c: until for c, until in self._elsewhere.items() if until >= now}
 
     def _forget(self, draft: Draft) -> None:
         drafts = self._drafts.get(draft.conversation_id)
@@ -238,6 +247,7 @@ class FeedHub:
             if live.kind in (REQUEST, WATCH):
                 news = not self._watched_elsewhere(live.conversation_id)
                 self._elsewhere[live.conversation_id] = self.now_us() + _WATCHED_US
+                self._forget_lapsed()
                 if live.kind == REQUEST or news:
                     # Its pieces went nowhere until now (or it asks): the draft from offset 0.
                     self._resend(live.conversation_id)
