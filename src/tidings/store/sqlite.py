@@ -305,9 +305,11 @@ class SqliteStore(Store):
                 return False  # busy: the unit queues as any other, and waits durably
             self._run(job)
             self._commit()
+        except StoreError as exc:  # BEGIN failed otherwise than busy: the caller's answer
+            job.error = exc
         finally:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        if job.error is not None:
+        if job.error is not None and not job.future.done():
             job.future.set_exception(job.error)
         return True
 
