@@ -36,7 +36,7 @@ class Job:
     statement: str | None = None  # a one-statement query, which may run in autocommit
     params: dict[str, Any] = field(default_factory=dict)
     durable: bool = True  # False: may be answered before the disk has it (Store.transact)
-    answerer: Answerer | None = None  # answers it on its loop, a slice per pass
+    answerer: Answerer | None = None  # answers it on its loop (set by a threaded writer's store)
     result: Any = None
     error: BaseException | None = None
     after_commit: list[Callable[[], None]] = field(default_factory=list)
@@ -141,8 +141,8 @@ class Answerer:
 
 
 def answer(jobs: list[Job]) -> None:
-    """Answer callers on their loop, which must be the running one (a writer on the loop
-    calls it directly; :func:`settle` schedules it from a writer's thread)."""
+    """Answer callers on their loop, which must be the running one (an :class:`Answerer`
+    calls it, a slice at a time)."""
     for job in jobs:
         if job.future.done():
             continue  # the caller stopped waiting; the outcome stands either way
@@ -161,4 +161,5 @@ def settle(jobs: list[Job]) -> None:
     for loop, batch in by_loop.items():
         if not loop.is_closed():
             answerer = batch[0].answerer
-            loop.call_soon_threadsafe(answer if answerer is None else answerer.add, batch)
+            assert answerer is not None  # a threaded writer's store gives each job its loop's
+            loop.call_soon_threadsafe(answerer.add, batch)

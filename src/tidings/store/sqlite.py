@@ -482,12 +482,9 @@ class SqliteStore(Store):
             self.groups_committed += 1
             self.units_committed += len(group)
             committed(group, self.wakeups, self.feed)
-        self._answer(group)
+        self._answerer.add(group)
         if error is None:
             self._checkpoint_if_due()
-
-    def _answer(self, jobs: list[Job]) -> None:
-        self._answerer.add(jobs)
 
     # -- checkpoints: off the loop, between two groups --------------------------------------------
 
