@@ -86,6 +86,7 @@ class HistoryCache:
                 measured = True
         else:
             newest = await self._read("history", conversation_id, start_seq, self.limit)
+            newest.reverse()  # read newest first: the window runs oldest first
             cached = _Window(start_seq, last_seq, newest)
             measured = True
         self._windows[conversation_id] = cached
@@ -135,6 +136,4 @@ class HistoryCache:
         )
         self.reads += 1
         self.rows += len(rows)
-        if query == "history":  # the newest, newest first: oldest first, as the window is
-            rows.reverse()
         return [prompt_message(message_from_row(r)) for r in rows]
