@@ -34,6 +34,7 @@ from tidings import (
     Profile,
     Published,
     Rule,
+    Run,
     RunStatus,
     ScriptedModel,
     SqliteStore,
@@ -486,16 +487,24 @@ async def test_c4_a_settle_begun_before_the_turns_end_takes_its_last_units_word(
     # (another process's door): the turn's last unit finds it, and the settle waits for it.
     await rt.post(conv, "block")
     await reached(gate.entered)
-    await rt.door.post(conv, "from elsewhere")
-    settling = asyncio.create_task(settle(rt, conv))
-    await asyncio.sleep(0.01)
-    gate.release.set()
-    await settling
-    runs = await rt.runs(conv)
+    runs = await _settle_over_a_post_from_elsewhere(rt, conv, gate.release)
     assert len(runs) == 3
     assert all(r.status is RunStatus.COMPLETED for r in runs)
     assert (await rt.inputs(conv))[-1].state is InputState.MATERIALIZED
     assert probe.reads == 0
+
+
+async def _settle_over_a_post_from_elsewhere(
+    rt: Runtime, conv: str, release: asyncio.Event
+) -> list[Run]:
+    """Another process's door posts (no wake-up here) while the turn is held; a settle begins,
+    then the turn is let go: the settle returns once the conversation is settled."""
+    await rt.door.post(conv, "from elsewhere")
+    settling = asyncio.create_task(settle(rt, conv))
+    await asyncio.sleep(0.01)
+    release.set()
+    await settling
+    return await rt.runs(conv)
 
 
 async def test_c4_a_settle_begun_after_the_last_unit_read_reads_again(
@@ -509,12 +518,7 @@ async def test_c4_a_settle_begun_after_the_last_unit_read_reads_again(
     probe.hold_after_commit = True
     await rt.post(conv, "first")
     await reached(probe.committed)  # the turn's end is durable; its driver has not seen it
-    await rt.door.post(conv, "from elsewhere")  # another process's door: no wake-up here
-    settling = asyncio.create_task(settle(rt, conv))
-    await asyncio.sleep(0.01)
-    probe.release.set()
-    await settling
-    runs = await rt.runs(conv)
+    runs = await _settle_over_a_post_from_elsewhere(rt, conv, probe.release)
     assert len(runs) == 2
     assert all(r.status is RunStatus.COMPLETED for r in runs)
     assert all(i.state is InputState.MATERIALIZED for i in await rt.inputs(conv))
