@@ -146,51 +146,48 @@ class Turn:
                 "d3": json.dumps({"run_public_id": p["run"], "status": "completed"})}
 
 
-def sqlite_turn(conn: sqlite3.Connection, conv: str, instance: str, n: int) -> tuple[float, float]:
-    turn = Turn(conv, instance, n)
+BEGIN_WRITES = (INPUT, RUN, EVENTS_2)
+END_WRITES = (READ, MESSAGES, END, USAGE, EVENTS_4)
+Fill = Callable[[Any], dict[str, Any]]
+
+
+def sqlite_unit(conn: sqlite3.Connection, counters: str, params: dict[str, Any], fill: Fill,
+                writes: tuple[str, ...]) -> float:
+    """One unit: the counters with ``RETURNING``, then the writes their values fill in."""
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    taken = conn.execute(TAKE, turn.p).fetchone()
-    p = turn.begun(taken)
-    conn.execute(INPUT, p)
-    conn.execute(RUN, p)
-    conn.execute(EVENTS_2, p)
+    filled = fill(conn.execute(counters, params).fetchone())
+    for statement in writes:
+        conn.execute(statement, filled)
     conn.execute("COMMIT")
-    t1 = time.perf_counter()
-    conn.execute("BEGIN IMMEDIATE")
-    given = conn.execute(GIVE, turn.p).fetchone()
-    p = turn.ended(given)
-    conn.execute(READ, p)
-    conn.execute(MESSAGES, p)
-    conn.execute(END, p)
-    conn.execute(USAGE, p)
-    conn.execute(EVENTS_4, p)
-    conn.execute("COMMIT")
-    return t1 - t0, time.perf_counter() - t1
+    return time.perf_counter() - t0
+
+
+def pg_unit(conn: psycopg.Connection[Any], counters: str, params: dict[str, Any], fill: Fill,
+            writes: tuple[str, ...]) -> float:
+    """The same on PostgreSQL: the counters in one round trip, the writes with ``COMMIT``."""
+    t0 = time.perf_counter()
+    with conn.pipeline() as pipe:
+        conn.execute("BEGIN")
+        cursor = conn.execute(pg(counters), params)
+        pipe.sync()
+        filled = fill(cursor.fetchone())
+        for statement in writes:
+            conn.execute(pg(statement), filled)
+        conn.execute("COMMIT")
+    return time.perf_counter() - t0
+
+
+def sqlite_turn(conn: sqlite3.Connection, conv: str, instance: str, n: int) -> tuple[float, float]:
+    turn = Turn(conv, instance, n)
+    return (sqlite_unit(conn, TAKE, turn.p, turn.begun, BEGIN_WRITES),
+            sqlite_unit(conn, GIVE, turn.p, turn.ended, END_WRITES))
 
 
 def pg_turn(conn: psycopg.Connection[Any], conv: str, instance: str, n: int) -> tuple[float, float]:
     turn = Turn(conv, instance, n)
-    t0 = time.perf_counter()
-    with conn.pipeline() as pipe:
-        conn.execute("BEGIN")
-        cursor = conn.execute(pg(TAKE), turn.p)
-        pipe.sync()
-        p = turn.begun(cursor.fetchone())  # type: ignore[arg-type]
-        conn.execute(pg(INPUT), p)
-        conn.execute(pg(RUN), p)
-        conn.execute(pg(EVENTS_2), p)
-        conn.execute("COMMIT")
-    t1 = time.perf_counter()
-    with conn.pipeline() as pipe:
-        conn.execute("BEGIN")
-        cursor = conn.execute(pg(GIVE), turn.p)
-        pipe.sync()
-        p = turn.ended(cursor.fetchone())  # type: ignore[arg-type]
-        for statement in (READ, MESSAGES, END, USAGE, EVENTS_4):
-            conn.execute(pg(statement), p)
-        conn.execute("COMMIT")
-    return t1 - t0, time.perf_counter() - t1
+    return (pg_unit(conn, TAKE, turn.p, turn.begun, BEGIN_WRITES),
+            pg_unit(conn, GIVE, turn.p, turn.ended, END_WRITES))
 
 
 _PG: dict[str, str] = {}
