@@ -177,7 +177,7 @@ def test_a3_serve_answers_health_and_authenticated_requests_and_stops_on_sigterm
     backend: Backend,
 ) -> None:
     with served(backend.url, "--token", "alice=tok-a", "--operator-token", "op-1",
-                "--json-logs") as server:
+                "--json-logs", "--access-log") as server:
         health = httpx.get(f"{server.url}/health", timeout=WAIT_S)
         assert health.status_code == 200
         assert httpx.post(f"{server.url}/v1/conversations",
@@ -197,7 +197,7 @@ def test_a3_serve_answers_health_and_authenticated_requests_and_stops_on_sigterm
     started = next(e for e in entries if e["message"] == "runtime started")
     assert started["instance_id"].startswith("inst_")
     assert started["logger"] == "tidings.cli"
-    assert any(e["logger"] == "uvicorn.access" for e in entries)
+    assert any(e["logger"] == "uvicorn.access" for e in entries)  # asked for: a line each
     assert entries[-1]["message"] == "stopped"
     assert entries[-1]["instance_id"] == started["instance_id"]
 
@@ -210,7 +210,10 @@ def test_a3_serve_reads_tokens_and_log_format_from_the_environment(tmp_path: Pat
                             headers={"Authorization": "Bearer tok-a"}, timeout=WAIT_S)
         assert foreign.status_code == 404  # a principal sees only its own
         assert server.stop(signal.SIGINT) == 0  # Ctrl-C is a graceful stop too
-    assert json_lines(server.logs.rest())[-1]["message"] == "stopped"
+    entries = json_lines(server.logs.rest())
+    assert entries[-1]["message"] == "stopped"
+    # Without --access-log (or the config file's access_log), no line per request.
+    assert not any(e["logger"] == "uvicorn.access" for e in entries)
 
 
 RESTART_RULES = {

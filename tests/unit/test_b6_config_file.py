@@ -62,6 +62,7 @@ database = "agent.db"
 host = "127.0.0.1"
 port = 9999
 tokens_env = "MY_TOKENS"
+access_log = true
 
 [models.fast]
 provider = "openai"
@@ -133,7 +134,8 @@ def header(server: LoopbackServer, name: str) -> str:
 async def _check_full(settings: Settings, server: LoopbackServer) -> None:
 
     assert settings.database == "agent.db"
-    assert (settings.host, settings.port, settings.tokens_env) == ("127.0.0.1", 9999, "MY_TOKENS")
+    assert (settings.host, settings.port, settings.tokens_env, settings.access_log) == (
+        "127.0.0.1", 9999, "MY_TOKENS", True)
     assert set(settings.models) == {"fast", "careful", "echo", "filed"}
     assert settings.profiles["helper"] == Profile(
         model="fast", fallbacks=("careful", "echo"), tools=("weather",), system="You help.",

@@ -115,6 +115,8 @@ def _load_settings(path: str | None) -> Settings | None:
                    "(repeatable; the first is the default profile's model).")
 @click.option("--model-base-url", default=None,
               help="Base URL for the openai/anthropic adapters (vLLM, Ollama, a proxy).")
+@click.option("--access-log/--no-access-log", default=None,
+              help="A log line per HTTP request [default: the config file's, else off].")
 @click.option("--json-logs", is_flag=True,
               help="Log JSON lines (also TIDINGS_LOG_FORMAT=json).")
 @click.option("--locked", is_flag=True,
@@ -125,7 +127,8 @@ def _load_settings(path: str | None) -> Settings | None:
 def serve(
     config_path: str | None, database: str | None, host: str | None, port: int | None,
     tokens: tuple[str, ...], operator_tokens: tuple[str, ...], model_specs: tuple[str, ...],
-    model_base_url: str | None, json_logs: bool, locked: bool, require_master_key: bool,
+    model_base_url: str | None, access_log: bool | None, json_logs: bool, locked: bool,
+    require_master_key: bool,
 ) -> None:
     """Run the HTTP service until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -148,6 +151,8 @@ def serve(
     host = host or (settings.host if settings else None) or "127.0.0.1"
     port = port if port is not None else (settings.port if settings else None)
     port = 8080 if port is None else port
+    if access_log is None:
+        access_log = bool(settings and settings.access_log)
     check_master_key(required=require_master_key, locked=locked)
     if not by_token and not operators:
         log.warning("no tokens were given: every request but /health will be refused")
@@ -181,7 +186,8 @@ def serve(
                     return False
                 # log_config=None: uvicorn's own loggers go through the root handler above.
                 server = Server(create_app(runtime, tokens=by_token, operator_tokens=operators),
-                                host=host, port=port, log_config=None, freeze_heap=True)
+                                host=host, port=port, log_config=None, freeze_heap=True,
+                                access_log=access_log)
 
                 async def serve_http() -> None:
                     try:

@@ -56,6 +56,7 @@ class Settings:
     port: int | None = None
     tokens_env: str | None = None
     operator_tokens_env: str | None = None
+    access_log: bool | None = None
     models: Mapping[str, Model] = field(default_factory=dict)
     """The models by alias: the names profiles use."""
     profiles: Mapping[str, Profile] = field(default_factory=dict)
@@ -110,6 +111,7 @@ def load_settings(path: str | os.PathLike[str], *,
     return Settings(
         path=where, database=database, host=parsed.serve.host, port=parsed.serve.port,
         tokens_env=parsed.serve.tokens_env, operator_tokens_env=parsed.serve.operator_tokens_env,
+        access_log=parsed.serve.access_log,
         models={alias: build_model(alias, table, base=base, environ=environ, fail=fail)
                 for alias, table in parsed.models.items()},
         profiles={name: build_profile(table) for name, table in parsed.profiles.items()},

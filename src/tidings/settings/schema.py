@@ -56,6 +56,8 @@ class ServeTable(_Table):
     """The environment variable holding ``principal=token`` pairs, comma-separated."""
     operator_tokens_env: str | None = None
     """The environment variable holding operator tokens, comma-separated."""
+    access_log: bool | None = None
+    """A log line per HTTP request (off unless asked for)."""
 
     _env = field_validator("tokens_env", "operator_tokens_env")(env_name)
 
