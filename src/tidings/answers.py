@@ -109,23 +109,35 @@ class Answers:
 
     async def wait(
         self, item: Input, timeout: timedelta | float = DEFAULT_TIMEOUT, *,  # noqa: ASYNC109
-        until: Callable[[], Awaitable[bool]] | None = None,
+        until: Callable[[], Awaitable[bool]] | None = None, mark: int | None = None,
     ) -> Answer:
         """Wait until the input is answered (:func:`answered`), for at most ``timeout``
         (seconds, or a :class:`~datetime.timedelta`); then, or when ``until()`` says so at a
-        look, or when the runtime closes, answer as it stands, ``timed_out``."""
+        look, or when the runtime closes, answer as it stands, ``timed_out``.
+
+        ``mark``: the conversation's mark (:meth:`~tidings.store.Wakeups.mark`) as of the
+        commit ``item`` was read in. While it is still the mark when the wait begins, no unit
+        of this process changed the conversation since, and a queued ``item`` is its answer as
+        it stands here: the first look is skipped (a read of the database saved per posted
+        turn) and the wait sleeps at once -- any later change wakes it, and other processes'
+        are polled for, as for every look."""
         seconds = timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         self._idle.clear()
         with self.store.wakeups.watch(item.conversation_id) as changed:
+            # Watching first: a change committed after this comparison sets ``changed``.
+            look = (mark is None or seconds <= 0 or item.state is not InputState.QUEUED
+                    or self.store.wakeups.mark(item.conversation_id) != mark)
             self._waiting.add(changed)
             try:
                 answer = Answer(item, None, None, timed_out=False)
                 while True:
                     changed.clear()  # before the look: what commits after it wakes the sleep
                     try:
-                        answer = await self.read(item)
+                        if look:
+                            answer = await self.read(item)
+                        look = True
                     except StoreError as exc:
                         # The input is committed: a passing store failure only delays its
                         # answer (on a timeout, the last one read stands).

@@ -53,6 +53,7 @@ from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
 from tidings.tools.registry import Tool, ToolRegistry
 from tidings.tracing import Tracing
+from tidings.transcript import ConversationTx
 from tidings.turns.retry import retry as retry_unit
 from tidings.turns.runner import TurnRunner
 from tidings.types import (
@@ -333,10 +334,19 @@ class Runtime(BackgroundViews):
             idempotency_key=idempotency_key, owner=owner,
         )
         kind = StartKind.PERSON if admission.origin is Origin.PERSON else StartKind.AGENT
-        item = await self.coordinator.start_with(
-            conversation_id, kind, lambda cx: self.door.admit(cx, admission)
-        )
-        return await self.answers.wait(item, timeout) if wait else item
+        if not wait:
+            return await self.coordinator.start_with(
+                conversation_id, kind, lambda cx: self.door.admit(cx, admission)
+            )
+        marks: list[int | None] = []
+
+        def admit(cx: ConversationTx) -> Input:
+            # The conversation's mark as of this commit: the wait reads nothing while it holds.
+            cx.tx.after_commit(lambda: marks.append(self.store.wakeups.mark(conversation_id)))
+            return self.door.admit(cx, admission)
+
+        item = await self.coordinator.start_with(conversation_id, kind, admit)
+        return await self.answers.wait(item, timeout, mark=marks[0] if marks else None)
 
     @mutation
     async def retry(

@@ -328,6 +328,49 @@ async def test_b2_a_wait_wakes_when_this_process_commits_the_runs_end(
     assert answer.reply == "hold it"
 
 
+async def test_b2_a_repeated_post_of_an_answered_input_answers_at_once(
+    runtimes: RuntimeFactory,
+) -> None:
+    """The repeat commits nothing new: its wait must still look, and find the answer, at once
+    (its poll is an hour away)."""
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()],
+                        config=RuntimeConfig(answer_poll=timedelta(hours=1)))
+    conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    first = await rt.post(conv, "hello", wait=True, timeout=WAIT_S, idempotency_key="k")
+
+    again = await asyncio.wait_for(
+        rt.post(conv, "hello", wait=True, timeout=3600, idempotency_key="k"), WAIT_S)
+
+    assert not again.timed_out
+    assert again.status is RunStatus.COMPLETED
+    assert again.reply == "hello"
+    assert again.run == first.run
+
+
+async def test_b2_a_wait_looks_when_the_conversation_changed_after_its_input_was_read(
+    runtimes: RuntimeFactory,
+) -> None:
+    """A wait given the conversation's mark from before the run's end committed must read,
+    not sleep on the queued input it was handed (its poll is an hour away)."""
+    model = Held()
+    rt = await runtimes(models=[model], tools=[Gate().tool()],
+                        config=RuntimeConfig(answer_poll=timedelta(hours=1)))
+    conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    item = await rt.post(conv, "hold it")
+    await within(model.entered, "the turn is running")
+    before = rt.store.wakeups.mark(conv)
+    model.gate.set()
+    await rt.settle(conv)
+    assert rt.store.wakeups.mark(conv) != before  # the run's end committed here
+
+    answer = await asyncio.wait_for(
+        rt.answers.wait(item, timeout=3600, mark=before), WAIT_S)
+
+    assert not answer.timed_out
+    assert answer.status is RunStatus.COMPLETED
+    assert answer.reply == "hold it"
+
+
 @pytest.fixture
 def postgres_url(postgres_template: str) -> Iterator[str]:
     """A fresh PostgreSQL database: two runtimes share one only there (a cluster)."""

@@ -215,10 +215,33 @@ class Wakeups:
     bound to its own loop.
     """
 
+    MARKS = 10_000
+    """How many conversations' last-change marks are kept (the most recently changed)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscribers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[str]]] = []
         self._watchers: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._tick = 0
+        self._marks: dict[str, int] = {}  # in order of change, oldest first
+
+    def stamp(self, conversation_ids: Iterable[str]) -> None:
+        """A unit that changed these conversations' runs or inputs committed: give each a new
+        mark (called at each commit, unit by unit, before the unit's after-commit work)."""
+        with self._lock:
+            for conversation_id in conversation_ids:
+                self._tick += 1
+                self._marks.pop(conversation_id, None)
+                self._marks[conversation_id] = self._tick
+            while len(self._marks) > self.MARKS:
+                del self._marks[next(iter(self._marks))]
+
+    def mark(self, conversation_id: str) -> int | None:
+        """The mark of the conversation's last change committed in this process; ``None`` if
+        it is not known (never changed here, or not among the last :data:`MARKS`). Marks only
+        grow: the same mark later means no unit of this process changed it since."""
+        with self._lock:
+            return self._marks.get(conversation_id)
 
     def subscribe(self) -> asyncio.Queue[str]:
         queue: asyncio.Queue[str] = asyncio.Queue()

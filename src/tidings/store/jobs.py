@@ -81,7 +81,9 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
     journaled: dict[str, int] = {}
     for job in jobs:
         woken |= job.woken
-        changed |= job.changed
+        if job.changed:
+            wakeups.stamp(job.changed)
+            changed |= job.changed
         if job.journaled:
             merge_hints(journaled, job.journaled)
         for callback in job.after_commit:
