@@ -3,8 +3,10 @@ moments and restarted on the same database, then a drain and the invariant check
 
 ``run_torture(url, kills=..., processes=...)`` sets the torture's conversations up, starts
 ``processes`` churning workers (:mod:`tests.crash.torture_worker`), and until ``kills`` kills
-were made: waits a random moment -- inside a turn, a tool, a relay, a boot's recovery, wherever
-it falls -- SIGKILLs one worker at random and starts another in its place. Then every worker is
+were made: picks a worker at random, waits a random moment -- inside a turn, a tool, a relay, a
+boot's recovery, wherever it falls; most moments are counted from the worker's boot, so that a
+slow machine's long boots do not leave it too little time to work -- SIGKILLs it and starts
+another in its place. Then every worker is
 killed, one drain process finishes what they left, and :func:`tests.crash.invariants.check`
 reads the database. Used by ``tests/crash/test_torture.py`` (CI) and ``bench/torture.py``.
 """
@@ -28,6 +30,11 @@ WORKER = "tests.crash.torture_worker"
 DRAIN_TIMEOUT_S = 120.0
 DRAINS = 4
 """Drain instances at most: each completes the restarts the one before it accepted."""
+IN_BOOT = 0.2
+"""The share of kills whose moment is counted from the worker's start, so that it may fall
+inside its boot (its recovery); the others count from its boot's end."""
+BOOT_S = 60.0
+"""How long a kill waits for its victim's boot at most."""
 
 
 @dataclass
@@ -108,8 +115,13 @@ async def run_torture(
     spawned = processes
     try:
         while done < kills:
-            await asyncio.sleep(rng.uniform(min_s, max_s))
             victim = rng.randrange(processes)
+            if rng.random() >= IN_BOOT:
+                # Most kills fall while the worker works: its moment is counted from its boot,
+                # however long booting takes on this machine.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(workers[victim].ready.wait(), BOOT_S)
+            await asyncio.sleep(rng.uniform(min_s, max_s))
             if not await _kill(workers[victim]):
                 before_ready += 1
             refused += workers[victim].refused

@@ -77,7 +77,10 @@ async def test_b1_deltas_reach_a_watcher_in_order_then_the_committed_message(
     events = await watcher.until(turn_ended, what="the turn's end")
 
     live = [e for e in events if e.seq is None]
-    assert [e.type for e in live] == ["message_delta"] * 8  # the model's eight pieces
+    # The model's eight pieces: one delta each, unless the watcher fell behind (a loaded
+    # machine), when pieces waiting together go out as one.
+    assert 1 <= len(live) <= 8
+    assert {e.type for e in live} == {"message_delta"}
     assert assembled(events) == STORY
     [run] = await rt.runs(conv)
     assert {(e.run_id, e.data["run_id"], e.data["step"]) for e in live} == {
