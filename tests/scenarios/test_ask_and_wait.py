@@ -371,6 +371,26 @@ async def test_b2_a_wait_looks_when_the_conversation_changed_after_its_input_was
     assert answer.reply == "hold it"
 
 
+async def test_b2_a_post_made_the_moment_its_answer_arrived_starts_its_turn_in_its_own_commit(
+    runtimes: RuntimeFactory,
+) -> None:
+    """A caller that posts again as soon as it has its answer finds the last turn's driver
+    still finishing: the input and the start of its turn still commit as one unit (their
+    journal entries carry that unit's time), not the input alone and the start later."""
+    rt = await runtimes(models=[SCRIPT], tools=[Gate().tool()])
+    conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    for n in range(6):
+        answer = await rt.post(conv, f"turn {n}", wait=True, timeout=WAIT_S)
+        assert answer.reply == f"turn {n}"
+
+    events = await rt.events(conv)
+    starts = [(e, events[i + 1]) for i, e in enumerate(events) if e.type == "input_accepted"]
+    assert len(starts) == 6
+    for accepted, following in starts:
+        assert (following.type, following.data.get("status")) == ("turn_status", "running")
+        assert following.at_us == accepted.at_us  # written by the same unit
+
+
 @pytest.fixture
 def postgres_url(postgres_template: str) -> Iterator[str]:
     """A fresh PostgreSQL database: two runtimes share one only there (a cluster)."""

@@ -214,6 +214,8 @@ class TurnEnding:
             ))
         cx.record_event("turn_status", data, plan.run_id)
         cx.release_slot(plan.slot_token)
+        if progress.released is not None:
+            cx.tx.after_commit(progress.released)
         # Read under the lock, before the slot is released: what it shows was committed
         # before, and whatever it misses will find the slot free.
         progress.more_work = more_work = (

@@ -6,7 +6,7 @@ the turn runner (which carries it out).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -121,6 +121,9 @@ class TurnProgress:
     settled_ns: int | None = None
     """Set by the unit that ends the turn: when it began (see :attr:`TurnOutcome.settled_ns`);
     kept only when ``more_work`` is false."""
+    released: Callable[[], None] | None = None
+    """Called once the unit that gave the slot back committed, before any caller or watcher
+    that commit wakes runs (on the thread that committed it)."""
     turn_tasks: list[str] = field(default_factory=list)
     """Turn-lifetime tasks started by this turn, not yet drained."""
     trimmed: dict[str, int] | None = None

@@ -145,24 +145,29 @@ class TurnRunner:
     # -- the loop -----------------------------------------------------------------------------
 
     async def run_turn(
-        self, plan: TurnPlan, *, stop_reason: Callable[[], str | None]
+        self, plan: TurnPlan, *, stop_reason: Callable[[], str | None],
+        released: Callable[[], None] | None = None,
     ) -> TurnOutcome:
         """Run the model loop to a committed answer, or to a committed failure or stop.
 
         ``stop_reason`` tells, after a cancellation, why the turn was cancelled (``stopped``
         by a person, ``shutdown``, ``slot_lost``); None means the caller's own cancellation,
-        which is re-raised after the turn's state is committed.
+        which is re-raised after the turn's state is committed. ``released`` is called once
+        the unit that ends the turn (and gives its slot back) committed, before whatever that
+        commit wakes runs.
         """
         with spans.turn(self.tracing, plan) as span:
-            outcome = await self._run_turn(plan, stop_reason, span)
+            outcome = await self._run_turn(plan, stop_reason, span, released)
             spans.turn_ended(span, outcome.run)
             return outcome
 
     async def _run_turn(
-        self, plan: TurnPlan, stop_reason: Callable[[], str | None], span: Span
+        self, plan: TurnPlan, stop_reason: Callable[[], str | None], span: Span,
+        released: Callable[[], None] | None,
     ) -> TurnOutcome:
         progress = TurnProgress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
         progress.span = span
+        progress.released = released
         if self.metrics is not None and plan.lease is not None and plan.lease.deliveries:
             # From the oldest fact's publication to the turn that reads it (A6).
             oldest = min(d.published_at_us for d in plan.lease.deliveries)
