@@ -629,7 +629,11 @@ async def test_c6_stop_with_no_turn_running_still_suppresses(runtimes: RuntimeFa
 
 
 async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFactory) -> None:
-    rt = await runtimes(models=[ScriptedModel()], config=FAST)
+    # The answer takes a while: should the two units below commit apart (a slow machine splits
+    # the queued units over two passes), the turn is still running when the stop reaches it,
+    # rather than already answered -- a stop that came too late is not what this is about.
+    slow = ScriptedModel(default={"text": "too late", "delay_seconds": 30.0})
+    rt = await runtimes(models=[slow], config=FAST)
     conv = await new_conversation(rt)
     await rt.door.post(conv, "hello")  # queued; no turn asked for yet
     inside, hold = threading.Event(), threading.Event()
