@@ -157,6 +157,22 @@ async def runtimes(backend: Backend) -> AsyncIterator[RuntimeFactory]:
         await factory.aclose()
 
 
+_SLOW_FIRST = (
+    "tests/crash/test_torture.py",
+    "tests/properties/",
+    "tests/service/test_http_schemathesis.py",
+    "tests/scenarios/test_task_stress_processes.py",
+    "tests/service/test_demo.py",
+    "tests/console/",
+)
+"""Modules whose tests take 15 to 90 s each on a two-core machine: they run first, so that the
+two workers do not end with one of them alone on a long test and the other idle."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))  # stable: order kept
+
+
 _skipped_postgres: list[str] = []
 
 

@@ -15,7 +15,7 @@ KILLS = 50
 async def test_crash_torture_fifty_kills_leave_no_violation(backend: Backend) -> None:
     processes = 2 if backend.name == "postgres" else 1
     result = await run_torture(backend.url, kills=KILLS, processes=processes, seed=11,
-                               min_s=0.05, max_s=0.7)
+                               min_s=0.05, max_s=0.5)
     assert result.kills >= KILLS
     counts = result.report.counts
     # The workload did what a torture needs: tasks, children, interrupted calls, many turns.
