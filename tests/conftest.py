@@ -161,7 +161,6 @@ _SLOW_FIRST = (
     "tests/crash/test_torture.py",
     "tests/properties/",
     "tests/service/test_http_schemathesis.py",
-    "tests/scenarios/test_task_stress_processes.py",
     "tests/service/test_demo.py",
     "tests/console/",
 )
