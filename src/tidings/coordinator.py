@@ -325,11 +325,11 @@ class Coordinator:
             if entry.stop_reason != "slot_lost" or self._closing:
                 raise
         except SlotLostError as exc:
-            if self._closing:
-                # Shut down while the turn's own end was committing: the end stands, and the
-                # shutdown's attempt to end the run again finds the slot already given back.
-                log.debug("turn %s of %s: already ended at shutdown", begin.plan.run_id,
-                          conversation_id)
+            if self._closing or entry.released:
+                # Stopped or shut down while the turn's own end was committing: the end
+                # stands, and the attempt to end the run again found the slot given back.
+                log.debug("turn %s of %s: already ended when %s reached it",
+                          begin.plan.run_id, conversation_id, entry.stop_reason or "shutdown")
             else:
                 log.warning("turn %s of %s ended by %s", begin.plan.run_id, conversation_id,
                             exc)

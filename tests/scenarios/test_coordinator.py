@@ -10,11 +10,13 @@ asserted about how long anything takes: time bounds only stop a broken test from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -128,19 +130,25 @@ class Counting:
         return Tool(self.name, f"Answers {self.name} done.", self.handler)
 
 
+def after_quick(request: ModelRequest) -> bool:
+    return bool(request.messages) and request.messages[-1].tool_name == "quick"
+
+
 @dataclass
 class Stalling:
-    """Answers through ``inner``, but first waits for ``resume`` once a ``quick`` result is in."""
+    """Answers through ``inner``, but first, when ``when`` holds for the request (by default:
+    a ``quick`` result is in), says so (``stalled``) and waits for ``resume``."""
 
     inner: Model
     name: str = "scripted"
     stalled: asyncio.Event = field(default_factory=asyncio.Event)
     resume: asyncio.Event = field(default_factory=asyncio.Event)
+    when: Callable[[ModelRequest], bool] = after_quick
 
     async def complete(
         self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
     ) -> ModelReply:
-        if request.messages and request.messages[-1].tool_name == "quick":
+        if self.when(request):
             self.stalled.set()
             await self.resume.wait()
         return await self.inner.complete(request, on_delta=on_delta)
@@ -628,6 +636,36 @@ async def test_c6_stop_with_no_turn_running_still_suppresses(runtimes: RuntimeFa
     assert [e.data for e in await rt.events(conv) if e.type == "stop_requested"] == [{"runs": []}]
 
 
+@contextlib.asynccontextmanager
+async def writer_held(rt: Runtime, conversation_id: str) -> AsyncIterator[None]:
+    """Hold the conversation's writer while inside: units submitted meanwhile queue behind it
+    and commit as one group once it lets go, their callers answered in submission order.
+    SQLite's units run on the loop, so another connection holds its write lock; PostgreSQL's
+    writer thread is held by a unit that waits."""
+    if isinstance(rt.store, SqliteStore):
+        holder = sqlite3.connect(rt.store.path, isolation_level=None, timeout=0)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        return
+    inside, hold = threading.Event(), threading.Event()
+
+    def busy(tx: Tx) -> None:
+        inside.set()
+        hold.wait(WAIT)
+
+    holding = asyncio.create_task(rt.store.transact(busy, route=conversation_id))
+    await asyncio.to_thread(inside.wait, WAIT)
+    try:
+        yield
+    finally:
+        hold.set()
+        await holding
+
+
 async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFactory) -> None:
     # The answer takes a while: should the two units below commit apart (a slow machine splits
     # the queued units over two passes), the turn is still running when the stop reaches it,
@@ -636,35 +674,13 @@ async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFa
     rt = await runtimes(models=[slow], config=FAST)
     conv = await new_conversation(rt)
     await rt.door.post(conv, "hello")  # queued; no turn asked for yet
-    inside, hold = threading.Event(), threading.Event()
-    holder: sqlite3.Connection | None = None
-    holding: asyncio.Task[None] | None = None
-
-    def busy(tx: Tx) -> None:
-        inside.set()
-        hold.wait(WAIT)
-
-    # Hold the writer so that the turn's slot-taking unit and the stop's unit queue behind it
-    # and commit as one group: both callers resume in the same loop pass. SQLite's units run on
-    # the loop, so another connection holds its write lock; PostgreSQL's writer thread is held
-    # by a unit that waits.
-    if isinstance(rt.store, SqliteStore):
-        holder = sqlite3.connect(rt.store.path, isolation_level=None, timeout=0)
-        holder.execute("BEGIN IMMEDIATE")
-    else:
-        holding = asyncio.create_task(rt.store.transact(busy, route=conv))
-        await asyncio.to_thread(inside.wait, WAIT)
-    rt.coordinator.request(conv, StartKind.PERSON)
-    await asyncio.sleep(0)  # the driver submits its slot-taking unit
-    stopping = asyncio.create_task(rt.stop(conv))
-    await asyncio.sleep(0)  # the stop submits its unit behind it
-    if holder is not None:
-        holder.execute("ROLLBACK")
-        holder.close()
-    else:
-        assert holding is not None
-        hold.set()
-        await holding
+    # The turn's slot-taking unit and the stop's unit commit as one group: both callers resume
+    # in the same loop pass.
+    async with writer_held(rt, conv):
+        rt.coordinator.request(conv, StartKind.PERSON)
+        await asyncio.sleep(0)  # the driver submits its slot-taking unit
+        stopping = asyncio.create_task(rt.stop(conv))
+        await asyncio.sleep(0)  # the stop submits its unit behind it
     stopped = await stopping
     if len(stopped) != 1:
         pytest.fail(f"precondition: the stop should find the new run, found {stopped}")
@@ -676,6 +692,43 @@ async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFa
     assert (run.status, run.failure_code, slot["slot_token"]) == (
         RunStatus.STOPPED, "stopped", None
     )
+
+
+async def test_c6_a_stop_committed_with_the_answer_leaves_the_run_completed_and_warns_of_nothing(
+    runtimes: RuntimeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A person's stop and the turn's answer commit together (the stop's unit first): the stop
+    reaches a turn whose end has committed. The answer stands, the slot is free, and the log
+    does not report a lost slot that nobody lost."""
+    caplog.set_level("DEBUG", logger="tidings.coordinator")
+    model = Stalling(ScriptedModel(default={"text": "the answer"}), when=lambda _: True)
+    rt = await runtimes(models=[model], config=FAST)
+    conv = await new_conversation(rt)
+    await rt.post(conv, "hello")
+    await reached(model.stalled)
+    # The stop's unit, then the turn's last unit, commit as one group, their callers answered
+    # in that order.
+    async with writer_held(rt, conv):
+        stopping = asyncio.create_task(rt.stop(conv))
+        await asyncio.sleep(0)  # the stop submits its unit
+        model.resume.set()
+        for _ in range(20):  # the model answers; the turn's last unit queues behind the stop's
+            await asyncio.sleep(0)
+    stopped = await stopping
+    await settle(rt, conv)
+
+    runs = await rt.runs(conv)
+    reached_it = [r for r in caplog.records if r.name == "tidings.coordinator"
+                  and runs[0].run_id in r.getMessage()]  # the stop's late attempt, logged
+    if stopped != [runs[0].run_id] or not reached_it:
+        pytest.fail(f"precondition: the stop should reach the turn after its end committed "
+                    f"(stopped {stopped}, log {[r.getMessage() for r in caplog.records]})")
+    slot = await rt.store.read(lambda tx: tx.one("get_conversation", conversation_id=conv))
+    assert slot is not None
+    assert [(r.status, r.failure_code) for r in runs] == [(RunStatus.COMPLETED, None)]
+    assert slot["slot_token"] is None
+    assert (await rt.transcript(conv))[-1].content == "the answer"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 # -- C7 ------------------------------------------------------------------------------------------
