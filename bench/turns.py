@@ -482,13 +482,51 @@ def instrumented(store: Store) -> Iterator[UnitLog]:
         delattr(store, "read")
 
 
+class TimedSql:
+    """A stand-in for SQLite's writer connection that times each ``execute``, by kind: the
+    commits (the fsync), ``BEGIN`` and savepoints, and every other statement."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.seconds = {"commit": 0.0, "begin": 0.0, "sql": 0.0}
+
+    def execute(self, statement: str, params: Any = ()) -> sqlite3.Cursor:
+        t0 = time.perf_counter()
+        try:
+            return self.conn.execute(statement, params)
+        finally:
+            kind = ("commit" if statement == "COMMIT"
+                    else "begin" if statement.startswith(("BEGIN", "SAVEPOINT", "RELEASE"))
+                    else "sql")
+            self.seconds[kind] += time.perf_counter() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+@contextlib.contextmanager
+def timed_sql(store: Store) -> Iterator[TimedSql | None]:
+    """SQLite's writer connection timed while inside (None on PostgreSQL, whose statements run
+    on the writer threads' connections, in pipelines)."""
+    conn = getattr(store, "_writer", None)
+    if not isinstance(conn, sqlite3.Connection):
+        yield None
+        return
+    timed = TimedSql(conn)
+    setattr(store, "_writer", timed)  # noqa: B010 -- this store, for the breakdown only
+    try:
+        yield timed
+    finally:
+        setattr(store, "_writer", conn)  # noqa: B010
+
+
 async def unit_breakdown(
     rt: Runtime, conv: str, start: int, turns: int, model: TimedModel
 ) -> dict[str, Any]:
     """Where a serial turn's time goes: each unit of work end to end, and the rest."""
     groups_before = int(getattr(rt.store, "groups_committed", 0))
     model_before = model.seconds
-    with instrumented(rt.store) as found:
+    with instrumented(rt.store) as found, timed_sql(rt.store) as sql:
         t0 = time.perf_counter()
         for n in range(start, start + turns):
             await turn(rt, conv, n)
@@ -517,6 +555,15 @@ async def unit_breakdown(
         "model_us": model_s / turns * 1e6,
         # Time in no unit and no model call: tasks, wake-ups, Python between the commits.
         "between_us": (wall - in_units - found.read_s - model_s) / turns * 1e6,
+        # SQLite: the writer's statements, timed one by one; the rest of the wall time, less
+        # the model's, is Python.
+        **({} if sql is None else {
+            "commit_us": sql.seconds["commit"] / turns * 1e6,
+            "begin_us": sql.seconds["begin"] / turns * 1e6,
+            "sql_us": sql.seconds["sql"] / turns * 1e6,
+            "python_us": (wall - model_s - found.read_s - sum(sql.seconds.values()))
+            / turns * 1e6,
+        }),
     }
 
 
@@ -770,6 +817,7 @@ class ThreadProfiles:
 
     def __init__(self) -> None:
         self.profiles: list[cProfile.Profile] = []
+        self.layers: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def _start_in_thread(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -801,12 +849,50 @@ class ThreadProfiles:
         stats.sort_stats("cumulative").print_stats(top)
         rows: list[dict[str, Any]] = []
         raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+        self.layers = by_layer(raw)
         for (filename, line, name), (_, calls, tottime, cumtime, _) in sorted(
             raw.items(), key=lambda item: item[1][2], reverse=True
         )[:top]:
             rows.append({"function": f"{_short(filename)}:{line}({name})", "calls": calls,
                          "tottime_s": round(tottime, 4), "cumtime_s": round(cumtime, 4)})
         return text.getvalue(), rows
+
+
+WAITING = "waiting (idle threads, the loop's poll)"
+
+
+def layer_of(filename: str, name: str) -> str:
+    """Which part of the process a profiled function belongs to: a module of tidings, the
+    database driver, asyncio, JSON, the waits of idle threads, or the rest."""
+    if filename == "~":  # a built-in: named by what it is a method of
+        if "sqlite3." in name:
+            return "SQLite (its C calls: statements, commits)"
+        if "psycopg" in name:
+            return "psycopg (its C calls)"
+        if any(wait in name for wait in ("acquire", "SimpleQueue", "select", "poll", "recv",
+                                         "send")):
+            return WAITING
+        return "built-ins (len, dict, isinstance, ...)"
+    if name.startswith("wait") or filename.endswith(("/threading.py", "/queue.py",
+                                                      "/selectors.py", "/_acompat.py")):
+        return WAITING  # a driver's or a thread's wait: its own time is mostly blocking
+    if "/tidings/" in filename and "/bench/" not in filename:
+        module = filename.split("/tidings/", 1)[1]
+        return "tidings/" + module.split("/", 1)[0].removesuffix(".py")
+    for part, label in (("/psycopg", "psycopg (Python)"), ("/asyncio/", "asyncio"),
+                        ("/json/", "json"), ("/bench/", "the bench's own timing")):
+        if part in filename:
+            return label
+    return "other (stdlib, packages)"
+
+
+def by_layer(raw: dict[Any, Any]) -> dict[str, float]:
+    """Own time (cProfile's tottime) per layer, seconds, largest first."""
+    layers: dict[str, float] = {}
+    for (filename, _, name), (_, _, tottime, _, _) in raw.items():
+        key = layer_of(filename, name)
+        layers[key] = layers.get(key, 0.0) + tottime
+    return dict(sorted(layers.items(), key=lambda item: item[1], reverse=True))
 
 
 def _short(filename: str) -> str:
@@ -838,8 +924,18 @@ async def profiled(backend: Backend, url: str, plan: Plan) -> dict[str, Any]:
     err.print(f"[bold]cProfile of {plan.profile_turns} serial turns on {backend.name} "
               f"(every thread; tottime and cumulative)[/bold]")
     err.print(text, markup=False, highlight=False)
+    busy = sum(s for name, s in profiles.layers.items() if name != WAITING) or 1.0
+    layers = {name: {"us_per_turn": round(s / plan.profile_turns * 1e6, 1),
+                     "share_of_busy": round(s / busy, 3) if name != WAITING else None}
+              for name, s in profiles.layers.items()}
+    err.print("[bold]own time by layer, µs per turn under cProfile (which inflates Python "
+              "more than C), and share of the busy time[/bold]")
+    for name, figures in layers.items():
+        share = figures["share_of_busy"]
+        err.print(f"  {name:<44} {figures['us_per_turn']:>9,.1f}"
+                  + (f"  {share:6.1%}" if share is not None else ""), markup=False)
     return {"turns": plan.profile_turns, "wall_us_per_turn": wall / plan.profile_turns * 1e6,
-            "top_tottime": rows}
+            "top_tottime": rows, "by_layer": layers}
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -1042,6 +1138,10 @@ def print_table(figures: dict[str, Any], summary: dict[str, Any]) -> None:
                                 ("SQL statements per turn", "statements_per_turn", 1),
                                 ("model call", "model_us", 0),
                                 ("between units (tasks, wake-ups, prompt)", "between_us", 0),
+                                ("the commits (SQLite, timed)", "commit_us", 0),
+                                ("BEGIN, savepoints (SQLite, timed)", "begin_us", 0),
+                                ("other statements (SQLite, timed)", "sql_us", 0),
+                                ("the rest: Python (SQLite)", "python_us", 0),
                                 ("turn wall", "wall_us", 0)):
         cells = [label]
         for key in ("sqlite", "pg"):
