@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from tidings.errors import (
     ConnectionLostError,
@@ -76,6 +77,19 @@ def transient(exc: BaseException) -> bool:
     sqlstate = getattr(exc, "sqlstate", None) or ""
     lost = isinstance(exc, psycopg.OperationalError) and (not sqlstate or sqlstate[:2] == "08")
     return lost or sqlstate in TRANSIENT or sqlstate in ("57P01",)
+
+
+_TUPLES = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE, pq.ExecStatus.TUPLES_CHUNK)
+
+
+def fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
+    """The rows of the cursor's result; none for a statement that returns no rows. Decided
+    from the result's status, as ``cursor.description`` decides it, without building the
+    description's column objects (about 20 µs for a row of 30 columns, at every statement)."""
+    result = cursor.pgresult
+    if result is None or not (result.nfields or result.status in _TUPLES):
+        return []
+    return cursor.fetchall()
 
 
 _DML = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -172,8 +186,7 @@ class PostgresTx(Tx):
             self._later = []
             cursor, checks = self._batch.send(statement, params, binary=self._binary)
             _check(checks)  # only this unit's: a unit's own checks are made before it ends
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return rows, cursor.rowcount
+        return fetch(cursor), cursor.rowcount
 
     def run_later(
         self,

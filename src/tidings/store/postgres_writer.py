@@ -54,6 +54,7 @@ from tidings.store.postgres_tx import (
     Batch,
     PostgresTx,
     classify,
+    fetch,
     transient,
 )
 
@@ -70,10 +71,6 @@ def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
     """Whether ``exc`` says the connection is gone (rather than the server refusing)."""
     sqlstate = getattr(exc, "sqlstate", None) or ""
     return conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P"
-
-
-def _fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
-    return cursor.fetchall() if cursor.description is not None else []
 
 
 def _rollback(conn: psycopg.Connection[Row]) -> None:
@@ -182,7 +179,7 @@ class GroupWriter:
             try:
                 lone = pending[0]
                 if len(pending) == 1 and lone.statement is not None:
-                    lone.result = _fetch(conn.execute(lone.statement, lone.params))
+                    lone.result = fetch(conn.execute(lone.statement, lone.params))
                     return conn
                 if carefully:
                     failed = self._attempt(conn, pending)
