@@ -326,8 +326,9 @@ class Coordinator:
                 raise
         except SlotLostError as exc:
             if self._closing or entry.released:
-                # Stopped or shut down while the turn's own end was committing: the end
-                # stands, and the attempt to end the run again found the slot given back.
+                # Stopped or shut down while the turn's own end was still committing (cancelled
+                # before it landed): the end stands, and the attempt to end the run again found
+                # the slot given back.
                 log.debug("turn %s of %s: already ended when %s reached it",
                           begin.plan.run_id, conversation_id, entry.stop_reason or "shutdown")
             else:
@@ -356,7 +357,9 @@ class Coordinator:
     @staticmethod
     def _interrupt(entry: _Entry, reason: str) -> None:
         entry.stop_reason = reason
-        if entry.turn is not None and entry.turn_started:
+        # A turn whose end has committed is over: cancelling it now would only make it try to
+        # end a run that has ended, and lose the outcome its driver is about to read.
+        if entry.turn is not None and entry.turn_started and not entry.released:
             entry.turn.cancel()
 
     def _retry_at(self, conversation_id: str, deadline_us: int) -> None:

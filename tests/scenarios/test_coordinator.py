@@ -700,7 +700,7 @@ async def test_c6_a_stop_committed_with_the_answer_leaves_the_run_completed_and_
     """A person's stop and the turn's answer commit together (the stop's unit first): the stop
     reaches a turn whose end has committed. The answer stands, the slot is free, and the log
     does not report a lost slot that nobody lost."""
-    caplog.set_level("DEBUG", logger="tidings.coordinator")
+    caplog.set_level("WARNING", logger="tidings")
     model = Stalling(ScriptedModel(default={"text": "the answer"}), when=lambda _: True)
     rt = await runtimes(models=[model], config=FAST)
     conv = await new_conversation(rt)
@@ -718,11 +718,9 @@ async def test_c6_a_stop_committed_with_the_answer_leaves_the_run_completed_and_
     await settle(rt, conv)
 
     runs = await rt.runs(conv)
-    reached_it = [r for r in caplog.records if r.name == "tidings.coordinator"
-                  and runs[0].run_id in r.getMessage()]  # the stop's late attempt, logged
-    if stopped != [runs[0].run_id] or not reached_it:
-        pytest.fail(f"precondition: the stop should reach the turn after its end committed "
-                    f"(stopped {stopped}, log {[r.getMessage() for r in caplog.records]})")
+    if stopped != [runs[0].run_id]:  # the stop's unit found the run still running
+        pytest.fail(f"precondition: the stop's unit should commit before the turn's end "
+                    f"(stopped {stopped})")
     slot = await rt.store.read(lambda tx: tx.one("get_conversation", conversation_id=conv))
     assert slot is not None
     assert [(r.status, r.failure_code) for r in runs] == [(RunStatus.COMPLETED, None)]
