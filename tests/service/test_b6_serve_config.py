@@ -127,6 +127,11 @@ def test_b6_serve_refuses_a_malformed_config_in_one_line(tmp_path: Path) -> None
                       'api_key_env = "B6_UNSET_KEY"\n', "utf-8")
     result = run_cli("serve", "--config", str(config), "--port", str(free_port()))
     assert_one_line_error(result, "B6_UNSET_KEY (the API key of model 'gpt') is not set")
+    config.write_text('[models.gpt]\nprovider = "openai"\nmodel = "x"\n\n'
+                      'api_key = "sk-b6-inline"\n', "utf-8")
+    result = run_cli("serve", "--config", str(config), "--port", str(free_port()))
+    assert_one_line_error(result, f"{config}:5: models.gpt.api_key: a literal API key")
+    assert "sk-b6-inline" not in result.stdout + result.stderr
 
 
 async def test_b6_b4_a_config_files_mcp_server_runs_and_its_tools_are_offered(

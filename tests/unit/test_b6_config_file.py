@@ -202,15 +202,25 @@ def test_b6_a_tools_list_under_a_table_is_an_unknown_key_of_that_table(tmp_path:
     assert (error.line, error.key) == (3, "serve.tools")
 
 
-def test_b6_a_literal_api_key_is_refused_and_says_why(tmp_path: Path) -> None:
+def test_b6_a_literal_api_key_is_refused_at_its_own_line_and_says_why(tmp_path: Path) -> None:
     path = write(tmp_path, '[models.fast]\nprovider = "openai"\nmodel = "gpt"\n'
                            'api_key = "sk-secret"\n')
     error = refused(path)
-    assert error.key == "models.fast"
-    assert error.line == 1
+    assert (error.line, error.key) == (4, "models.fast.api_key")
+    assert str(error).startswith(f"{path}:4: models.fast.api_key: a literal API key")
     assert "literal API key is not allowed" in str(error)
     assert "api_key_env" in str(error)
     assert "sk-secret" not in str(error)
+
+
+def test_b6_a_literal_api_key_written_as_a_dotted_key_is_refused_at_its_line(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, '[models]\nfast.provider = "anthropic"\nfast.model = "claude"\n'
+                           '\nfast.api_key = "sk-ant-secret"\n')
+    error = refused(path)
+    assert (error.line, error.key) == (5, "models.fast.api_key")
+    assert "sk-ant-secret" not in str(error)
 
 
 def test_b6_a_key_pasted_into_api_key_env_is_refused(tmp_path: Path) -> None:

@@ -96,17 +96,19 @@ class ModelTable(_Table):
     default: dict[str, Any] | None = None
     """Scripted: the reply when no rule matches (default: echo the input)."""
 
+    api_key: None = Field(default=None, exclude=True)
+    """Never allowed: declared only so that a literal key is refused at its own key and line
+    (a check over the whole table would point at the table's header)."""
+
     _env = field_validator("api_key_env")(env_name)
 
-    @model_validator(mode="before")
+    @field_validator("api_key", mode="before")
     @classmethod
-    def _no_literal_key(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError(
-                "a literal API key is not allowed in the config file: put it in an environment "
-                "variable and name that variable with api_key_env"
-            )
-        return data
+    def _no_literal_key(cls, value: object) -> None:
+        raise ValueError(
+            "a literal API key is not allowed in the config file: put it in an environment "
+            "variable and name that variable with api_key_env"
+        )
 
     @model_validator(mode="after")
     def _fits_provider(self) -> ModelTable:
