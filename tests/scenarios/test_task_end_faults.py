@@ -27,8 +27,9 @@ from tidings.models.scripted import Rule, ScriptedModel
 from tidings.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.store import Store, Tx
-from tidings.tasks.notify import NOTIFICATION_KIND
-from tidings.types import Profile
+from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
+from tidings.tasks.service import TaskEnd
+from tidings.types import ConversationId, Profile
 
 WAIT_S = 30.0  # a bound on waiting for something the test arranged; never asserted on
 
@@ -150,3 +151,43 @@ async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits
     assert "task done" in notices[0].content
     assert [m.content for m in transcript if m.role == "assistant"].count("The task ended.") == 1
     assert count_rows(backend.url, "result_envelopes", f"task_key = '{task.task_key}'") == 1
+    # One end, counted once: a retry that found its own earlier commit landed counts it.
+    assert _ended_total(rt) == 1
+
+
+def _ended_total(rt: Runtime) -> float:
+    return sum(rt.metrics.counter_value("tidings_tasks_ended_total", {"state": s.value})
+               for s in TaskState if s.terminal)
+
+
+async def test_t2_record_end_of_an_ended_task_answers_not_recorded_and_counts_once(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    """A second end of a task already terminal -- a duplicate report, an end that lost to a
+    reconcile -- leaves the first end standing, says that it recorded nothing, and is not
+    counted as another end."""
+    flag = tmp_path / "end.flag"
+    flag.touch()
+    rt = await runtimes(models=[_model(flag)], master_key=MasterKey.generate())
+    cid = (await rt.create_conversation("alice", Profile(model="scripted", tools=("shell",)))
+           ).conversation_id
+    await rt.post(cid, "please start the task")
+    await rt.settle(cid)
+    [task] = await rt.task_list(cid)
+    deadline = time.monotonic() + WAIT_S
+    while await _task_state(rt, cid, task.task_key) == "running":
+        assert time.monotonic() < deadline
+        await rt.tasks.wait_journalled([task.task_key], 0.05)
+    await rt.settle(cid)
+    ended = await rt.task(cid, task.task_key)
+    assert ended.state is TaskState.EXITED
+    assert _ended_total(rt) == 1
+
+    again = await rt.tasks.record_end(
+        ConversationId(cid), task.task_key, TaskEnd(TaskState.KILLED, signal="SIGKILL"))
+
+    assert again is False
+    assert _ended_total(rt) == 1
+    assert rt.metrics.counter_value("tidings_tasks_ended_total", {"state": "killed"}) == 0
+    after = await rt.task(cid, task.task_key)
+    assert (after.state, after.event_id) == (TaskState.EXITED, ended.event_id)

@@ -315,18 +315,25 @@ class BackgroundTasks:
     ) -> bool:
         """Record how a task ended -- its output sealed as a result envelope (R1), its terminal
         state with its event id (T2), and its notification when due, with the woken turn's
-        start -- in one unit, tried again after store faults. Whether this call recorded it
-        (a task already terminal is left as it is: the first end stands)."""
+        start -- in one unit, tried again after store faults. Whether this call recorded it:
+        a task already terminal is left as it is (the first end stands) and answers False,
+        unless that end is this call's own, from an attempt whose commit outcome was unknown
+        but which did land. Only an end this call recorded is counted."""
         results = self._results()
         output, dropped = capture.envelope(end.stdout, end.stderr, self.output_limit_bytes())
         excerpt, excerpt_truncated = capture.excerpt(end.stdout, end.stderr, EXCERPT_LIMIT_BYTES)
+        attempted: set[str] = set()
+        """The event ids this call's attempts gave the end: one found stored is its own."""
 
         def record(cx: ConversationTx) -> bool:
             task = journal.get(cx, task_key)
-            if task is None or task.state.terminal:
-                # Recorded already (a retry after a commit that did land, or lost meanwhile by
-                # a reconcile): the first terminal state stands, nothing is sealed twice.
+            if task is None:
                 return False
+            if task.state.terminal:
+                # Recorded already -- by an attempt of this call whose commit did land, or by
+                # someone else (a reconcile that lost it, a second report): the first terminal
+                # state stands, nothing is sealed twice.
+                return task.event_id in attempted
             ref = None if results is None else results.seal(
                 cx.tx, conversation_id, output, task_key=task_key, run_id=task.run_id,
                 dropped=dropped,
@@ -340,6 +347,8 @@ class BackgroundTasks:
                 stdout_bytes=end.stdout.total_bytes, stderr_bytes=end.stderr.total_bytes,
                 excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
             )
+            if after.event_id is not None:
+                attempted.add(after.event_id)
             return after.state.terminal
 
         # The end, its notification and the woken turn's start commit together.
@@ -362,7 +371,8 @@ class BackgroundTasks:
         record: Callable[[ConversationTx], bool],
     ) -> bool:
         """Commit ``record`` (idempotent), trying again after store faults with capped
-        exponential backoff until it commits. Whether it did.
+        exponential backoff until it commits. What the committed ``record`` answered (whether
+        it recorded the end); False when nothing committed.
 
         Only a refusal that would repeat, or a runtime that closes while the store stays
         down, gives up: the task then stays running in the journal and becomes ``lost`` when
@@ -372,8 +382,7 @@ class BackgroundTasks:
         left_when_closing = CLOSING_ATTEMPTS
         while True:
             try:
-                await self._start_with(conversation_id, record)
-                return True
+                return await self._start_with(conversation_id, record)
             except StoreError as exc:
                 attempt += 1
                 if self._closing.is_set():
