@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from tidings.clock import Clock, to_us
 from tidings.errors import CompactionRefusedError, TidingsError, UnknownConversationError
-from tidings.mail import queue
 from tidings.policy import fenced_json
-from tidings.slot import recover_interrupted
+from tidings.slot import recover_interrupted, start_queued
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
@@ -75,16 +74,18 @@ def take_slot(
 ) -> tuple[Conversation, list[Message]]:
     """Take the slot for a compaction and read the history it summarises.
 
-    Refused while the slot is held or an input is queued; a dead holder is recovered from
-    first. No keeper extends this lease while the model summarises, so it is four times a
-    turn's.
+    Refused while the slot is held or a queued input would start a turn; kernel mail held
+    back (a task's notice while the goal is paused, mail while a stop suppresses continuation)
+    is no queued start, and stays queued for the turn that reads it after the summary. A dead
+    holder is recovered from first. No keeper extends this lease while the model summarises,
+    so it is four times a turn's.
     """
     c = cx.conversation
     if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
         raise UnknownConversationError(cx.conversation_id)
     if not cx.slot_free():
         raise CompactionRefusedError(cx.conversation_id, "a turn is active")
-    if queue.queued_inputs(cx, 1):
+    if start_queued(cx, inputs_per_turn=config.inputs_per_turn):
         raise CompactionRefusedError(cx.conversation_id, "a start is queued")
     recover_interrupted(cx)
     deadline = cx.now_us + to_us(config.slot_ttl) * 4

@@ -219,7 +219,17 @@ def start_state(
         inputs = [input_from_row(r) for r in rows]
     if slot_free and int(row.get("signal_backlog") or 0) > 0:
         ready = ready_signals(tx, c.conversation_id, now_us, max_attempts=max_attempts)
-    return inputs, StartState(
+    return inputs, _state(
+        c, inputs, slot_free=slot_free, ready_signals=ready,
+        notifications=slot_free and bool(row.get("unconsumed_notifications")),
+    )
+
+
+def _state(
+    c: Conversation, inputs: list[Input], *, slot_free: bool, ready_signals: bool,
+    notifications: bool,
+) -> StartState:
+    return StartState(
         status=c.status,
         goal_status=c.goal_status,
         suppressed=c.suppressed,
@@ -230,9 +240,23 @@ def start_state(
         # A task's notification is read by whichever turn starts next; on its own it wakes the
         # conversation as a notification does (L3, L4), not as a receipt's mail turn.
         kernel_inputs=any(i.origin.is_kernel and not is_notice(i) for i in inputs),
-        ready_signals=ready,
-        notifications=slot_free and bool(row.get("unconsumed_notifications")),
+        ready_signals=ready_signals,
+        notifications=notifications,
     )
+
+
+def start_queued(cx: ConversationTx, *, inputs_per_turn: int) -> bool:
+    """Whether a queued input would start a turn now, as the slot-taking unit would decide it
+    (C7's "a start is queued"). A person's or an agent's input would; kernel mail held back --
+    by a stop's suppression, a person's awaited word, a paused or blocked goal (a task's
+    notice), or because only continuation-started work's notices wait (L3) -- would not:
+    nothing starts for it until that changes, so it is no queued start."""
+    inputs = queue.queued_inputs(cx, inputs_per_turn)
+    if not inputs:
+        return False
+    state = _state(cx.conversation, inputs, slot_free=True, ready_signals=False,
+                   notifications=any(is_notice(i) for i in inputs))
+    return decide(cx.tx, cx.conversation_id, state, frozenset()).trigger is not None
 
 
 def decide(
@@ -379,6 +403,7 @@ __all__ = (
     "keep_interval_s",
     "ready_signals",
     "recover_interrupted",
+    "start_queued",
     "start_state",
     "would_start",
 )
