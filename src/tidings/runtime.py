@@ -130,6 +130,7 @@ class Runtime(BackgroundViews):
             tasks=self.tasks, children=self.relay, approvals=self.approvals,
             on_child_reply=self.relay.kick if config.relay_kick else None,
             metrics=self.metrics, door=self.door, tracing=self.tracing, feed=self.feed,
+            results=self.keyring.known,
         )
         self.coordinator = Coordinator(
             store, self.outbox, self.runner, self.clock, config.coordinator,

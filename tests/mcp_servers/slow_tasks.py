@@ -1,12 +1,14 @@
-"""A kettle MCP server that runs its tool as a task: it answers a task-augmented call at once,
-and the task ends later -- when the test says so. Run as a stdio subprocess.
+"""A kettle MCP server that runs its tool as a task, on the tasks extension's wire (2026-07-28,
+``io.modelcontextprotocol/tasks``): a client that declares the extension has every call of
+``brew`` answered at once with a flat ``CreateTaskResult``; the task ends later -- when the
+test says so. Run as a stdio subprocess.
 
-Its tool ``brew(what)`` answers a plain call at once. Called as a task, it creates a task and
-returns it; the task stays ``working`` until a marker file appears in the state directory
-(``SLOW_TASKS_DIR``):
+Its tool ``brew(what)`` answers a client without the extension at once. As a task, it stays
+``working`` until a marker file appears in the state directory (``SLOW_TASKS_DIR``):
 
-- ``<what>.done``: the task completes, its result ``brewed <what>``;
-- ``<what>.fail``: the task fails, its result an error (``the kettle broke``);
+- ``<what>.done``: the task completes; ``tasks/get`` returns its result inline (``brewed
+  <what>``);
+- ``<what>.fail``: the task fails; ``tasks/get`` returns its error (``the kettle broke``);
 - ``<what>.forget``: the server forgets the task (it answers that the task id is unknown).
 
 The tasks live in ``tasks.json`` in that directory, so a new server process (the runtime was
@@ -14,7 +16,7 @@ restarted) knows the tasks an earlier one created. Every ``tasks/*`` request is 
 ``requests.log`` (``<pid> <method> <task id>``); ``tasks/cancel`` cancels the task. The poll
 interval it suggests is ``SLOW_TASKS_POLL_MS`` (50 ms unless set).
 While the connection that created a task is open, the server also sends
-``notifications/tasks/status`` when the task ends.
+``notifications/tasks`` when the task ends.
 """
 
 from __future__ import annotations
@@ -39,11 +41,7 @@ from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
     CancelTaskRequestParams,
-    GetTaskPayloadRequestParams,
     GetTaskRequestParams,
-    Task,
-    TaskStatusNotification,
-    TaskStatusNotificationParams,
     TextContent,
 )
 
@@ -96,40 +94,57 @@ def _known(tasks: dict[str, dict[str, Any]], task_id: str) -> dict[str, Any]:
     return task
 
 
-def _wire(task_id: str, task: dict[str, Any]) -> Task:
-    return Task(task_id=task_id, status=task["status"], status_message=task.get("message"),
-                created_at=task["created"], last_updated_at=task["updated"],
-                ttl=task["ttl"], poll_interval=POLL_MS)
+def _wire(task_id: str, task: dict[str, Any]) -> dict[str, Any]:
+    """The task, flat, as the extension's wire has it (with its outcome once it ended)."""
+    wire: dict[str, Any] = {
+        "taskId": task_id, "status": task["status"], "createdAt": task["created"],
+        "lastUpdatedAt": task["updated"], "ttlMs": task["ttl"], "pollIntervalMs": POLL_MS}
+    if task.get("message"):
+        wire["statusMessage"] = task["message"]
+    if task["status"] == "completed":
+        brewed = f"brewed {task['what']}"
+        wire["result"] = CallToolResult(content=[TextContent(text=brewed)],
+                                        structured_content={"result": brewed},
+                                        ).model_dump(by_alias=True, mode="json",
+                                                     exclude_none=True)
+    if task["status"] == "failed":
+        wire["error"] = {"code": -32603, "message": "the kettle broke"}
+    return wire
 
 
-def _dump(model: Task) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+def _opted_in(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared the tasks extension for this request."""
+    meta: dict[str, Any] = dict(ctx.meta or {})
+    capabilities: dict[str, Any] = meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+    return EXTENSION in (capabilities.get("extensions") or {})
+
+
+EXTENSION = "io.modelcontextprotocol/tasks"
 
 
 class KettleTasks(Extension):
-    """The tasks extension: task-augmented ``tools/call`` and the ``tasks/*`` methods."""
+    """The tasks extension: ``tools/call`` answered with a task, and the ``tasks/*`` methods."""
 
-    identifier = "io.modelcontextprotocol/tasks"
+    identifier = EXTENSION
 
     async def intercept_tool_call(self, params: CallToolRequestParams,
                                   ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
-        if params.task is None:
+        if not _opted_in(ctx):
             return await call_next(ctx)
         task_id = uuid.uuid4().hex
         what = str((params.arguments or {}).get("what", ""))
         with _tasks() as tasks:
             tasks[task_id] = {"what": what, "status": "working", "created": _now(),
-                              "updated": _now(), "ttl": params.task.ttl or 3_600_000}
+                              "updated": _now(), "ttl": 3_600_000}
             created = _wire(task_id, tasks[task_id])
         _log("tools/call", task_id)
         asyncio.get_running_loop().create_task(_tell_when_ended(ctx, task_id))
-        return {"resultType": "task", "task": _dump(created)}
+        return {"resultType": "task", **created}
 
     def methods(self) -> Sequence[MethodBinding]:
         return [
             MethodBinding("tasks/get", GetTaskRequestParams, _get),
-            MethodBinding("tasks/result", GetTaskPayloadRequestParams, _result),
             MethodBinding("tasks/cancel", CancelTaskRequestParams, _cancel),
         ]
 
@@ -137,19 +152,7 @@ class KettleTasks(Extension):
 async def _get(ctx: ServerRequestContext[Any, Any], params: GetTaskRequestParams) -> Any:
     _log("tasks/get", params.task_id)
     with _tasks() as tasks:
-        return _dump(_wire(params.task_id, _known(tasks, params.task_id)))
-
-
-async def _result(ctx: ServerRequestContext[Any, Any],
-                  params: GetTaskPayloadRequestParams) -> Any:
-    _log("tasks/result", params.task_id)
-    with _tasks() as tasks:
-        task = _known(tasks, params.task_id)
-    if task["status"] == "completed":
-        return CallToolResult(content=[TextContent(text=f"brewed {task['what']}")])
-    if task["status"] == "failed":
-        return CallToolResult(content=[TextContent(text="the kettle broke")], is_error=True)
-    raise MCPError(code=INVALID_PARAMS, message=f"task {params.task_id} has not ended")
+        return {"resultType": "complete", **_wire(params.task_id, _known(tasks, params.task_id))}
 
 
 async def _cancel(ctx: ServerRequestContext[Any, Any], params: CancelTaskRequestParams) -> Any:
@@ -158,11 +161,11 @@ async def _cancel(ctx: ServerRequestContext[Any, Any], params: CancelTaskRequest
         task = _known(tasks, params.task_id)
         if task["status"] == "working":
             task.update(status="cancelled", message="cancelled on request", updated=_now())
-        return _dump(_wire(params.task_id, task))
+        return {"resultType": "complete"}
 
 
 async def _tell_when_ended(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
-    """While this connection lasts: ``notifications/tasks/status`` once the task ended."""
+    """While this connection lasts: ``notifications/tasks`` once the task ended."""
     while True:
         await asyncio.sleep(0.02)
         with _tasks() as tasks:
@@ -173,10 +176,9 @@ async def _tell_when_ended(ctx: ServerRequestContext[Any, Any], task_id: str) ->
             if task["status"] == "working":
                 continue
             params = _wire(task_id, task)
-        status = TaskStatusNotification(params=TaskStatusNotificationParams(**params.model_dump()))
         with contextlib.suppress(Exception):
-            # The SDK types the spec's own notifications; it sends an extension's as well.
-            await ctx.session.send_notification(status)  # type: ignore[arg-type]
+            # The SDK types the spec's own notifications; an extension's goes out raw.
+            await ctx.session._connection.outbound.notify("notifications/tasks", params)
         return
 
 

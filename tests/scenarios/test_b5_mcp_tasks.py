@@ -111,7 +111,7 @@ async def test_b5_the_end_is_a_task_notice_once_after_the_result(
     assert [(r.trigger, r.status) for r in runs] == [
         (StartKind.PERSON, RunStatus.COMPLETED), (StartKind.WAKE, RunStatus.COMPLETED)]
     asked = [m for _, m, t in kettle_requests(tmp_path) if t == task.mcp_task_id]
-    assert "tasks/result" in asked
+    assert "tasks/get" in asked  # the result came inline
 
     # Nothing more is told, however long the runtime runs on.
     await rt.settle(conv)
@@ -144,14 +144,26 @@ async def test_b5_the_profile_marks_a_tool_as_background(
     assert note.meta["task_key"] == task.task_key
 
 
-async def test_b5_a_call_in_the_foreground_is_an_ordinary_call(
+async def test_b13_a_call_in_the_foreground_the_server_runs_as_a_task_is_followed_within_it(
     runtimes: RuntimeFactory, tmp_path: Path,
 ) -> None:
+    # On the extension's wire the server decides: it runs the call as a task. A call in the
+    # foreground is followed to its end within the call, and its result is the call's.
     rt = await kettle_runtime(runtimes, tmp_path, {"what": "tea"})
+
+    async def ready_soon() -> None:
+        await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
+                         lambda asked: any(m == "tools/call" for _, m, _ in asked),
+                         what="the call", within_s=WAIT)
+        (tmp_path / "tea.done").touch()
+
+    ready = asyncio.ensure_future(ready_soon())
     conv, result = await brewing(rt)
-    assert result.content == "brewed tea at once"
+    await ready
+    assert result.content == "brewed tea"
     assert "task_key" not in result.meta
     assert await rt.tasks.list(conv) == []
+    assert "tasks/get" in [m for _, m, _ in kettle_requests(tmp_path)]
 
 
 async def test_b5_a_profile_cannot_mark_a_tool_it_does_not_offer(

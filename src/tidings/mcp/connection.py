@@ -22,16 +22,24 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, TypeVar
 
+import httpx2
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
-from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    Implementation,
+)
 from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
@@ -56,6 +64,21 @@ log = logging.getLogger("tidings.mcp")
 
 _LIST_PAGES = 100  # a server whose listing never ends cannot hold the start forever
 _TASK_ID_LIMIT = 256
+RESULT_BOUND = 2 * 1024 * 1024
+"""The largest result (UTF-8 text) that arrives whole: a result envelope's bound."""
+SSE_EVENT_LIMIT = 8 * RESULT_BOUND
+"""What one server-sent event may carry: a result of ``RESULT_BOUND`` bytes of text as JSON,
+escaped (``\\uXXXX`` for every character at worst is six bytes), with room to spare. The SDK's
+own default (1 MiB) dropped the whole connection for a larger result."""
+
+
+def client_info() -> Implementation:
+    """How tidings introduces itself to a server: ``tidings`` and its version."""
+    try:
+        own = version("tidings")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        own = "0"
+    return Implementation(name="tidings", version=own)
 BACKGROUND = {
     "type": "boolean",
     "description": ("Run it as a background task on its server: returns a task_key at once, "
@@ -85,9 +108,15 @@ class MCPConnection(Loop):
         self._reason = "not connected yet"
         self._tried = asyncio.Event()
         self._up = asyncio.Event()
+        self._refused: int | None = None
+        """The HTTP status (401, 403) the server refused tidings with, while it does."""
         self.tasks: MCPTasks | None = None
         """Follows the tasks this server runs for background calls (set by the runtime)."""
+        self.wire: wire.Wire | None = None
+        """How the connected server runs tools as tasks, if it does."""
         self._task_support: dict[str, str] = {}
+        self.skipped: dict[str, str] = {}
+        """Tools the server listed that are not offered, and why."""
         self.connections = 0
         """How many times this connection was made (1 after the first, +1 each reconnect)."""
         self._set_up(False)
@@ -106,12 +135,14 @@ class MCPConnection(Loop):
         failures = 0
         while True:
             lost = self._lost = asyncio.Event()
+            refused_before = self._refused
             try:
                 async with self._connect(lost) as client:
                     async with asyncio.timeout(self.server.connect_timeout.total_seconds()):
-                        tools = await _list_tools(client)
-                    self._register(tools, wire.runs_tasks(client))
-                    self._client, failures = client, 0
+                        tools, malformed = await _list_tools(client)
+                    self.wire = wire.wire_of(client)
+                    offered = self._register(tools, malformed)
+                    self._client, failures, self._refused = client, 0, None
                     self.connections += 1
                     self._set_up(True)
                     self._up.set()
@@ -119,8 +150,10 @@ class MCPConnection(Loop):
                         self._metrics.count(RECONNECTS, "MCP server connections made again "
                                             "after one broke, by server.",
                                             labels={"server": self.server.name})
-                    log.info("MCP server %s connected (%s): %d tools", self.server.name,
-                             self.server.transport, len(tools))
+                    log.info("MCP server %s connected (%s%s): %d tools%s", self.server.name,
+                             self.server.transport,
+                             f", {self.wire} tasks" if self.wire else "", offered,
+                             f", {len(self.skipped)} skipped" if self.skipped else "")
                     self._tried.set()
                     await self._reports.connected(self.connections)
                     await lost.wait()
@@ -134,6 +167,15 @@ class MCPConnection(Loop):
                 self._set_up(False)
             self._tried.set()
             failures += 1
+            if self._refused is not None:
+                # Refused: said once, with what to do; asked again only at the cap, quietly.
+                if refused_before != self._refused:
+                    self._reason = _refusal(self._refused)
+                    log.error("MCP server %s refused tidings: %s", self.server.name,
+                              self._reason)
+                    await self._reports.refused(self._refused, self._reason)
+                await asyncio.sleep(self.server.reconnect_cap.total_seconds())
+                continue
             delay = backoff(failures, self._rng, base=self.server.reconnect_base,
                             cap=self.server.reconnect_cap)
             log.warning("MCP server %s %s: %s; connecting again in %.2f s", self.server.name,
@@ -147,7 +189,8 @@ class MCPConnection(Loop):
 
     @contextlib.asynccontextmanager
     async def _connect(self, lost: asyncio.Event) -> AsyncIterator[Client]:
-        client = Client(_watched(self.server, lost, self._lose), cache=None,
+        client = Client(_watched(self.server, self._lose, self._refuse), cache=None,
+                        client_info=client_info(),
                         read_timeout_seconds=self.server.timeout.total_seconds(),
                         extensions=[wire.TasksExtension(self._status, self.server.task_poll)])
         async with contextlib.AsyncExitStack() as stack:
@@ -160,22 +203,35 @@ class MCPConnection(Loop):
             self._reason = reason
             self._lost.set()
 
+    def _refuse(self, status: int) -> None:
+        self._refused = status
+        self._lose(_refusal(status))
+
     def _set_up(self, up: bool) -> None:
         self._metrics.set_gauge(UP, "1 while the MCP server is connected, by server.",
                                 1.0 if up else 0.0, {"server": self.server.name})
 
     # -- the tools ----------------------------------------------------------------------------
 
-    def _register(self, tools: list[MCPTool], tasks: bool) -> None:
+    def _register(self, tools: list[MCPTool], malformed: dict[str, str]) -> int:
+        """Register the server's tools; how many it offers. A tool that cannot be offered (a
+        malformed listing, a name tidings cannot offer, one that only runs as a task on a
+        server that runs none) is skipped with a warning: never the whole server."""
+        skipped = dict(malformed)
+        offered = 0
         for tool in tools:
-            self._task_support[tool.name] = wire.task_support(tool) if tasks else "forbidden"
+            support = wire.task_support(tool, self.wire)
+            if support == "required" and self.wire is None:
+                skipped[tool.name] = "it only runs as a task, and the server runs no tasks"
+                continue
+            self._task_support[tool.name] = support
             full = f"{self.server.name}.{tool.name}"
             if full in self._registry:
+                offered += 1
                 continue  # registered at an earlier connection (or a host's own tool wins)
             parameters = dict(tool.input_schema)
             properties = parameters.get("properties")
-            offers = (self._task_support[tool.name] != "forbidden"
-                      and "background" not in (properties or {}))
+            offers = support == "optional" and "background" not in (properties or {})
             if offers:
                 parameters["properties"] = {**(properties or {}), "background": BACKGROUND}
             try:
@@ -185,36 +241,63 @@ class MCPConnection(Loop):
                     read_only=bool(tool.annotations and tool.annotations.read_only_hint),
                 ))
             except Exception as exc:  # a name tidings cannot offer is skipped
+                skipped[tool.name] = str(exc)
+                continue
+            offered += 1
+        for name, why in skipped.items():
+            if self.skipped.get(name) != why:
                 log.warning("MCP server %s: tool %r is not offered: %s", self.server.name,
-                            tool.name, exc)
+                            name, why)
+        self.skipped = skipped
+        self._reports.skipped = dict(skipped)
+        return offered
+
+    def task_support(self, tool: str) -> str:
+        """``forbidden``, ``optional`` or ``required``: how ``tool`` runs as a task here."""
+        if self._client is None:
+            return "forbidden"
+        return self._task_support.get(tool, "forbidden")
 
     def runs_as_task(self, tool: str) -> bool:
         """Whether a call of ``tool`` can be made as a task (the server runs tools as tasks,
         and does not list this one as forbidden to)."""
-        return self._client is not None and self._task_support.get(tool, "forbidden") != (
-            "forbidden")
+        return self.task_support(tool) != "forbidden"
 
     async def until_up(self) -> None:
         """Return once the server is connected."""
         await self._up.wait()
 
-    def _status(self, mcp_task_id: str, status: str) -> None:
+    def _status(self, mcp_task_id: str) -> None:
         if self.tasks is not None:
             self.tasks.wake(self.server.name, mcp_task_id)
 
-    async def _exchange(self, send: Callable[[Client], Awaitable[T]], within_s: float) -> T:
+    async def _exchange(self, send: Callable[[Client], Awaitable[T]], within_s: float,
+                        alive: asyncio.Event | None = None) -> T:
         """Send one request; its answer, or an error -- :class:`ServerUnreachableError` when
         not connected or when the connection broke meanwhile (it is then tried again),
-        :class:`TimeoutError` past ``within_s`` seconds, the server's ``MCPError``, or a
-        ``ValidationError`` for an answer that is not one."""
+        :class:`TimeoutError` past ``within_s`` seconds without an answer (or, with
+        ``alive``, without a sign of life: each one starts the wait again), the server's
+        ``MCPError``, or a ``ValidationError`` for an answer that is not one."""
         client, lost = self._client, self._lost
         if client is None:
             raise ServerUnreachableError(self._reason)
         call = asyncio.ensure_future(send(client))
         broke = asyncio.ensure_future(lost.wait())
+        waits: set[asyncio.Future[Any]] = {call, broke}
         try:
-            done, _ = await asyncio.wait((call, broke), timeout=within_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                lively = None if alive is None else asyncio.ensure_future(alive.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        waits if lively is None else {*waits, lively}, timeout=within_s,
+                        return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if lively is not None:
+                        lively.cancel()
+                if alive is not None and alive.is_set() and not done & waits:
+                    alive.clear()  # a sign of life: the idle wait starts again
+                    continue
+                break
         finally:
             broke.cancel()
             if not call.done():
@@ -231,46 +314,84 @@ class MCPConnection(Loop):
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise
+            if exc.error.message.startswith("SSE stream failed"):
+                # One answer the transport would not take (too large): this call's failure,
+                # not the connection's.
+                raise
             self._lose("the connection closed")
-        except ValidationError:
-            raise
+        except (ValueError, TypeError, RuntimeError):
+            raise  # an answer this client cannot take (ValidationError too): the call's failure
         except Exception as exc:  # a transport failure: the connection is gone
             self._lose(_describe(exc))
         raise ServerUnreachableError(f"the connection broke during the call: {self._reason}")
 
     async def call(self, tool: str, arguments: Mapping[str, Any], *,
-                   conversation_id: str | None = None) -> ToolOutput:
+                   conversation_id: str | None = None, ids: ToolContext | None = None
+                   ) -> ToolOutput:
         """Call ``tool`` on the server; a broken or absent connection is a typed error.
 
         ``conversation_id``: the conversation calling, one concerned by what becomes of the
-        server from now on (its feed is told when the server dies, or is back)."""
-        output = await self._call(tool, arguments)
+        server from now on (its feed is told when the server dies, or is back, and of the
+        call's progress). A tool that only runs as a task is called as one and followed to
+        its end."""
+        conversation_id = conversation_id or (ids.conversation_id if ids else None)
+        if conversation_id is not None:
+            await self._reports.tell_skipped(conversation_id)
+        output = await self._call(tool, arguments, ids)
         if conversation_id is not None:
             self._reports.called(conversation_id,
                                  failed=output.meta.get("error") == results.UNAVAILABLE)
         return output
 
-    async def _call(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
+    async def _call(self, tool: str, arguments: Mapping[str, Any],
+                    ids: ToolContext | None) -> ToolOutput:
         timeout = self.server.timeout.total_seconds()
+        alive = asyncio.Event()
+        progress = self._reports.progress_of(ids, tool, alive)
+        as_task = self.task_support(tool) == "required" and self.wire == "core"
         try:
-            result = await self._exchange(lambda client: client.call_tool(
-                tool, dict(arguments), read_timeout_seconds=timeout), timeout)
+            if as_task:
+                result = await self._exchange(lambda client: self._task_to_the_end(
+                    client, tool, arguments, progress), timeout, alive)
+            else:
+                result = await self._exchange(lambda client: client.call_tool(
+                    tool, dict(arguments), read_timeout_seconds=timeout,
+                    progress_callback=progress), timeout, alive)
         except Exception as exc:
             return self._failure(tool, exc)
-        return results.tool_output(self.server.name, tool, result)
+        finally:
+            await progress.close()
+        return results.tool_output(self.server.name, tool, result, limit_bytes=RESULT_BOUND)
+
+    async def _task_to_the_end(self, client: Client, tool: str, arguments: Mapping[str, Any],
+                               progress: Any) -> CallToolResult:
+        assert self.wire is not None
+        timeout = self.server.timeout.total_seconds()
+        started = await wire.call_as_task(client.session, tool, arguments, wire=self.wire,
+                                          ttl=self.server.task_ttl, read_timeout_s=timeout,
+                                          progress=progress)
+        if isinstance(started, CallToolResult):
+            return started
+        return await wire.drive(client.session, started, self.wire, self.server.task_poll,
+                                read_timeout_s=timeout)
 
     async def start_task(self, tool: str, arguments: Mapping[str, Any]) -> str | ToolOutput:
         """Call ``tool`` as a task: the server's task id -- or, from a server that ran the call
         at once, its result; a refusal or a broken connection is a typed error."""
         timeout = self.server.timeout.total_seconds()
+        kind = self.wire
+        if kind is None:
+            return results.failure(results.PROTOCOL, self.server.name, tool,
+                                   "the server runs no tasks")
         try:
             answer = await self._exchange(lambda client: wire.call_as_task(
-                client, tool, arguments, ttl=self.server.task_ttl, read_timeout_s=timeout), timeout)
+                client.session, tool, arguments, wire=kind, ttl=self.server.task_ttl,
+                read_timeout_s=timeout), timeout)
         except Exception as exc:
             return self._failure(tool, exc)
         if isinstance(answer, CallToolResult):
-            return results.tool_output(self.server.name, tool, answer)
-        task_id = answer.task.task_id
+            return results.tool_output(self.server.name, tool, answer, limit_bytes=RESULT_BOUND)
+        task_id = answer.task_id
         if not 0 < len(task_id) <= _TASK_ID_LIMIT or not task_id.isprintable():
             return results.failure(results.PROTOCOL, self.server.name, tool,
                                    "the server named its task with an id tidings cannot keep")
@@ -279,24 +400,25 @@ class MCPConnection(Loop):
     async def task_status(self, mcp_task_id: str) -> RemoteStatus:
         """``tasks/get``: how the server's task goes."""
         state = await self._task_request(lambda client, timeout: wire.get_task(
-            client, mcp_task_id, read_timeout_s=timeout))
+            client.session, mcp_task_id, read_timeout_s=timeout))
         return RemoteStatus(state.status, state.status_message,
-                            wire.poll_interval(state, self.server.task_poll))
+                            wire.poll_interval(state, self.server.task_poll), state)
 
-    async def task_output(self, mcp_task_id: str, tool: str) -> ToolOutput:
-        """``tasks/result`` of an ended task, read as a call's result is; an error the server
-        answers instead is the call's typed error (the call failed)."""
+    async def task_output(self, state: wire.TaskState, tool: str) -> ToolOutput:
+        """The result of the call an ended task ran (inline, or ``tasks/result``), read as a
+        call's result is; an error the server answers instead is the call's typed error."""
+        kind = self.wire or "core"
         try:
-            result = await self._task_request(lambda client, timeout: wire.task_result(
-                client, mcp_task_id, read_timeout_s=timeout), refused_is_unknown=False)
+            result = await self._task_request(lambda client, timeout: wire.outcome(
+                client.session, state, kind, read_timeout_s=timeout), refused_is_unknown=False)
         except TaskRefusedError as exc:
             return results.failure(results.PROTOCOL, self.server.name, tool, str(exc))
-        return results.tool_output(self.server.name, tool, result)
+        return results.tool_output(self.server.name, tool, result, limit_bytes=RESULT_BOUND)
 
     async def cancel_task(self, mcp_task_id: str) -> None:
         """``tasks/cancel``: ask the server to stop its task."""
         await self._task_request(lambda client, timeout: wire.cancel_task(
-            client, mcp_task_id, read_timeout_s=timeout))
+            client.session, mcp_task_id, read_timeout_s=timeout))
 
     async def _task_request(self, send: Callable[[Client, float], Awaitable[T]], *,
                             refused_is_unknown: bool = True) -> T:
@@ -321,12 +443,19 @@ class MCPConnection(Loop):
             return results.failure(results.UNAVAILABLE, name, tool, str(exc))
         if isinstance(exc, TimeoutError):
             return results.failure(results.TIMEOUT, name, tool, str(exc))
+        if isinstance(exc, MCPError) and exc.error.message.startswith("SSE stream failed"):
+            return results.failure(
+                results.PROTOCOL, name, tool,
+                f"the server's answer was larger than the {SSE_EVENT_LIMIT // 2**20} MiB an "
+                f"answer may be, and was dropped whole ({exc.error.message})")
         if isinstance(exc, MCPError):
             return results.failure(results.PROTOCOL, name, tool, exc.error.message,
                                    code=exc.code)
         if isinstance(exc, ValidationError):
             return results.failure(results.PROTOCOL, name, tool,
                                    "the server's answer is not a valid result")
+        if isinstance(exc, RuntimeError | TypeError | ValueError):  # an answer it cannot take
+            return results.failure(results.PROTOCOL, name, tool, str(exc))
         raise exc
 
 
@@ -335,40 +464,88 @@ def _handler(connection: MCPConnection, tool: str, *, offers_background: bool) -
         arguments = dict(arguments)
         asked = bool(arguments.pop("background", False)) if offers_background else False
         tasks = connection.tasks
-        if ((asked or context.background) and tasks is not None
-                and connection.runs_as_task(tool)):
+        support = connection.task_support(tool)
+        wanted = asked or context.background or (
+            support == "required" and connection.wire == "extension")
+        if wanted and tasks is not None and support != "forbidden":
             return await tasks.start(context, connection, tool, arguments)
-        return await connection.call(tool, arguments, conversation_id=context.conversation_id)
+        return await connection.call(tool, arguments, ids=context)
     return handle
 
 
-async def _list_tools(client: Client) -> list[MCPTool]:
+async def _list_tools(client: Client) -> tuple[list[MCPTool], dict[str, str]]:
+    """The server's tools, each read on its own: one malformed tool is set apart (with why),
+    never the whole listing."""
     tools: list[MCPTool] = []
+    malformed: dict[str, str] = {}
     cursor: str | None = None
     for _ in range(_LIST_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
+        page = await _raw_list(client, cursor)
+        for raw in page.get("tools") or []:
+            try:
+                tools.append(MCPTool.model_validate(raw, by_name=False))
+            except ValidationError as exc:
+                name = raw.get("name") if isinstance(raw, Mapping) else None
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                malformed[str(name or "?")] = f"its listing is not valid: {where}: {first['msg']}"
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str):
             break
-    return tools
+    return tools, malformed
+
+
+async def _raw_list(client: Client, cursor: str | None) -> dict[str, Any]:
+    """One page of ``tools/list``, as the server sent it (the SDK's own request validates the
+    whole page as one, so one malformed tool would fail every tool)."""
+    session = client.session
+    data: dict[str, Any] = {"method": "tools/list", "params": {"cursor": cursor} if cursor else {}}
+    opts: Any = {"timeout": session._session_read_timeout_seconds}
+    session._stamp(data, opts)
+    raw: dict[str, Any] = await session._dispatcher.send_raw_request(
+        "tools/list", data.get("params"), opts)
+    return raw
 
 
 @contextlib.asynccontextmanager
-async def _watched(server: MCPServer, lost: asyncio.Event, lose: Any) -> AsyncIterator[Any]:
+async def _watched(server: MCPServer, lose: Callable[[str], None],
+                   refuse: Callable[[int], None]) -> AsyncIterator[Any]:
     """The SDK's transport for ``server``, its read side watched: the end of what the server
-    sends (a subprocess that exited, a stream that closed) marks the connection lost."""
+    sends (a subprocess that exited, a stream that closed) marks the connection lost, and an
+    HTTP server's 401 or 403 marks it refused."""
     async with contextlib.AsyncExitStack() as stack:
         if server.url is not None:
-            http = await stack.enter_async_context(
-                create_mcp_http_client(headers=dict(server.headers) or None))
-            transport: Any = streamable_http_client(server.url, http_client=http)
+            http = await stack.enter_async_context(create_mcp_http_client(
+                headers=dict(server.headers) or None, auth=_Refusals(refuse)))
+            transport: Any = streamable_http_client(server.url, http_client=http,
+                                                    max_sse_event_size=SSE_EVENT_LIMIT)
         else:
             transport = stdio_client(StdioServerParameters(
                 command=server.command[0], args=list(server.command[1:]),
                 env=dict(server.env) or None, cwd=server.cwd))
         read, write = await stack.enter_async_context(transport)
         yield _WatchedRead(read, lambda: lose("the server closed the connection")), write
+
+
+class _Refusals(httpx2.Auth):
+    """Watches an HTTP server's answers for a refusal of tidings' credentials (401, 403)."""
+
+    def __init__(self, refused: Callable[[int], None]) -> None:
+        self._refused = refused
+
+    async def async_auth_flow(self, request: httpx2.Request
+                              ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        response = yield request
+        if response.status_code in (401, 403):
+            self._refused(response.status_code)
+
+
+def _refusal(status: int) -> str:
+    if status == 401:
+        return ("HTTP 401: the server wants credentials tidings did not give or it did not "
+                "accept -- give the server's token in its headers (Authorization) and restart")
+    return ("HTTP 403: the server does not let these credentials in -- check the token's "
+            "scopes or the account's rights on the server, then restart")
 
 
 class _WatchedRead:

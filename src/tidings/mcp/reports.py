@@ -20,10 +20,13 @@ No SDK here: the turns import this module, and importing tidings stays quick.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.conversations import Conversations
 from tidings.errors import TidingsError
@@ -40,6 +43,10 @@ PROTOCOL = "mcp_error"
 
 MCP_CALL_FAILED = "mcp_call_failed"
 MCP_SERVER_STATUS = "mcp_server_status"
+MCP_TOOL_SKIPPED = "mcp_tool_skipped"
+MCP_PROGRESS = "mcp_progress"
+PROGRESS_EVERY_S = 1.0
+"""The feed hears of one call's progress at most this often (and its last word at the end)."""
 
 SERVER_FAILURES = frozenset({UNAVAILABLE, TIMEOUT})
 """The failures that say the server is not there; a refused call (``mcp_error``) is the tool's
@@ -73,6 +80,40 @@ class StatusReports:
         """Who called the server since it last connected, most recent last."""
         self._told: OrderedDict[str, None] = OrderedDict()
         """Who knows of the current outage: told ``disconnected``, or a call failed."""
+        self.skipped: dict[str, str] = {}
+        """The server's tools not offered at its last connection, and why."""
+        self._heard_skipped: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        """Who was told which tool was skipped, and why."""
+        self._refused_told: OrderedDict[str, None] = OrderedDict()
+
+    async def tell_skipped(self, conversation_id: str) -> None:
+        """Tell a conversation that calls the server, once, which of its tools it is not
+        offered and why (``mcp_tool_skipped``)."""
+        for tool, why in self.skipped.items():
+            key = (conversation_id, tool, why)
+            if key in self._heard_skipped:
+                continue
+            self._heard_skipped[key] = None
+            while len(self._heard_skipped) > REMEMBERED:
+                self._heard_skipped.popitem(last=False)
+            await self._write([conversation_id], {"server": self.server, "tool": tool,
+                                                  "reason": why}, MCP_TOOL_SKIPPED)
+
+    async def refused(self, status: int, reason: str) -> None:
+        """The server refused tidings' credentials: each conversation concerned is told once,
+        with what to do (``mcp_server_status`` ``unauthorized`` or ``forbidden``)."""
+        told = [c for c in (*self._callers, *self._told) if c not in self._refused_told]
+        for conversation_id in told:
+            _remember(self._refused_told, conversation_id)
+            _remember(self._told, conversation_id)
+        await self._write(told, {"server": self.server,
+                                 "status": "unauthorized" if status == 401 else "forbidden",
+                                 "http_status": status, "reason": reason})
+
+    def progress_of(self, ids: _CallIds | None, tool: str, alive: asyncio.Event) -> Progress:
+        """The progress callback of one call: each notification is a sign of life (``alive``)
+        and, throttled, an ``mcp_progress`` event in the calling conversation's feed."""
+        return Progress(self, ids, tool, alive)
 
     def called(self, conversation_id: str, *, failed: bool) -> None:
         """A conversation called the server; ``failed``: it was not connected (a call that
@@ -88,22 +129,79 @@ class StatusReports:
 
     async def connected(self, connections: int) -> None:
         told, self._told = list(self._told), OrderedDict()
+        self._refused_told.clear()
         await self._write(told, {"server": self.server, "status": "connected",
                                  "connections": connections})
 
-    async def _write(self, conversation_ids: list[str], data: dict[str, Any]) -> None:
+    async def _write(self, conversation_ids: list[str], data: dict[str, Any],
+                     kind: str = MCP_SERVER_STATUS, run_id: str | None = None) -> None:
         if self._conversations is None:
             return
         for conversation_id in conversation_ids:
             try:
                 await self._conversations.change(conversation_id, lambda cx: cx.record_event(
-                    MCP_SERVER_STATUS, data))
+                    kind, data, run_id))
             except TidingsError as exc:  # gone, or the store cannot write now: the log says it
-                log.warning("MCP server %s: the feed of %s was not told it is %s: %s",
-                            self.server, conversation_id, data["status"], exc.message)
+                log.warning("MCP server %s: the feed of %s was not told %s: %s",
+                            self.server, conversation_id, kind, exc.message)
             except Exception:  # a report never stops the connection from being made again
-                log.exception("MCP server %s: the feed of %s was not told it is %s",
-                              self.server, conversation_id, data["status"])
+                log.exception("MCP server %s: the feed of %s was not told %s",
+                              self.server, conversation_id, kind)
+
+
+class _CallIds(Protocol):
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+
+
+class Progress:
+    """One call's progress notifications: signs of life, and ``mcp_progress`` events
+    (``{call_id, tool, server, progress, total, message}``, on the call's run) at most every
+    :data:`PROGRESS_EVERY_S`, the last one written when the call ends."""
+
+    def __init__(self, reports: StatusReports, ids: _CallIds | None, tool: str,
+                 alive: asyncio.Event) -> None:
+        self._reports = reports
+        self._ids = ids
+        self._tool = tool
+        self._alive = alive
+        self._pending: dict[str, Any] | None = None
+        self._last = 0.0
+        self._writing: asyncio.Task[None] | None = None
+        self.heard = 0
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.heard += 1
+        self._alive.set()
+        if self._ids is None:
+            return
+        self._pending = {"call_id": self._ids.call_id, "tool": f"{self._reports.server}."
+                         f"{self._tool}", "server": self._reports.server, "progress": progress,
+                         "total": total, "message": message}
+        if self._writing is None and time.monotonic() - self._last >= PROGRESS_EVERY_S:
+            self._writing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending is not None and self._ids is not None:
+                data, self._pending = self._pending, None
+                self._last = time.monotonic()
+                await self._reports._write([self._ids.conversation_id], data, MCP_PROGRESS,
+                                           self._ids.run_id)
+        finally:
+            self._writing = None
+
+    async def close(self) -> None:
+        """The call ended: its last word reaches the feed."""
+        if self._writing is not None:
+            with contextlib.suppress(Exception):
+                await self._writing
+        if self._pending is not None:
+            await self._flush()
 
 
 def _remember(seen: OrderedDict[str, None], conversation_id: str) -> None:
@@ -113,5 +211,6 @@ def _remember(seen: OrderedDict[str, None], conversation_id: str) -> None:
         seen.popitem(last=False)
 
 
-__all__ = ("MCP_CALL_FAILED", "MCP_SERVER_STATUS", "PROTOCOL", "TIMEOUT", "UNAVAILABLE",
-           "StatusReports", "record_call_failure")
+__all__ = ("MCP_CALL_FAILED", "MCP_PROGRESS", "MCP_SERVER_STATUS", "MCP_TOOL_SKIPPED",
+           "PROTOCOL", "TIMEOUT", "UNAVAILABLE", "Progress", "StatusReports",
+           "record_call_failure")

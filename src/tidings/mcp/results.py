@@ -28,15 +28,25 @@ from tidings.mcp.reports import PROTOCOL, TIMEOUT, UNAVAILABLE
 from tidings.tools.registry import ToolOutput
 
 
-def tool_output(server: str, tool: str, result: CallToolResult) -> ToolOutput:
-    """The model's reading of a completed call."""
+def tool_output(server: str, tool: str, result: CallToolResult, *,
+                limit_bytes: int | None = None) -> ToolOutput:
+    """The model's reading of a completed call. Past ``limit_bytes`` (UTF-8), the rest of the
+    text is dropped, and the result says how much (``meta["dropped_bytes"]`` too)."""
     lines = [_describe(block) for block in result.content]
     text = "\n".join(line for line in lines if line)
     meta: dict[str, Any] = {"mcp_server": server, "mcp_tool": tool}
     if result.structured_content is not None:
-        meta["structured"] = result.structured_content
         if not text:
             text = json.dumps(result.structured_content, ensure_ascii=False, default=str)
+        if limit_bytes is None or len(text.encode("utf-8")) <= limit_bytes:
+            meta["structured"] = result.structured_content
+    encoded = text.encode("utf-8")
+    if limit_bytes is not None and len(encoded) > limit_bytes:
+        kept = encoded[:limit_bytes].decode("utf-8", "ignore")
+        dropped = len(encoded) - len(kept.encode("utf-8"))
+        meta["dropped_bytes"] = dropped
+        text = (f"{kept}\n[the server's result was {len(encoded):,} bytes: the last "
+                f"{dropped:,}, past the {limit_bytes:,} bytes a result keeps, were dropped]")
     return ToolOutput(text, is_error=bool(result.is_error), meta=meta)
 
 

@@ -42,6 +42,7 @@ from tidings.types import ConversationId
 
 if TYPE_CHECKING:
     from tidings.mcp.connection import MCPConnection
+    from tidings.mcp.wire import TaskState as RemoteTask
 
 log = logging.getLogger("tidings.mcp")
 
@@ -72,6 +73,8 @@ class RemoteStatus:
     message: str | None
     poll: timedelta
     """How long to wait before asking again."""
+    state: RemoteTask | None = None
+    """The task as the server described it (its result, inline, on the tasks extension)."""
 
     @property
     def ended(self) -> bool:
@@ -213,7 +216,8 @@ class MCPTasks:
                    ) -> TaskEnd:
         if now.status == "cancelled":
             return _said(TaskState.KILLED, now.message or "the MCP server cancelled the task")
-        output = await connection.task_output(task.mcp_task_id, task.tool)
+        assert now.state is not None
+        output = await connection.task_output(now.state, task.tool)
         text = output.content if output.content or not now.message else now.message
         limit = self.background.output_limit_bytes()
         if now.status == "failed":

@@ -78,6 +78,9 @@ class ToolOutput:
     content: str
     is_error: bool = False
     meta: Mapping[str, Any] = field(default_factory=dict)
+    whole: str | None = field(default=None, repr=False)
+    """The whole result, when ``content`` is only its head (it passed
+    :data:`TOOL_RESULT_LIMIT`): the turn keeps it as a result envelope the model can page."""
 
 
 ToolHandler = Callable[[ToolContext, Mapping[str, Any]], Awaitable["str | ToolOutput"]]

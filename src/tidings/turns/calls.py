@@ -51,14 +51,37 @@ async def _run(offered: Sequence[Tool], call: ToolCall, context: ToolContext) ->
         log.info("tool %s failed: %r", call.name, exc)
         return ToolOutput(f"error: {type(exc).__name__}: {exc}", is_error=True)
     output = result if isinstance(result, ToolOutput) else ToolOutput(str(result))
-    encoded = output.content.encode("utf-8", "replace")
-    if len(encoded) > TOOL_RESULT_LIMIT:
-        text = encoded[:TOOL_RESULT_LIMIT].decode("utf-8", "ignore")
-        cut = len(encoded) - len(text.encode("utf-8"))
-        output = replace(output, content=(
-            f"{text}\n[truncated at {TOOL_RESULT_LIMIT} bytes: the last {cut:,} of "
-            f"{len(encoded):,} bytes of this result were cut]"))
+    if len(output.content.encode("utf-8", "replace")) > TOOL_RESULT_LIMIT:
+        # The head now; the turn keeps the whole as a result envelope (or says what is cut).
+        output = replace(output, content=head(output.content), whole=output.content)
     return output
 
 
-__all__ = ("execute",)
+def head(text: str) -> str:
+    """The first :data:`TOOL_RESULT_LIMIT` bytes of ``text`` (whole characters)."""
+    return text.encode("utf-8", "replace")[:TOOL_RESULT_LIMIT].decode("utf-8", "ignore")
+
+
+def kept(output: ToolOutput, result_id: str | None) -> ToolOutput:
+    """A result past the cut as the model reads it: its head, and where the rest is -- the
+    result envelope ``result_id`` (paged by ``tool_result_get``) -- or that it was cut."""
+    if output.whole is None:
+        return output
+    size = len(output.whole.encode("utf-8", "replace"))
+    text = head(output.whole)
+    shown = len(text.encode("utf-8"))
+    if result_id is None:
+        note = (f"[truncated at {TOOL_RESULT_LIMIT} bytes: the last {size - shown:,} of "
+                f"{size:,} bytes of this result were cut]")
+    else:
+        note = (f"[cut at {TOOL_RESULT_LIMIT} bytes: the whole result ({size:,} bytes) is kept "
+                f"as {result_id}; read the rest with tool_result_get, result_id {result_id}, "
+                f"offset {shown}]")
+    meta = {k: v for k, v in output.meta.items() if k != "kept_result_id"}
+    if result_id is not None:
+        meta["kept_result_id"] = result_id
+    # ``whole`` stays: a unit that is tried again seals it again, under a new id.
+    return replace(output, content=f"{text}\n{note}", meta=meta)
+
+
+__all__ = ("execute", "head", "kept")

@@ -48,6 +48,7 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.outbox import Outbox
+from tidings.results import Results
 from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tools.registry import (
@@ -57,7 +58,7 @@ from tidings.tools.registry import (
 from tidings.tracing import Span, Tracing
 from tidings.transcript import ConversationTx
 from tidings.turns import spans
-from tidings.turns.calls import execute
+from tidings.turns.calls import execute, kept
 from tidings.turns.context import history_window, prompt_message, runtime_facts
 from tidings.turns.ending import TurnEnding
 from tidings.turns.fallback import Fallback
@@ -113,8 +114,11 @@ class TurnRunner:
         door: Door | None = None,
         tracing: Tracing | None = None,
         feed: FeedHub | None = None,
+        results: Callable[[], Results | None] | None = None,
     ) -> None:
         self.store = store
+        self.results: Callable[[], Results | None] = results or (lambda: None)
+        """Where a tool result past the cut is kept whole (none without a master key)."""
         self.tracing = tracing or Tracing()
         """Spans of turns, model calls and tool calls (the global tracer provider's by default)."""
         self.feed = feed
@@ -290,13 +294,13 @@ class TurnRunner:
             progress.open_calls = calls
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
             obligations = self.obligations
-            outputs = await asyncio.gather(*(
+            outputs = list(await asyncio.gather(*(
                 execute(plan, offered, call, self.tracing, obligations.tasks)
                 if call.call_id not in held
                 else obligations.execute_approved(plan, progress, offered, call,
                                                   held[call.call_id])
                 for call in calls
-            ))
+            )))
             joined = await self.writer.commit(plan, progress, functools.partial(
                 self._write_results, plan=plan, progress=progress, outputs=outputs
             ))
@@ -361,10 +365,20 @@ class TurnRunner:
         cx: ConversationTx,
         plan: TurnPlan,
         progress: TurnProgress,
-        outputs: Sequence[ToolOutput],
+        outputs: list[ToolOutput],
     ) -> list[Message]:
         """The step's results, then -- the safe point -- the task notifications that are due
         and the steers (M3, T4). Returns the user-role messages that joined."""
+        for index, output in enumerate(outputs):
+            if output.whole is not None:
+                # Past the cut: the whole result is kept, in this unit, as an envelope (the
+                # model's prompt reads the same note: ``outputs`` is the step's own list).
+                results = self.results()
+                ref = None if results is None else results.seal(
+                    cx.tx, plan.conversation_id, output.whole.encode("utf-8", "replace"),
+                    run_id=plan.run_id)
+                outputs[index] = kept(output, None if ref is None or ref.status == "failed"
+                                      else ref.result_id)
         outputs = [self.obligations.settle_delegation(cx, plan, progress, o) for o in outputs]
         for call, output in zip(progress.open_calls, outputs, strict=True):
             cx.append_tool_result(
