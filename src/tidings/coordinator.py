@@ -40,6 +40,7 @@ from tidings.outbox import Outbox
 from tidings.policy import check_id
 from tidings.slot import Begin, recover_interrupted
 from tidings.store import Store, Tx
+from tidings.tasks import journal
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import ConversationStatus, RunId, StartKind
@@ -180,10 +181,18 @@ class Coordinator:
                 break
             await asyncio.sleep(0)
         if self._closing or conversation_id in self._entries or self._capacity.locked():
-            result = await self.store.transact(
-                lambda tx: _written(tx, conversation_id, self.clock, write),
-                route=conversation_id,
-            )
+
+            def alone(tx: Tx) -> T:
+                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+                result = write(cx)
+                # A task's end written beside a turn: its notice is accepted now, not when a
+                # turn reads it (M13); the turn holding the slot reads it at its next safe
+                # point, the next turn first.
+                journal.accept_due(cx, self.door)
+                cx.save()
+                return result
+
+            result = await self.store.transact(alone, route=conversation_id)
             self.request(conversation_id, kind, record=record)
             return result
         entry = self._entries[conversation_id] = _Entry(starting=True)

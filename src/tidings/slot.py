@@ -79,10 +79,12 @@ def begin(
     ``record`` False keeps the yields out of the event log (a wake-up's or a re-check's).
     """
     slot_free = _recover_expired(cx)
-    # A safe point with no turn running: notifications that came due while a turn held the
-    # slot (or before a crash) are delivered now, and the turn that starts reads them first
-    # (T4, T6, M2).
-    delivered = journal.deliver_due(cx, door) if slot_free else []
+    # A safe point with no turn running: notifications still due (a full queue, a crash) are
+    # delivered now, and the turn that starts reads them first (T4, T6, M2). With the slot
+    # held, what this unit's own writes made due is accepted all the same (M13); the holder
+    # reads it at its next safe point.
+    delivered = (journal.deliver_due(cx, door) if slot_free
+                 else journal.accept_due(cx, door))
     inputs, state = start_state(
         cx.tx, cx.row, slot_free, cx.now_us, inputs_per_turn=config.inputs_per_turn,
         max_attempts=outbox.config.max_attempts, cx=cx,

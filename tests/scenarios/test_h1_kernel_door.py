@@ -12,6 +12,8 @@ controls: nothing depends on how long anything takes.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -294,9 +296,22 @@ async def test_h1_a_queued_notice_is_listed_and_read_before_an_earlier_person_in
 # -- a notice that comes due inside a turn joins it after the step's results ---------------------
 
 
-async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
-    runtimes: RuntimeFactory, tmp_path: Path,
-) -> None:
+@dataclass
+class EndsInsideAnotherTurn:
+    """A job the first run started, ended while a second turn's gate call is open."""
+
+    rt: Runtime
+    conv: str
+    first: Run
+    task_key: str
+    gate: Input
+    """The person's input whose turn holds the gate."""
+    opened: asyncio.Event
+
+
+async def job_ends_inside_another_turn(
+    runtimes: RuntimeFactory, tmp_path: Path, *rules: Rule
+) -> EndsInsideAnotherTurn:
     flag = tmp_path / "job-may-end"
     gates = Gates()
     model = ScriptedModel(rules=[
@@ -305,7 +320,7 @@ async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
         Rule({"text_equals": "open the gate"},
              {"tool_calls": [{"name": "gate", "arguments": {}}]}),
         Rule({"meta_kind": NOTIFICATION_KIND}, {"text": FINISHED}),
-        Rule({"tool_result": "gate"}, {"text": "gate done"}),
+        *rules,
     ])
     rt = await runtimes(models=[model], tools=[gates.tool()])
     conv = (await rt.create_conversation(
@@ -314,12 +329,25 @@ async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
     await rt.post(conv, "start the job")
     [first] = await settled_runs(rt, conv, 1)
     task_key = started_task(await rt.transcript(conv))
-    asked = await rt.post(conv, "open the gate")
+    gate = await rt.post(conv, "open the gate")
     entered, opened = gates.of(conv)
     await asyncio.wait_for(entered.wait(), WAIT_S)  # the second turn's call is open
     flag.touch()
     await task_ended(rt, conv, task_key)
-    assert not (await rt.task(conv, task_key)).delivered  # never inside a call/result pair
+    return EndsInsideAnotherTurn(rt, conv, first, task_key, gate, opened)
+
+
+async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    ended = await job_ends_inside_another_turn(
+        runtimes, tmp_path, Rule({"tool_result": "gate"}, {"text": "gate done"}))
+    rt, conv, first, task_key, asked, opened = (
+        ended.rt, ended.conv, ended.first, ended.task_key, ended.gate, ended.opened)
+    # Accepted as it came due, but never read inside a call/result pair (T4).
+    task = await rt.task(conv, task_key)
+    assert (task.delivered, task.notification_seq) == (True, None)
+    assert notes(await rt.transcript(conv)) == []
     opened.set()
 
     _, second = await settled_runs(rt, conv, 2)
@@ -338,6 +366,111 @@ async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
     assert [a["input_id"] for a in accepted_notices(events)] == [notice.input_id]
     assert started_with(events, second.run_id) == [asked.input_id]  # it joined mid-way
     assert materialized(events, notice.input_id)["run_public_id"] == second.run_id
+
+
+# -- M13: accepted when it comes due, while another turn runs; read at that turn's safe point --
+
+
+async def test_m1_m2_m13_a_notice_due_while_another_turn_runs_is_accepted_and_listed_first(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    """A conversation-lifetime task of an earlier run ends while another turn holds the slot,
+    inside a tool call: its notice is accepted into the inputs at once -- delivered with it,
+    listed first, before a person's input queued meanwhile -- but not written into the
+    transcript inside the call/result pair. The running turn reads it at its next safe point."""
+    ended = await job_ends_inside_another_turn(
+        runtimes, tmp_path, Rule({"text_equals": "what now?"}, {"text": "Next."}))
+    rt, conv, first, task_key, gate = (
+        ended.rt, ended.conv, ended.first, ended.task_key, ended.gate)
+    asked = await rt.post(conv, "what now?")  # queued behind the running turn
+
+    # Accepted and marked delivered together, as it came due (M13) -- listed first (M2).
+    task = await rt.task(conv, task_key)
+    assert (task.delivered, task.consumed, task.notification_seq) == (True, False, None)
+    listed = await rt.inputs(conv)
+    [notice] = notices(listed)
+    assert [(i.input_id, i.state) for i in listed[:2]] == [
+        (notice.input_id, InputState.QUEUED), (asked.input_id, InputState.QUEUED),
+    ]
+    assert (notice.run_public_id, notice.task_key) == (first.run_id, task_key)
+    assert notice.queue_position < asked.queue_position  # it arrived first, too
+    events = await rt.events(conv)
+    assert [a["input_id"] for a in accepted_notices(events)] == [notice.input_id]
+    assert notes(await rt.transcript(conv)) == []  # never inside a call/result pair (T4)
+
+    ended.opened.set()
+    _, second, third = await settled_runs(rt, conv, 3)
+    # The running turn read it at its next safe point; the person's input took its own turn.
+    messages = await rt.transcript(conv)
+    gate_result = next(m for m in messages if m.role == "tool" and m.tool_name == "gate")
+    [note] = notes(messages)
+    assert (note.input_id, note.run_id, note.seq) == (
+        notice.input_id, second.run_id, gate_result.seq + 1,
+    )
+    events = await rt.events(conv)
+    assert started_with(events, second.run_id) == [gate.input_id]
+    assert started_with(events, third.run_id) == [asked.input_id]
+    assert [a["input_id"] for a in accepted_notices(events)] == [notice.input_id]
+    assert materialized(events, notice.input_id)["run_public_id"] == second.run_id
+    assert (await rt.task(conv, task_key)).consumed
+
+
+@dataclass
+class WaitsInALaterTurn:
+    """Starts a background job in one turn; in a later turn waits for it with ``wait``."""
+
+    flag: Path
+    name: str = "later-waiter"
+    task_key: str = ""
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelReply:
+        newest = request.messages[-1]
+        if newest.role == "user" and newest.content == "start the job":
+            return ModelReply("", (ToolCall("c1", "shell", {
+                "command": waits_for(self.flag, "job ok"), "background": True}),))
+        if newest.role == "tool" and newest.tool_name == "shell":
+            found = re.search(r"task (bg-[0-9a-f]+)", newest.content)
+            assert found is not None
+            self.task_key = found.group(1)
+            return ModelReply(STARTED)
+        if newest.role == "user" and newest.content == "wait for it":
+            self.flag.touch()  # the job ends while the wait is open
+            return ModelReply("", (ToolCall("c2", "wait", {
+                "task_key": self.task_key, "timeout_s": WAIT_S}),))
+        if newest.role == "tool" and newest.tool_name == "wait":
+            return ModelReply(f"It {json.loads(newest.content)['state']}.")
+        return ModelReply("unexpected notification")
+
+
+async def test_t8_m13_a_notice_accepted_while_the_model_waits_is_withdrawn_by_the_wait(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    """A task of an earlier run ends while a later turn's ``wait`` for it is open: its notice
+    is accepted as it comes due, and the wait's result, which shows the model the end, withdraws
+    it before anything reads it -- the model is not told twice (T8)."""
+    model = WaitsInALaterTurn(tmp_path / "job-may-end")
+    rt = await runtimes(models=[model])
+    conv = (await rt.create_conversation(
+        OWNER, Profile(model=model.name, tools=("shell", "wait"))
+    )).conversation_id
+    await rt.post(conv, "start the job")
+    await settled_runs(rt, conv, 1)
+    await rt.post(conv, "wait for it")
+    _, second = await settled_runs(rt, conv, 2)
+    messages = await rt.transcript(conv)
+    assert (messages[-1].content, messages[-1].run_id) == ("It exited.", second.run_id)
+    assert notes(messages) == []
+    task = await rt.task(conv, model.task_key)
+    assert (task.reported_in_tool_result, task.delivered, task.notification_seq) == (
+        True, False, None,
+    )
+    # Accepted as it came due (the end commits before the wait can see it), then withdrawn.
+    [withdrawn] = notices(await rt.inputs(conv))
+    assert (withdrawn.state, withdrawn.task_key) == (InputState.CANCELLED, model.task_key)
+    await asyncio.wait_for(rt.settle(conv), WAIT_S)
+    assert len(await rt.runs(conv)) == 2  # nothing left to wake for
 
 
 # -- a turn-lifetime task: the synthesis round reads its notice as an input of the same run -----

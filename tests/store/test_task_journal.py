@@ -154,7 +154,7 @@ async def test_t3_result_commits_before_the_process_ends_one_notification_after_
     assert_after_result(await j.read(), "call_1")
 
 
-async def test_t4_open_call_of_another_step_defers_delivery_to_the_safe_point(
+async def test_t4_m13_open_call_of_another_step_accepts_the_notice_and_defers_reading_it(
     store: Store, clock: ManualClock
 ) -> None:
     j = await new_journal(store, clock)
@@ -163,13 +163,19 @@ async def test_t4_open_call_of_another_step_defers_delivery_to_the_safe_point(
     await j.unit(lambda cx: cx.append_assistant(
         "", tool_calls=[ToolCall("call_2", "shell", {"cmd": "ls"})]))
     finished = await j.finish("build")
-    assert not finished.delivered  # call_2 is open: not a safe point
-    delivered = await j.unit(lambda cx: (
+    assert finished.delivered  # accepted as it came due, call_2 open or not (M13)
+    [notice] = await j.notices()
+    # call_2 is open: not a safe point, nothing is read into the transcript (T4).
+    assert await j.unit(lambda cx: journal.join(cx, j.door, "run_reader")) == []
+    assert notifications(await j.transcript()) == []
+    seqs = await j.unit(lambda cx: (
         cx.append_tool_result("call_2", "a b c", tool_name="shell"),
-        journal.deliver_due(cx, j.door))[1])
-    assert [t.task_key for t in delivered] == ["build"]
-    messages = await j.read()
+        journal.join(cx, j.door, "run_reader"))[1])
+    messages = await j.transcript()
     assert_after_result(messages, "call_2")
+    [note] = notifications(messages)
+    assert (seqs, note.input_id) == ([note.seq], notice.input_id)
+    assert await j.notices() == []
 
 
 async def test_t6_delivery_is_never_repeated(store: Store, clock: ManualClock) -> None:

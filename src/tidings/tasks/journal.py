@@ -9,11 +9,14 @@ lock makes it exactly once.
 
 A notification enters the conversation through its single door (H1, M1): delivering it accepts
 kernel mail of origin ``task_result`` (stamped with the originating run and the task key, and
-announced by ``input_accepted``) and sets ``delivered`` -- together. The run that reads it
-materializes it (:func:`read`) as the transcript's user-role notice, ``meta.kind =
-task_notification``, and the task keeps that message's position. Both happen only at a safe
-point: while any tool call of the conversation is open, nothing is delivered or read (the turn
-that holds the call does it at its next safe point, and the sweep re-finds what is left).
+announced by ``input_accepted``) and sets ``delivered`` -- together, in the unit where it comes
+due (M13), whether or not a turn holds the slot: the queue lists it, in read order, from then
+on (M2). The run that reads it materializes it (:func:`read`) as the transcript's user-role
+notice, ``meta.kind = task_notification``, and the task keeps that message's position. That
+happens only at a safe point: while any tool call of the conversation is open, nothing is read
+(the turn that holds the call reads it at its next safe point; a turn that starts reads it
+first). One exception waits to be accepted: the running turn's own conversation-lifetime tasks
+come due as its reply is final (M4).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from tidings.mail import queue
 from tidings.mail.door import Door, kernel_author
+from tidings.records import input_from_row
 from tidings.results import Drop, dropped_from
 from tidings.store import Row
 from tidings.tasks.notify import (
@@ -254,9 +258,15 @@ def commit_calls(cx: ConversationTx, run_id: str, call_ids: set[str]) -> None:
 
 def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     """The model read the terminal state in a tool result (``wait``, ``task_status``): no
-    notification is owed any more (T8). Has no effect once one was delivered."""
-    if task.delivered or task.reported_in_tool_result:
+    notification is owed any more (T8). A notice accepted but not read yet is withdrawn from
+    the queue; one read already stands (the model saw it first)."""
+    if task.reported_in_tool_result or task.notification_seq is not None or task.consumed:
         return task
+    if task.delivered:
+        accepted = [i for i in queued_notices(cx) if i.task_key == task.task_key]
+        if not accepted or not queue.cancel_queued(cx, accepted[0].input_id):
+            return task
+        task = replace(task, delivered=False)
     cx.record_event(
         "task_status",
         {"task_key": task.task_key, "event_id": task.event_id, "state": task.state.value,
@@ -309,24 +319,54 @@ def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
 def deliver_due(
     cx: ConversationTx, door: Door, *, during_run: str | None = None
 ) -> list[TaskRecord]:
-    """Deliver every eligible, undelivered notification of the conversation through its door,
-    if no tool call is open (a safe point): each becomes a queued ``task_result`` input (kernel
-    mail: no admission checks, always ``queue``) and ``delivered``, in the caller's unit --
-    together, so it is never accepted twice (T6). A full queue leaves the rest undelivered, for
-    the sweep (M13); a tombstoned conversation owes nothing. Returns what was delivered.
+    """Deliver every eligible, undelivered notification of the conversation through its door:
+    each becomes a queued ``task_result`` input (kernel mail: no admission checks, always
+    ``queue``) and ``delivered``, in the caller's unit -- together, so it is never accepted
+    twice (T6, M13). Accepting writes nothing into the transcript, so an open tool call does
+    not hold it back; reading it waits for a safe point. A full queue leaves the rest
+    undelivered, for the sweep (M13); a tombstoned conversation owes nothing. Returns what was
+    delivered.
 
-    ``during_run``: called at a safe point inside that run's turn. The run's own
-    conversation-lifetime tasks then wait for its final reply and answer in a supplementary
-    turn, even when they ended earlier (M4); other runs' tasks join here.
+    ``during_run``: that run's turn holds the slot. Its own conversation-lifetime tasks then
+    wait for its final reply and answer in a supplementary turn, even when they ended earlier
+    (M4); other runs' tasks are accepted now.
     """
     return [task for task, _ in _deliver(cx, door, during_run)]
 
 
+def accept_due(cx: ConversationTx, door: Door) -> list[TaskRecord]:
+    """:func:`deliver_due` from a unit outside any turn that changed tasks (a task's end
+    recorded, a lost task) beside a slot it may not take: what came due is accepted now,
+    whoever holds the slot -- except what the running turn's own reply must come first for
+    (M4). A unit that changed no task made nothing due."""
+    if not cx.changed_tasks:
+        return []
+    _, _, running = cx.slot_holder()
+    return deliver_due(cx, door, during_run=None if cx.slot_free() else running)
+
+
 def join(cx: ConversationTx, door: Door, run_id: str) -> list[int]:
     """At a safe point inside ``run_id``'s turn (after a step's tool results, or in its
-    synthesis round): deliver what is due and have that run read it at once -- it joins the
-    turn as a steer does. Returns the notices' message positions."""
-    return read(cx, [item for _, item in _deliver(cx, door, run_id)], run_id)
+    synthesis round): deliver what is due and have that run read every notice waiting in the
+    queue at once -- those accepted now and those accepted while it ran -- as a steer joins
+    it. Nothing is read while a tool call is open. Returns the notices' message positions."""
+    delivered = [item for _, item in _deliver(cx, door, run_id)]
+    if cx.open_tool_calls():
+        return []
+    waiting = delivered
+    if cx.unconsumed_notifications:
+        # Notices accepted in earlier units (while a call was open, or by a task's end).
+        known = {i.input_id for i in delivered}
+        waiting = [*(i for i in queued_notices(cx) if i.input_id not in known), *delivered]
+    return read(cx, waiting, run_id)
+
+
+def queued_notices(cx: ConversationTx) -> list[Input]:
+    """Notices accepted at the door and not read yet, in arrival order."""
+    if cx.queued_count == 0:
+        return []
+    return [n for r in cx.tx.all("queued_notices", conversation_id=cx.conversation_id)
+            if is_notice(n := input_from_row(r))]
 
 
 def read(cx: ConversationTx, notices: Sequence[Input], run_id: str) -> list[int]:
@@ -360,7 +400,6 @@ def _deliver(
             key=lambda t: (t.ended_at_us or 0, t.task_id),
         )
     delivered: list[tuple[TaskRecord, Input]] = []
-    safe: bool | None = None
     for task in candidates:
         if not is_eligible(task.flags):
             continue
@@ -368,10 +407,6 @@ def _deliver(
             task.lifetime == "conversation"
         ):
             continue  # after the run's final reply (M4)
-        if safe is None:
-            safe = not cx.open_tool_calls()
-        if not safe:
-            return []
         if door.room(cx) <= 0:
             break  # the queue is full: the sweep offers the rest again (M13)
         assert task.event_id is not None

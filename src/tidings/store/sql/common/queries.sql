@@ -773,6 +773,13 @@ SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
  ORDER BY c.created_at_us, c.request_id
  LIMIT :limit;
 
+-- queued_notices --
+-- Task notices accepted at the door and not read yet, in arrival order: the running turn
+-- reads them at its next safe point (T4, M13).
+SELECT * FROM inputs
+ WHERE conversation_id = :conversation_id AND state = 'queued' AND origin = 'task_result'
+ ORDER BY queue_position;
+
 -- queued_kernel_inputs_of_run --
 -- A source run's supplementary inputs still queued in this conversation (M14).
 SELECT input_id FROM inputs
