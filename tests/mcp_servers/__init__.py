@@ -4,6 +4,7 @@ declarations that start them."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +18,30 @@ from tidings import MCPServer
 
 WEATHER = Path(__file__).with_name("weather.py")
 KETTLE = Path(__file__).with_name("slow_tasks.py")
+OVEN = Path(__file__).with_name("oven.py")
+EVERYTHING_VERSION = "2026.8.31"
+"""The reference server ``@modelcontextprotocol/server-everything`` the tests run (npm)."""
+NPM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "npm"
+
+
+def oven_stdio(state: Path, name: str = "oven", **options: Any) -> MCPServer:
+    """The FastMCP oven server (its tools run as tasks on the extension's wire) as a stdio
+    subprocess, its markers in ``state``."""
+    return MCPServer(name, command=[sys.executable, str(OVEN)],
+                     env={"OVEN_DIR": str(state), "FASTMCP_LOG_LEVEL": "ERROR"}, **options)
+
+
+def everything_stdio(name: str = "everything", **options: Any) -> MCPServer:
+    """``@modelcontextprotocol/server-everything`` (core tasks, 2025-11-25) from npm, under
+    Node, as a stdio subprocess; installed into ``.cache/npm`` the first time."""
+    package = NPM_CACHE / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    if not (package / "dist" / "index.js").exists():
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix",
+                        str(NPM_CACHE),
+                        f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"],
+                       check=True, timeout=600)
+    return MCPServer(name, command=["node", str(package / "dist" / "index.js"), "stdio"],
+                     env={"PATH": os.environ.get("PATH", "")}, **options)
 
 
 def weather_stdio(name: str = "weather", **options: Any) -> MCPServer:

@@ -39,6 +39,7 @@ from mcp_types import (
     METHOD_NOT_FOUND,
     CallToolResult,
     Implementation,
+    ListToolsResult,
 )
 from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
@@ -220,6 +221,10 @@ class MCPConnection(Loop):
         skipped = dict(malformed)
         offered = 0
         for tool in tools:
+            if tool.input_schema.get("type") != "object":  # no model takes such parameters
+                skipped[tool.name] = (f"its listing is not valid: inputSchema: the type is "
+                                      f"{tool.input_schema.get('type')!r}, not 'object'")
+                continue
             support = wire.task_support(tool, self.wire)
             if support == "required" and self.wire is None:
                 skipped[tool.name] = "it only runs as a task, and the server runs no tasks"
@@ -481,14 +486,24 @@ async def _list_tools(client: Client) -> tuple[list[MCPTool], dict[str, str]]:
     cursor: str | None = None
     for _ in range(_LIST_PAGES):
         page = await _raw_list(client, cursor)
+        valid: list[MCPTool] = []
         for raw in page.get("tools") or []:
             try:
-                tools.append(MCPTool.model_validate(raw, by_name=False))
+                valid.append(MCPTool.model_validate(raw, by_name=False))
             except ValidationError as exc:
                 name = raw.get("name") if isinstance(raw, Mapping) else None
                 first = exc.errors()[0]
                 where = ".".join(str(part) for part in first["loc"])
                 malformed[str(name or "?")] = f"its listing is not valid: {where}: {first['msg']}"
+        # The session learns the sound tools as its own listing would teach it (their output
+        # schemas, their headers): else its first call lists them again, whole, and one
+        # malformed tool fails every call.
+        absorbed = client.session._absorb_tool_listing(ListToolsResult(tools=list(valid)),
+                                                       complete=False).tools
+        for tool in valid:
+            if tool not in absorbed:
+                malformed[tool.name] = "its listing is not valid: an invalid x-mcp-header"
+        tools.extend(absorbed)
         cursor = page.get("nextCursor")
         if not isinstance(cursor, str):
             break
@@ -498,13 +513,9 @@ async def _list_tools(client: Client) -> tuple[list[MCPTool], dict[str, str]]:
 async def _raw_list(client: Client, cursor: str | None) -> dict[str, Any]:
     """One page of ``tools/list``, as the server sent it (the SDK's own request validates the
     whole page as one, so one malformed tool would fail every tool)."""
-    session = client.session
-    data: dict[str, Any] = {"method": "tools/list", "params": {"cursor": cursor} if cursor else {}}
-    opts: Any = {"timeout": session._session_read_timeout_seconds}
-    session._stamp(data, opts)
-    raw: dict[str, Any] = await session._dispatcher.send_raw_request(
-        "tools/list", data.get("params"), opts)
-    return raw
+    return await wire.raw_request(
+        client.session, {"method": "tools/list", "params": {"cursor": cursor} if cursor else {}},
+        read_timeout_s=client.session._session_read_timeout_seconds)
 
 
 @contextlib.asynccontextmanager

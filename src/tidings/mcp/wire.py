@@ -223,8 +223,11 @@ async def call_as_task(
     request = CallToolRequest(params=CallToolRequestParams(
         name=tool, arguments=dict(arguments),
         task=TaskMetadata(ttl=int(ttl.total_seconds() * 1000))))
-    raw = (await session.send_request(request, _Raw, request_read_timeout_seconds=read_timeout_s,
-                                      progress_callback=progress)).data()
+    # The SDK validates a 2025-11-25 tools/call answer as a CallToolResult only: the task it
+    # creates is read here.
+    raw = await raw_request(session, request.model_dump(by_alias=True, mode="json",
+                                                        exclude_none=True),
+                            read_timeout_s=read_timeout_s, progress=progress)
     if isinstance(raw.get("task"), Mapping):
         return task_from(raw)
     return CallToolResult.model_validate(raw)
@@ -271,6 +274,23 @@ async def cancel_task(session: ClientSession, task_id: str, *,
         request_read_timeout_seconds=read_timeout_s)
 
 
+async def raw_request(session: ClientSession, data: dict[str, Any], *,
+                      read_timeout_s: float | None, progress: Any = None) -> dict[str, Any]:
+    """Send the request ``data`` (``method``, ``params``) and return the answer as the server
+    sent it, unvalidated. Through the session's own stamp (protocol version, capabilities)
+    and dispatcher, as the SDK's subscriptions do: its typed ``send_request`` validates every
+    answer against the core shapes, which leaves out a core task and a malformed tool."""
+    opts: Any = {}
+    if read_timeout_s is not None:
+        opts["timeout"] = read_timeout_s
+    if progress is not None:
+        opts["on_progress"] = progress
+    session._stamp(data, opts)
+    raw: dict[str, Any] = await session._dispatcher.send_raw_request(
+        data["method"], data.get("params"), opts)
+    return raw
+
+
 def _error_result(text: str) -> CallToolResult:
     return CallToolResult.model_validate(
         {"content": [{"type": "text", "text": text}], "isError": True})
@@ -279,5 +299,5 @@ def _error_result(text: str) -> CallToolResult:
 __all__ = (
     "STATUS_NOTIFICATIONS", "TASKS_EXTENSION", "TERMINAL", "CreatedTask", "TaskState",
     "TasksExtension", "Wire", "call_as_task", "cancel_task", "drive", "get_task", "outcome",
-    "poll_interval", "task_from", "task_support", "wire_of",
+    "poll_interval", "raw_request", "task_from", "task_support", "wire_of",
 )
