@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -359,8 +360,10 @@ class MCPConnection(Loop):
                 result = await self._exchange(lambda client: self._task_to_the_end(
                     client, tool, arguments, progress), timeout, alive)
             else:
+                # The idle wait is tidings' own (each progress starts it again): the SDK's
+                # clock would end a call that keeps reporting at ``timeout``.
                 result = await self._exchange(lambda client: client.call_tool(
-                    tool, dict(arguments), read_timeout_seconds=timeout,
+                    tool, dict(arguments), read_timeout_seconds=math.inf,
                     progress_callback=progress), timeout, alive)
         except Exception as exc:
             return self._failure(tool, exc)

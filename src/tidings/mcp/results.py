@@ -25,7 +25,10 @@ from mcp_types import (
 )
 
 from tidings.mcp.reports import PROTOCOL, TIMEOUT, UNAVAILABLE
-from tidings.tools.registry import ToolOutput
+from tidings.tools.registry import TOOL_RESULT_LIMIT, ToolOutput
+
+_NOTE_ROOM = 256
+"""Bytes of the bound left for the note on a cut result (it takes less than 160)."""
 
 
 def tool_output(server: str, tool: str, result: CallToolResult, *,
@@ -36,13 +39,17 @@ def tool_output(server: str, tool: str, result: CallToolResult, *,
     text = "\n".join(line for line in lines if line)
     meta: dict[str, Any] = {"mcp_server": server, "mcp_tool": tool}
     if result.structured_content is not None:
-        if not text:
-            text = json.dumps(result.structured_content, ensure_ascii=False, default=str)
-        if limit_bytes is None or len(text.encode("utf-8")) <= limit_bytes:
+        structured = json.dumps(result.structured_content, ensure_ascii=False, default=str)
+        text = text or structured
+        if len(structured.encode("utf-8")) <= TOOL_RESULT_LIMIT:
+            # Larger, the message would hold what the cut keeps out of it: the text (which is
+            # the structured content, or says it) is kept whole as a result envelope instead.
             meta["structured"] = result.structured_content
     encoded = text.encode("utf-8")
     if limit_bytes is not None and len(encoded) > limit_bytes:
-        kept = encoded[:limit_bytes].decode("utf-8", "ignore")
+        # What is kept, with the note that says what was dropped, stays within the bound:
+        # it is then kept whole (as a result envelope), never refused as too large.
+        kept = encoded[:limit_bytes - _NOTE_ROOM].decode("utf-8", "ignore")
         dropped = len(encoded) - len(kept.encode("utf-8"))
         meta["dropped_bytes"] = dropped
         text = (f"{kept}\n[the server's result was {len(encoded):,} bytes: the last "

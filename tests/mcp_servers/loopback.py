@@ -1,0 +1,56 @@
+"""Servers of tests/mcp_servers/ over streamable HTTP on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tidings import MCPServer
+
+HERE = Path(__file__).parent
+BULKY = HERE / "bulky.py"
+RAW_LISTING = HERE / "raw_listing.py"
+GATED = HERE / "gated.py"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def served(script: Path, name: str, *args: str, env: dict[str, str] | None = None,
+           **options: Any) -> Iterator[MCPServer]:
+    """``script --http PORT *args`` on a free loopback port, for the block: its declaration."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(script), "--http", str(port), *args],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=None if env is None else {**os.environ, **env})
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until it accepts connections (a failed start fails the test)
+            if process.poll() is not None:
+                raise AssertionError(f"{script.name} exited: {process.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{script.name} did not start within 30 s")
+            time.sleep(0.05)
+        yield MCPServer(name, url=f"http://127.0.0.1:{port}/mcp", **options)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def stdio(script: Path, name: str, **options: Any) -> MCPServer:
+    """``script`` as a stdio subprocess of the runtime."""
+    return MCPServer(name, command=[sys.executable, str(script)], **options)
