@@ -14,7 +14,8 @@ Its tool ``brew(what)`` answers a client without the extension at once. As a tas
 The tasks live in ``tasks.json`` in that directory, so a new server process (the runtime was
 restarted) knows the tasks an earlier one created. Every ``tasks/*`` request is appended to
 ``requests.log`` (``<pid> <method> <task id>``); ``tasks/cancel`` cancels the task. The poll
-interval it suggests is ``SLOW_TASKS_POLL_MS`` (50 ms unless set).
+interval it suggests is ``SLOW_TASKS_POLL_MS`` (50 ms unless set); it answers a call
+``SLOW_TASKS_ANSWER_DELAY_S`` after creating its task (at once unless set).
 While the connection that created a task is open, the server also sends
 ``notifications/tasks`` when the task ends.
 """
@@ -48,6 +49,8 @@ from mcp_types import (
 STATE = Path(os.environ.get("SLOW_TASKS_DIR", "."))
 TASKS = STATE / "tasks.json"
 POLL_MS = int(os.environ.get("SLOW_TASKS_POLL_MS", "50"))
+ANSWER_DELAY_S = float(os.environ.get("SLOW_TASKS_ANSWER_DELAY_S", "0"))
+"""How long the server takes to answer a call with the task it already created."""
 """The interval the server suggests between two ``tasks/get`` of a task."""
 
 
@@ -140,6 +143,7 @@ class KettleTasks(Extension):
             created = _wire(task_id, tasks[task_id])
         _log("tools/call", task_id)
         asyncio.get_running_loop().create_task(_tell_when_ended(ctx, task_id))
+        await asyncio.sleep(ANSWER_DELAY_S)
         return {"resultType": "task", **created}
 
     def methods(self) -> Sequence[MethodBinding]:

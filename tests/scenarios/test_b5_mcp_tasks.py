@@ -278,3 +278,26 @@ async def test_b5_a_persons_stop_of_the_running_turn_cancels_its_task_on_the_ser
         TaskState.KILLED)
     await rt.settle(conv)
     assert notices(await rt.transcript(conv)) == []
+
+
+async def test_b5_a_call_stopped_before_the_server_named_its_task_cancels_that_task(
+    runtimes: RuntimeFactory, tmp_path: Path,
+) -> None:
+    # The server creates the task, then takes its time to answer with it: the person stops
+    # the turn in between. The task nobody will follow is cancelled on the server.
+    server = MCPServer("kettle", command=kettle_stdio(tmp_path).command,
+                       env={"SLOW_TASKS_DIR": str(tmp_path), "SLOW_TASKS_ANSWER_DELAY_S": "1.5"})
+    rt = await kettle_runtime(runtimes, tmp_path, {"what": "tea", "background": True}, server)
+    conv = (await rt.create_conversation("alice", Profile(
+        model="scripted", tools=("kettle.brew",)))).conversation_id
+    await rt.post(conv, "brew")
+    [(_, _, mcp_task_id)] = await eventually(
+        lambda: asyncio.sleep(0, kettle_requests(tmp_path)), bool, what="the task created")
+    [stopped] = await rt.stop(conv)
+    await eventually(lambda: rt.run(stopped), lambda run: run.status is RunStatus.STOPPED,
+                     what="the turn stopped")
+    await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
+                     lambda asked: ("tasks/cancel", mcp_task_id) in
+                     [(m, t) for _, m, t in asked],
+                     what="the server asked to cancel the task nobody follows", within_s=WAIT)
+    assert await rt.tasks.list(conv) == []

@@ -125,7 +125,14 @@ class MCPTasks:
         """Make the call as a task of ``connection``'s server and journal it; the model reads
         its task key. A server that answers the call at once gives its result, as a call in
         the foreground would; a refusal is the call's typed error."""
-        started = await connection.start_task(tool, arguments)
+        starting = asyncio.ensure_future(connection.start_task(tool, arguments))
+        try:
+            started = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # Stopped while the server may already have made the task (its answer is on the
+            # way): the answer is still read, and a task nobody will follow is dropped there.
+            starting.add_done_callback(lambda done: self._drop(connection, done))
+            raise
         if isinstance(started, ToolOutput):
             return started
         server = connection.server.name
@@ -144,6 +151,15 @@ class MCPTasks:
             meta={"task_key": task_key, "lifetime": "conversation", "mcp_server": server,
                   "mcp_tool": tool, "mcp_task_id": started},
         )
+
+    def _drop(self, connection: MCPConnection, done: asyncio.Future[str | ToolOutput]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        started = done.result()
+        if isinstance(started, str):
+            log.info("MCP server %s: task %s was made for a call that was stopped meanwhile; "
+                     "asking the server to cancel it", connection.server.name, started)
+            self._spawn_cancel(connection, started)
 
     # -- following (adopted tasks come through BackgroundTasks.reconcile_lost) ----------------
 
