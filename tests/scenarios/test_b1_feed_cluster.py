@@ -1,9 +1,9 @@
 """B1 across processes (PostgreSQL): a watcher in one runtime process sees the answer a turn
 in another process is writing, piece by piece, then its commit; a process that starts
 watching mid-answer asks the writer for its draft and gets it from offset 0; pieces nobody
-elsewhere watches for are not sent at all. Across processes
-the pieces and the commit travel by different connections, so the last pieces may arrive
-after the commit: they are then skipped (the commit holds the whole text)."""
+elsewhere watches for are not sent at all. Across processes the pieces and the commit travel
+by different connections, so the last pieces may arrive after the commit: the deltas a watcher
+is given still add up to the committed answer, before its commit."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import drop_postgres_database, fresh_postgres_database
 from tests.crash.turn_helpers import TurnChild
 from tests.feeding import Collector, Elsewhere, assembled, committed, deltas, journal, turn_ended
-from tidings import Profile, Runtime
+from tidings import FeedEvent, Profile, Runtime
 from tidings.feed import wire
 
 PEER = Path(__file__).with_name("feed_peer.py")
@@ -37,12 +37,12 @@ def postgres_url(postgres_template: str) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def peer(url: str) -> AsyncIterator[TurnChild]:
+async def peer(url: str, *options: str) -> AsyncIterator[TurnChild]:
     """The writing process (``feed_peer.py``); SIGKILLed and reaped on exit."""
     fd, name = tempfile.mkstemp(prefix="tidings-feed-peer-", suffix=".stderr")
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(PEER), url, stdin=asyncio.subprocess.PIPE,
+            sys.executable, str(PEER), url, *options, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=fd,
             env={**os.environ, "PYTHONPATH": str(PEER.parents[2] / "src")},
         )
@@ -61,6 +61,14 @@ async def peer(url: str) -> AsyncIterator[TurnChild]:
         if proc.stdout is not None:
             await proc.stdout.read()
         child.forget()
+
+
+def before_commit(events: list[FeedEvent]) -> list[FeedEvent]:
+    """The events before the first assistant ``message_committed``."""
+    for index, event in enumerate(events):
+        if event.type == "message_committed" and event.data["message"]["role"] == "assistant":
+            return events[:index]
+    raise AssertionError("no assistant message was committed")
 
 
 class Heard:
@@ -87,31 +95,36 @@ class Heard:
                 await self._changed.wait()
 
 
+async def watch_a_story(rt: Runtime, conv: str, writer: TurnChild) -> tuple[Collector, Collector]:
+    """Two watchers here of the answer ``writer`` streams, until its turn's end: one from
+    before it begins, one that joins mid-answer (when this process heard the draft already)."""
+    watcher = Collector(rt.watch(conv, owner=OWNER))
+    await watcher.until(lambda events: journal(events), what="the history")
+    await writer.send(post=conv, text="tell me a story")
+    await watcher.until(lambda events: assembled(events) == "Once ", what="a piece")
+    await writer.send(allow=1)
+    await watcher.until(lambda events: assembled(events) == "Once upon ", what="two")
+    second = Collector(rt.watch(conv, owner=OWNER))
+    await second.until(lambda events: deltas(events), what="the text so far")
+    await writer.send(allow=1)
+    for each in (watcher, second):
+        await each.until(turn_ended, what="the turn's end (written in the other process)")
+    return watcher, second
+
+
 @pytest.mark.postgres_only
 async def test_b1_a_watcher_in_another_process_gets_the_deltas_and_the_commits(
     postgres_url: str,
 ) -> None:
     async with Runtime.open(postgres_url, models=[Elsewhere()]) as rt, peer(postgres_url) as writer:
         conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
-        watcher = Collector(rt.watch(conv, owner=OWNER))
-        await watcher.until(lambda events: journal(events), what="the history")
-        await writer.send(post=conv, text="tell me a story")
-        await watcher.until(lambda events: assembled(events) == "Once ", what="a piece")
-        await writer.send(allow=1)
-        await watcher.until(lambda events: assembled(events) == "Once upon ", what="two")
-        # A second watcher here joins mid-answer: this process heard the draft already.
-        second = Collector(rt.watch(conv, owner=OWNER))
-        await second.until(lambda events: deltas(events), what="the text so far")
-        await writer.send(allow=1)
-        for each in (watcher, second):
-            await each.until(turn_ended, what="the turn's end (written in the other process)")
+        watcher, second = await watch_a_story(rt, conv, writer)
 
-        # The last piece may come after its commit, which then stands for it (the commit
-        # and the pieces travel by different connections): it is skipped.
         assert deltas(watcher.events)[:2] == [(0, "Once "), (5, "upon ")]
         assert deltas(second.events)[:1] == [(0, "Once upon ")]
         for each in (watcher, second):
-            assert "Once upon a time.".startswith(assembled(each.events))
+            assert assembled(before_commit(each.events)) == "Once upon a time."
+            assert assembled(each.events) == "Once upon a time."
         [run] = await rt.runs(conv)
         for each in (watcher, second):
             [answer] = committed(each.events, "assistant")
@@ -144,8 +157,43 @@ async def test_b1_a_process_that_starts_watching_mid_answer_asks_the_writer_for_
         await watcher.until(turn_ended, what="the turn's end")
 
         assert deltas(watcher.events)[:1] == [(0, "Once upon ")]
-        assert "Once upon a time.".startswith(assembled(watcher.events))
+        assert assembled(before_commit(watcher.events)) == "Once upon a time."
         assert committed(watcher.events, "assistant")[0]["content"] == "Once upon a time."
         first_delta = next(i for i, e in enumerate(watcher.events) if e.seq is None)
         assert any(e.type == "turn_status" for e in watcher.events[:first_delta])
         await watcher.stop()
+
+
+def archived(events: list[FeedEvent]) -> bool:
+    return any(e.type == "conversation_status" and e.data.get("status") == "archived"
+               for e in events)
+
+
+@pytest.mark.postgres_only
+async def test_b1_the_last_piece_heard_after_its_commit_still_completes_the_deltas(
+    postgres_url: str,
+) -> None:
+    # The writer sends the piece that ends the answer only once the answer has committed, so
+    # every process hears the commit first: the deltas it gives its watchers must still add
+    # up to the committed text, before the commit, and the late piece must not come twice.
+    async with (Runtime.open(postgres_url, models=[Elsewhere()]) as rt,
+                peer(postgres_url, "--last-after-commit") as writer):
+        conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
+        heard = Heard(rt, conv)  # after the runtime's hub, which so hears each message first
+        watcher, second = await watch_a_story(rt, conv, writer)
+        await heard.up_to(len("Once upon a time."))  # the late piece reached this process
+        # A commit after it: whatever the hub passed on of the late piece is handed out to
+        # the watchers before this row (and a watcher joining now is offered no draft).
+        await rt.archive(conv, owner=OWNER)
+        late = Collector(rt.watch(conv, owner=OWNER))
+        for each in (watcher, second, late):
+            await each.until(archived, what="the conversation archived")
+
+        for each in (watcher, second):
+            [answer] = committed(each.events, "assistant")
+            assert answer["content"] == "Once upon a time."
+            assert assembled(before_commit(each.events)) == "Once upon a time."
+            assert assembled(each.events) == "Once upon a time."  # nothing after the commit
+        assert deltas(late.events) == []
+        for each in (watcher, second, late):
+            await each.stop()

@@ -1,7 +1,8 @@
 """B1: one watcher's rules, without a database. Journal events pass once and in sequence (a
 gap is read from the journal first); deltas pass once per character (overlaps cut, duplicates
-dropped, a discard resets the step, a committed step takes no more); a watcher that falls too
-far behind catches up from the journal and the drafts instead of holding everything."""
+dropped, a discard resets the step, a committed step takes no more, and the rest of a step it
+was given part of comes before its commit); a watcher that falls too far behind catches up
+from the journal and the drafts instead of holding everything."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ def event(seq: int, type: str = "noted", **data: Any) -> Event:
     return Event(ConversationId(CONV), seq, type, RunId("run_1"), dict(data), 0)
 
 
-def committed(seq: int, step: int) -> Event:
+def committed(seq: int, step: int, content: str = "done") -> Event:
     return event(seq, "message_committed", message={"role": "assistant", "run_id": "run_1",
-                                                    "step": step, "content": "done"},
+                                                    "step": step, "content": content},
                  by_runtime=False)
 
 
@@ -109,6 +110,36 @@ async def test_b1_deltas_pass_once_per_character() -> None:
         (2, "message_committed", None, None),
         (None, "message_delta", 0, "next"),
     ]
+
+
+async def test_b1_the_rest_of_an_answer_heard_after_its_commit_comes_before_the_commit() -> None:
+    host = Host([event(1)])
+    watch = host.watch()
+    await take(watch, 1)
+    watch.push(delta(0, "Once "))
+    watch.push(delta(5, "upon "))
+    assert shown(await take(watch, 1)) == [(None, "message_delta", 0, "Once upon ")]
+    # The last piece travels by another connection than the commit and is heard after it.
+    host.journal.append(committed(2, step=1, content="Once upon a time."))
+    watch.push(FeedEvent.of(committed(2, step=1, content="Once upon a time.")))
+    watch.push(delta(10, "a time."))
+    # A step it was given nothing of, one it was given whole, one the commit does not begin
+    # with (the commit replaces it), each committed: none gets more.
+    watch.push(delta(0, "All of it", key=("run_1", 3)))
+    watch.push(delta(0, "Draft", key=("run_1", 4)))
+    for seq, step, content in ((3, 2, "Unseen"), (4, 3, "All of it"), (5, 4, "Other")):
+        host.journal.append(committed(seq, step, content))
+        watch.push(FeedEvent.of(committed(seq, step, content)))
+    assert shown(await take(watch, 7)) == [
+        (None, "message_delta", 10, "a time."),
+        (2, "message_committed", None, None),
+        (None, "message_delta", 0, "All of it"),
+        (None, "message_delta", 0, "Draft"),
+        (3, "message_committed", None, None),
+        (4, "message_committed", None, None),
+        (5, "message_committed", None, None),
+    ]
+    assert watch.ready_now() == []
 
 
 async def test_b1_a_watcher_far_behind_catches_up_instead_of_holding_everything() -> None:

@@ -13,6 +13,11 @@ queued meanwhile. Two rules make that seamless:
   with its whole text so far. A ``message_discarded`` resets the step (a retried call starts
   again at 0); once a step's message is committed, or its run ended, nothing more of it
   passes.
+- **An answer is whole before its commit.** Across processes the pieces and the commit travel
+  by different connections, so the last pieces may be heard after the commit (and then never
+  pass). A step this watcher was given part of is completed from the committed message, in
+  one ``message_delta`` just before it, when the text it has is where that message begins:
+  the deltas a watcher is given add up to the answer.
 
 A watch that falls too far behind (its consumer does not read) drops what queued and catches
 up from the journal and the drafts again, so memory stays bounded.
@@ -25,6 +30,7 @@ import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidings.errors import StoreError, UnknownConversationError
@@ -65,6 +71,22 @@ class WatchHost(Protocol):
     def now_us(self) -> int: ...
 
 
+@dataclass(slots=True)
+class _Served:
+    """What a watch has served of one step's answer in progress."""
+
+    pieces: list[str] = field(default_factory=list)
+    length: int = 0
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+        self.length += len(text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
 def _remember(memory: OrderedDict[object, None], item: object) -> None:
     memory[item] = None
     memory.move_to_end(item)
@@ -87,7 +109,7 @@ class Watch:
         self._read = read
         self._retry_s = retry_s
         self.last = after_seq
-        self._have: dict[DraftKey, int] = {}
+        self._have: dict[DraftKey, _Served] = {}
         self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
         self._ready: deque[FeedEvent] = deque()
         self._queued: deque[tuple[FeedEvent, int]] = deque()  # (event, journal rows before it)
@@ -252,11 +274,12 @@ class Watch:
             self._catching_up = True  # a gap: read it before anything else
             return
         self.last = event.seq
-        self._ready.append(event)
         if (key := committed_step(event)) is not None:
+            self._complete(key, event)  # the answer's rest goes before its commit
             self._have.pop(key, None)
             _remember(self._done, key)
-        elif (run_id := ended_run(event)) is not None:
+        self._ready.append(event)
+        if (run_id := ended_run(event)) is not None:
             _remember(self._done, run_id)
             for key in [k for k in self._have if k[0] == run_id]:
                 del self._have[key]
@@ -267,14 +290,17 @@ class Watch:
         key = (str(event.data["run_id"]), int(event.data["step"]))
         if key in self._done or key[0] in self._done:
             return
-        have = self._have.get(key, 0)
+        served = self._have.get(key)
+        have = 0 if served is None else served.length
         offset, text = int(event.data["offset"]), str(event.data["text"])
         if offset + len(text) <= have or offset > have:
             return  # a duplicate, or a piece past a gap (the hub sends the draft again)
-        self._have[key] = offset + len(text)
         if offset < have:
             text = text[have - offset:]
             event = delta_event(self.conversation_id, key, have, text, event.at_us)
+        if served is None:
+            served = self._have[key] = _Served()
+        served.add(text)
         last = self._ready[-1] if self._ready else None
         if (last is not None and last.type == MESSAGE_DELTA
                 and (last.data["run_id"], last.data["step"]) == key):
@@ -284,6 +310,17 @@ class Watch:
                                           str(last.data["text"]) + text, last.at_us)
             return
         self._ready.append(event)
+
+    def _complete(self, key: DraftKey, committed: FeedEvent) -> None:
+        """Serve the rest of a step's answer that this watch was given part of, from its
+        committed message (pieces heard after the commit never pass)."""
+        served = self._have.get(key)
+        content = committed.data["message"].get("content")
+        if served is None or not isinstance(content, str) or len(content) <= served.length:
+            return
+        if content.startswith(served.text):  # else the commit replaces a text it never began
+            self._delta(delta_event(self.conversation_id, key, served.length,
+                                    content[served.length:], self._host.now_us()))
 
     def _discarded(self, event: FeedEvent) -> None:
         key = (str(event.data["run_id"]), int(event.data["step"]))
