@@ -20,6 +20,15 @@ through the turn's path against the bare handler (goal: at most 50 us); of that,
 ``tool_decorator_overhead_us`` = p50(typed) - p50(bare) is the decorator's own share.
 ``mcp_overhead_ratio`` -- a stdio MCP tool call through tidings against the ``mcp`` SDK's
 client alone, p50 over p50 (goal <= 1.2) -- comes from ``bench/mcp_overhead.py``'s measurement.
+From ``bench/mcp_figures.py`` (against bench/mcp_task_server.py, FastMCP with ``fastmcp-tasks``):
+``mcp_task_overhead_ratio`` -- a background MCP task through a tidings turn, from the post to the
+commit of the woken turn's notice message, over the same task called and polled to its end
+(``tasks/get``, the same 50 ms interval) by the SDK's client alone, p50 over p50 (goal <= 1.3);
+``mcp_large_result_mb_s`` -- a 2 MiB text result over streamable HTTP, called inside a turn (from
+the model's call to its reading the result, kept whole as a result envelope), MB/s of the p50
+(goal >= 20), with the SDK's client alone beside it (``mcp_large_result_sdk_mb_s``). The raw
+SQLite commit p50 of the same run (``sqlite_raw_commit_p50_us``, before and after, averaged)
+is beside them.
 
 Progress goes to stderr; stdout gets a table and, last, one JSON line with every figure.
 """
@@ -28,13 +37,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
-from harness import err, fmt, log, pct_us, run_main, source_revision
+from harness import err, fmt, log, pct_us, raw_sqlite_commit_us, run_main, source_revision
+from mcp_figures import measure_large, measure_task
 from mcp_overhead import measure as mcp_measure
+from outbox import machine
 from rich.table import Table
 
 import tidings
@@ -144,6 +157,20 @@ async def main_async(args: argparse.Namespace) -> int:
     log("mcp: a stdio tool call through tidings vs the SDK's client alone")
     mcp = await mcp_measure(rounds=5 if args.quick else 20, calls=50)
     log(f"mcp_overhead_ratio = {mcp['mcp_overhead_ratio']:.2f} (goal <= 1.2)")
+    load_before = os.getloadavg()
+    raw = [raw_sqlite_commit_us(1.0 if args.quick else 3.0)]
+    log("mcp: a background task, start to notice, through tidings vs the SDK polling it")
+    task = await measure_task(rounds=10 if args.quick else 30)
+    t = task["figures"]
+    log(f"mcp_task_overhead_ratio = {task['mcp_task_overhead_ratio']:.3f} (goal <= 1.3): "
+        f"tidings p50 {t['tidings_p50_ms']:.1f} ms, SDK p50 {t['sdk_p50_ms']:.1f} ms")
+    log("mcp: a 2 MiB result over streamable HTTP")
+    large = await measure_large(rounds=5 if args.quick else 15)
+    g = large["figures"]
+    log(f"mcp_large_result_mb_s = {large['mcp_large_result_mb_s']:.1f} (goal >= 20): in a turn "
+        f"p50 {g['turn_call_p50_ms']:.1f} ms; SDK alone {large['mcp_large_result_sdk_mb_s']:.1f}"
+        f" MB/s")
+    raw.append(raw_sqlite_commit_us(1.0 if args.quick else 3.0))
     print(json.dumps({
         "bench": "tools", "revision": source_revision(), "seconds": args.seconds,
         "results": figures,
@@ -154,13 +181,27 @@ async def main_async(args: argparse.Namespace) -> int:
         # -- MCP: a stdio MCP tool call through tidings / the mcp SDK's client alone. ------
         "mcp_overhead_ratio": round(float(mcp["mcp_overhead_ratio"]), 3),
         "mcp": mcp,
+        # -- MCP: a background task, start to notice; a 2 MiB result over HTTP. -----------
+        "mcp_task_overhead_ratio": task["mcp_task_overhead_ratio"],
+        "mcp_task_tidings_p50_ms": t["tidings_p50_ms"],
+        "mcp_task_tidings_p90_ms": t["tidings_p90_ms"],
+        "mcp_task_sdk_p50_ms": t["sdk_p50_ms"],
+        "mcp_task_sdk_p90_ms": t["sdk_p90_ms"],
+        "mcp_large_result_mb_s": large["mcp_large_result_mb_s"],
+        "mcp_large_result_sdk_mb_s": large["mcp_large_result_sdk_mb_s"],
+        "mcp_large_result_connection_mb_s": large["mcp_large_result_connection_mb_s"],
+        "mcp_task": task,
+        "mcp_large_result": large,
+        "sqlite_raw_commit_p50_us": round(statistics.mean(raw), 1),
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "quick": args.quick, "machine": machine(),
     }))
     return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="the small plan (seconds)")
+    parser.add_argument("--quick", action="store_true", help="the small plan (under a minute)")
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="how long the interleaved calls run")
     args = parser.parse_args(argv)
