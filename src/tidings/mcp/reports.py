@@ -102,7 +102,8 @@ class StatusReports:
     async def refused(self, status: int, reason: str) -> None:
         """The server refused tidings' credentials: each conversation concerned is told once,
         with what to do (``mcp_server_status`` ``unauthorized`` or ``forbidden``)."""
-        told = [c for c in (*self._callers, *self._told) if c not in self._refused_told]
+        told = [c for c in dict.fromkeys((*self._callers, *self._told))  # each one once
+                if c not in self._refused_told]
         for conversation_id in told:
             _remember(self._refused_told, conversation_id)
             _remember(self._told, conversation_id)
