@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -70,25 +68,10 @@ def kettle_requests(state: Path) -> list[tuple[int, str, str]]:
 @contextlib.contextmanager
 def weather_http(name: str = "weather", **options: Any) -> Iterator[MCPServer]:
     """The weather server over streamable HTTP on a free loopback port, for the block."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, str(WEATHER), "--http", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # until it accepts connections (a failed start fails the test)
-            if process.poll() is not None:
-                raise AssertionError(f"the HTTP weather server exited: {process.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("the HTTP weather server did not start within 30 s")
-            time.sleep(0.05)
-        yield MCPServer(name, url=f"http://127.0.0.1:{port}/mcp", **options)
-    finally:
-        process.terminate()
-        process.wait(10)
+    from tests.mcp_servers.loopback import served
+
+    with served(WEATHER, name, **options) as server:
+        yield server
 
 
 LONG = timedelta(hours=1)
