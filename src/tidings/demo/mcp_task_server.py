@@ -84,13 +84,15 @@ class RenderTasks(Extension):
     async def intercept_tool_call(self, params: CallToolRequestParams,
                                   ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
-        if params.task is None:
-            return await call_next(ctx)
+        meta: dict[str, Any] = dict(ctx.meta or {})
+        declared: dict[str, Any] = meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+        if self.identifier not in (declared.get("extensions") or {}):
+            return await call_next(ctx)  # a client without tasks: an ordinary call
         task_id = uuid.uuid4().hex
         job = JOBS[task_id] = _Job(pages=int((params.arguments or {}).get("pages", 1)),
-                                   ttl=params.task.ttl or 3_600_000)
+                                   ttl=3_600_000)
         job.work = asyncio.get_running_loop().create_task(_work(ctx, task_id, job))
-        return {"resultType": "task", "task": _dump(job.wire(task_id))}
+        return {"resultType": "task", **_dump(job.wire(task_id))}  # flat, as the wire has it
 
     def methods(self) -> Sequence[MethodBinding]:
         return [MethodBinding("tasks/get", GetTaskRequestParams, _get),
