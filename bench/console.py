@@ -50,13 +50,14 @@ from harness import (
     scratch_url,
     source_revision,
 )
+from loopback import free_port
 from rich.console import Console
 from rich.table import Table
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
-from stream import StreamModel, free_port
+from stream import StreamModel
 
 from tidings.runtime import Runtime
 from tidings.service.app import Server, create_app

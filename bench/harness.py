@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import sqlite3
@@ -26,6 +27,13 @@ import psycopg
 from rich.console import Console
 
 err = Console(stderr=True, highlight=False)
+
+# A bench runs as a script, so its folder leads sys.path -- and bench/a2a.py would then shadow
+# the a2a-sdk's ``a2a`` package, which tidings imports. The folder goes last instead: the
+# benches' own modules (this one, a2a_resume, ...) are still found, after the installed packages.
+_BENCH = Path(__file__).resolve().parent
+if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == _BENCH:
+    sys.path.append(sys.path.pop(0))
 
 
 @dataclass
@@ -252,6 +260,46 @@ async def scratch_url(backend: str, dsn: str, purpose: str) -> AsyncIterator[str
 
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+async def raw_commits(results: Results, backends: list[str], dsn: str) -> None:
+    """The machine's raw single-row commit p50 in this run, for beside a bench's figures:
+    ``sqlite_raw_commit_p50_us``, and ``pg_raw_commit_p50_us`` with PostgreSQL in
+    ``backends``."""
+    results.figures["sqlite_raw_commit_p50_us"] = raw_sqlite_commit_us(1.0)
+    if "postgres" in backends:
+        raw = await guarded(results, "raw_pg_commit",
+                            lambda: asyncio.to_thread(raw_pg_commit_us, dsn, 1.0))
+        if raw is not None:
+            results.figures["pg_raw_commit_p50_us"] = raw
+
+
+def finish(results: Results, started: float, line: dict[str, Any],
+           settings: dict[str, Any]) -> int:
+    """Print a bench's last line: ``line``, the raw commit p50s (:func:`raw_commits`), the
+    seconds taken, the errors, every figure and the settings (with the command and the
+    revision); the exit status (1 if a step failed)."""
+    figures = results.figures
+    seconds = time.perf_counter() - started
+    raw_pg = figures.get("pg_raw_commit_p50_us")
+    line = {**line,
+            "sqlite_raw_commit_p50_us": round(figures["sqlite_raw_commit_p50_us"], 1),
+            "pg_raw_commit_p50_us": None if raw_pg is None else round(raw_pg, 1),
+            "seconds": round(seconds, 1), "errors": results.errors, "figures": figures,
+            "settings": {**settings, "command": " ".join(["python", *sys.argv]),
+                         "revision": source_revision()}}
+    err.print(f"total {seconds:.0f}s")
+    print(json.dumps(line))
+    return 1 if results.errors else 0
+
+
+def bench_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """A bench's command line: ``--quick``, ``--backend`` and ``--postgres-dsn``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help="the small plan (under 2 minutes)")
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--postgres-dsn", default=DEFAULT_DSN)
+    return parser
 
 
 def run_main(main_async: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],

@@ -72,7 +72,6 @@ import random
 import resource
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -100,6 +99,7 @@ from harness import (
     source_revision,
     terminate,
 )
+from loopback import free_port
 from rich.console import Console
 from rich.table import Table
 
@@ -128,11 +128,6 @@ FULL = Plan("full", warmup_s=15.0, seconds=120.0, raw_seconds=3.0, idle_s=5.0)
 
 # -- the server process ------------------------------------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

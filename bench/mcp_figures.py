@@ -42,17 +42,17 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import harness  # noqa: F401  (first: it keeps bench/a2a.py from shadowing the a2a package)
+from loopback import free_port, listening
 from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
@@ -249,27 +249,11 @@ class _StepClock:
 
 
 @contextlib.contextmanager
-def _http_server() -> Any:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)],
-                               env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the HTTP bench server exited: {process.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the HTTP bench server did not start within 30 s")
-            time.sleep(0.05)
+def _http_server() -> Iterator[str]:
+    port = free_port()
+    with listening([sys.executable, str(SERVER), "--http", str(port)], port, env=ENV,
+                   what="the HTTP bench server"):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def _expected() -> str:

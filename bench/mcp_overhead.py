@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness  # noqa: F401  (first: it keeps bench/a2a.py from shadowing the a2a package)
 from mcp import Client, StdioServerParameters
 
 from tidings.mcp import MCPServer

@@ -1,6 +1,6 @@
 """The performance report: run every benchmark and write its figures into docs/performance.md.
 
-    python bench/report.py [--quick] [--only NAME,...] [--no-doc] [--json PATH]
+    python bench/report.py [--quick] [--only NAME,...] [--rounds N] [--no-doc] [--json PATH]
     python bench/report.py --from-json bench/last-report.json   # render again, run nothing
 
 (names: outbox, turns, tasks, mail, torture, scale, peers, load, service)
@@ -15,6 +15,13 @@ implementation of the same durable paths on tidings' own schema, measured side b
 tidings at revision 3cf4b42 on a quiet disk. Beside every figure the report prints the raw
 single-row commit p50 that the same bench run measured, so a reader can tell a slow unit of
 work from a slow disk or a busy machine.
+
+``bench/floor.py`` measures the floor again in the same report, figure by figure: beside each of
+tidings' turn overhead, CPU per turn at 100 conversations, wake and outbox end to end (1 and 100
+conversations), on both backends, the report prints tidings ÷ the floor and its goal (times at
+most 1.25, rates at least 0.85), and says when a raw SQLite commit p50 of those runs was over
+200 µs (figures not to be quoted). ``--rounds 3`` runs the floor and those benches alternately,
+three times: their figures are the medians, each quotient the median of the rounds' quotients.
 
 The report -- the limits, the goals table, the other benches' figures, and any bench that
 failed (named, with the end of its output) -- replaces what lies between the ``report:begin``
@@ -33,6 +40,7 @@ import os
 import platform
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 BENCHES = ("floor", "outbox", "turns", "tasks", "mail", "torture", "scale", "peers", "load",
-           "service")
+           "service", "a2a_children", "feed_idle", "rtt")
 
 
 def sqlite_commits_per_s(synchronous: str, rows: int, seconds: float = 1.0) -> float:
@@ -158,6 +166,30 @@ def run_bench(name: str, quick: bool, dsn: str, timeout: float) -> dict[str, Any
     return result
 
 
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One bench's rounds as one run: each top-level number of its JSON the median over the
+    rounds that have it (the rest as the last round printed it), the run times summed, the
+    errors of every round."""
+    last = runs[-1]
+    datas = [r["json"] for r in runs if isinstance(r.get("json"), dict)]
+    result: dict[str, Any] = {**last, "seconds": round(sum(r.get("seconds") or 0 for r in runs), 1),
+                              "loadavg_before": runs[0].get("loadavg_before"),
+                              "exit": max((r.get("exit") or 0) for r in runs)}
+    errors = [f"round {n + 1}: {r['error']}" for n, r in enumerate(runs) if r.get("error")]
+    result.pop("error", None)
+    if errors:
+        result["error"] = "\n".join(errors)
+    if datas:
+        data = dict(datas[-1])
+        for key in {k for d in datas for k in d}:
+            values = [d[key] for d in datas
+                      if isinstance(d.get(key), (int, float)) and not isinstance(d[key], bool)]
+            if values:
+                data[key] = statistics.median(values)
+        result["json"] = data
+    return result
+
+
 def _get(data: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(data, dict):
@@ -214,17 +246,17 @@ GOALS: tuple[Goal, ...] = (
          "sqlite_turn_overhead_us", "µs", "1,645", "618", "<=", 775,
          here="sqlite_floor_turn_us"),
     Goal("turns", "SQLite CPU per turn at 100 conversations", "sqlite_cpu_per_turn_us_100",
-         "µs", "~1,100", "275", "<=", 345),
+         "µs", "~1,100", "275", "<=", 345, here="sqlite_floor_cpu_per_turn_us_100"),
     Goal("outbox", "SQLite outbox end to end, 100 conversations", "sqlite_e2e_100_msgs",
-         "msg/s", "6,368", "10,642", ">=", 9000),
+         "msg/s", "6,368", "10,642", ">=", 9000, here="sqlite_floor_e2e_100_msgs"),
     Goal("outbox", "SQLite outbox end to end, 1 conversation", "sqlite_e2e_1_msgs", "msg/s",
-         "1,011", "1,668", ">=", 1400),
+         "1,011", "1,668", ">=", 1400, here="sqlite_floor_e2e_1_msgs"),
     Goal("tasks", "SQLite wake p50 (process exit → woken model call)", "sqlite_wake_p50_us",
-         "µs", "1,715", "915", "<=", 1150),
+         "µs", "1,715", "915", "<=", 1150, here="sqlite_floor_wake_us"),
     Goal("turns", "PostgreSQL turn overhead p50", "pg_turn_overhead_us", "µs", "3,338", "804",
          "<=", 1000, here="pg_floor_turn_us"),
     Goal("outbox", "PostgreSQL outbox end to end, 100 conversations", "pg_e2e_100_msgs",
-         "msg/s", "3,051", "4,670", ">=", 4000),
+         "msg/s", "3,051", "4,670", ">=", 4000, here="pg_floor_e2e_100_msgs"),
     Goal("turns", "SQLite event-loop lag p99, 100 busy conversations", "sqlite_loop_lag_p99_ms",
          "ms", "", "", "<=", 5, 1),
     Goal("turns", "PostgreSQL event-loop lag p99, 100 busy conversations",
@@ -239,7 +271,53 @@ GOALS: tuple[Goal, ...] = (
          "pg_scale_cpu_efficiency_4", "", "", "", ">=", 0.85, 2),
     Goal("scale", "overlapping turns (PostgreSQL, all configurations)",
          "pg_scale_overlapping_turns", "", "", "", "==", 0),
+    Goal("a2a_children", "remote A2A child: agent completed → the parent's mail input, p50 "
+         "(SQLite)", "remote_child_relay_p50_ms", "ms", "", "", "<=", 200, 1),
 )
+
+@dataclass(frozen=True)
+class Ratio:
+    """A figure of tidings over the same figure of ``bench/floor.py`` in the same report."""
+
+    label: str
+    bench: str
+    key: str
+    floor_key: str
+    unit: str
+    op: str  # "<=" for times (tidings at most bound times the floor's), ">=" for rates
+    bound: float
+
+    @property
+    def backend(self) -> str:
+        return "pg" if self.key.startswith("pg_") else "sqlite"
+
+
+def _ratios() -> tuple[Ratio, ...]:
+    found: list[Ratio] = []
+    for prefix, name in (("sqlite", "SQLite"), ("pg", "PostgreSQL")):
+        found += [
+            Ratio(f"{name} turn overhead p50", "turns", f"{prefix}_turn_overhead_us",
+                  f"{prefix}_floor_turn_us", "µs", "<=", 1.25),
+            Ratio(f"{name} CPU per turn, 100 conversations", "turns",
+                  f"{prefix}_cpu_per_turn_us_100", f"{prefix}_floor_cpu_per_turn_us_100", "µs",
+                  "<=", 1.25),
+            Ratio(f"{name} wake p50 (process exit → woken model call)", "tasks",
+                  f"{prefix}_wake_p50_us", f"{prefix}_floor_wake_us", "µs", "<=", 1.25),
+            Ratio(f"{name} outbox end to end, 1 conversation", "outbox", f"{prefix}_e2e_1_msgs",
+                  f"{prefix}_floor_e2e_1_msgs", "msg/s", ">=", 0.85),
+            Ratio(f"{name} outbox end to end, 100 conversations", "outbox",
+                  f"{prefix}_e2e_100_msgs", f"{prefix}_floor_e2e_100_msgs", "msg/s", ">=", 0.85),
+        ]
+    return tuple(found)
+
+
+#: tidings ÷ the floor measured in the same report, per figure the goals name.
+RATIOS = _ratios()
+#: The benches whose figures are read against the floor: ``--rounds`` runs them alternately.
+ROUND_BENCHES = ("floor", "turns", "tasks", "outbox")
+#: Above this raw SQLite commit p50 (µs) in a run, its figures are not quoted.
+QUOTABLE_RAW_US = 200.0
+
 
 #: An other figure: (bench, label, JSON paths, digits, goal text, per-value checks). A path is a
 #: top-level key or a tuple into the bench's JSON. A check is (op, bound) or None (no goal).
@@ -256,6 +334,8 @@ OTHERS: tuple[Other, ...] = (
      ("sqlite_turn_overhead_p99_us", "pg_turn_overhead_p99_us"), 0, "", ()),
     ("turns", "PostgreSQL process CPU per turn at 100 conversations, µs",
      ("pg_cpu_per_turn_us_100",), 0, "", ()),
+    ("turns", "PostgreSQL round trips per unit, serial turns (and units per turn)",
+     ("pg_round_trips_per_unit", "pg_units_per_turn"), 2, "≤ 2", (("<=", 2), None)),
     ("turns", "idle memory per conversation, bytes (SQLite / PG)",
      ("sqlite_idle_bytes_per_conversation", "pg_idle_bytes_per_conversation"), 0, "< 2,048",
      (("<", 2048), ("<", 2048))),
@@ -308,6 +388,17 @@ OTHERS: tuple[Other, ...] = (
      ("sqlite_library_turn_p50_us", "pg_library_turn_p50_us"), 0, "", ()),
     ("service", "waiting post (`?wait=`) ÷ library, p50 (SQLite / PG)",
      ("sqlite_http_wait_overhead_ratio", "pg_http_wait_overhead_ratio"), 2, "", ()),
+    ("a2a_children", "remote A2A child relay p50, ms: PostgreSQL / SQLite polling only (1 s)",
+     ("pg_remote_child_relay_p50_ms", "remote_child_relay_polling_p50_ms"), 1, "", ()),
+    ("feed_idle", "`tidings serve` with 200 idle SSE watchers, % of a CPU (SQLite / PG)",
+     ("feed_idle_cpu_pct_200", "pg_feed_idle_cpu_pct_200"), 2, "≤ 2",
+     (("<=", 2), ("<=", 2))),
+    ("feed_idle", "`tidings serve` with no watcher, % of a CPU (SQLite / PG)",
+     ("feed_idle_cpu_pct_0", "pg_feed_idle_cpu_pct_0"), 2, "", ()),
+    ("rtt", "PostgreSQL 1 ms away: turn ÷ the floor's through the same proxy",
+     ("pg_turn_overhead_ratio_rtt1ms",), 2, "≤ 1.25", (("<=", 1.25),)),
+    ("rtt", "PostgreSQL 1 ms away: turn / floor, µs",
+     ("pg_turn_overhead_us_rtt1ms", "pg_floor_turn_us_rtt1ms"), 0, "", ()),
 )
 
 
@@ -365,6 +456,80 @@ def goal_rows(report: dict[str, Any]) -> list[str]:
         lines.append(f"| {g.label} | {shown} | {_num(raw) + ' µs' if raw else '-'} | {before} "
                      f"| {floor} | {here_shown} | {g.goal()} | {verdict} | `{g.bench}` |")
     return lines
+
+
+def _runs(report: dict[str, Any], bench: str) -> list[dict[str, Any]]:
+    """The bench's runs in this report: one per round with ``--rounds``, else its one run."""
+    rounds = report.get("rounds")
+    if rounds:
+        return [r[bench] for r in rounds if bench in r]
+    run = report["benches"].get(bench)
+    return [] if run is None else [run]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _with_unit(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{_num(value)} {unit}"
+
+
+def ratio_rows(report: dict[str, Any]) -> list[str]:
+    """tidings ÷ the floor beside each figure the goals name; with rounds, the median of the
+    rounds' quotients (each round's tidings figure over the floor of the same round)."""
+    lines = ["| figure | tidings | floor here | tidings ÷ floor | goal | met | rounds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    floors = _runs(report, "floor")
+    for r in RATIOS:
+        runs = _runs(report, r.bench)
+        quotients: list[float] = []
+        mine: list[float] = []
+        theirs: list[float] = []
+        for floor_run in floors:
+            floor = _get(floor_run.get("json"), r.floor_key)
+            if isinstance(floor, (int, float)):
+                theirs.append(float(floor))
+        for n, run in enumerate(runs):
+            value = _get(run.get("json"), r.key)
+            floor = _get(floors[n].get("json"), r.floor_key) if n < len(floors) else None
+            if isinstance(value, (int, float)):
+                mine.append(float(value))
+            if isinstance(value, (int, float)) and isinstance(floor, (int, float)) and floor:
+                quotients.append(float(value) / float(floor))
+        quotient = _median(quotients)
+        verdict = _verdict([_check((r.op, r.bound), quotient)])
+        shown = (f"{_num(quotient, 2)}" if quotient is not None
+                 else ("not run" if not runs or not floors else "-"))
+        sign, _ = _OPS[r.op]
+        each = ", ".join(_num(q, 2) for q in quotients) if len(quotients) > 1 else ""
+        lines.append(f"| {r.label} | {_with_unit(_median(mine), r.unit)} "
+                     f"| {_with_unit(_median(theirs), r.unit)} | {shown} | {sign} {r.bound:g} "
+                     f"| {verdict} | {each} |")
+    return lines
+
+
+def quotable(report: dict[str, Any]) -> list[str]:
+    """Whether the figures read against the floor may be quoted: every run of those benches
+    measured a raw SQLite commit p50 of at most ``QUOTABLE_RAW_US``."""
+    over: list[str] = []
+    seen = 0
+    for bench in ROUND_BENCHES:
+        for n, run in enumerate(_runs(report, bench)):
+            raw = raw_commit_us(run.get("json"), "sqlite")
+            if raw is None:
+                continue
+            seen += 1
+            if raw > QUOTABLE_RAW_US:
+                where = f"`{bench}`" + (f" round {n + 1}" if report.get("rounds") else "")
+                over.append(f"{where} {raw:,.0f} µs")
+    if not seen:
+        return ["No raw SQLite commit was measured beside these figures: **not quotable**."]
+    if over:
+        return [f"**Not quotable:** the raw SQLite commit p50 was over {QUOTABLE_RAW_US:.0f} µs "
+                f"in {', '.join(over)}."]
+    return [f"Quotable: every run above measured a raw SQLite commit p50 of at most "
+            f"{QUOTABLE_RAW_US:.0f} µs."]
 
 
 def other_rows(report: dict[str, Any]) -> list[str]:
@@ -435,10 +600,21 @@ def render(report: dict[str, Any]) -> str:
         "**Goals** (✓ met, ✗ not met). The raw commit is the single-row commit p50 the same bench "
         "measured in the same run; the 3cf4b42 and floor figures were measured side by side on a "
         "quiet disk (raw SQLite commit p50 about 65 µs). \"Floor here\" is `bench/floor.py` in "
-        "this report: a turn's two units written by hand on the same schema, on this machine "
-        "today, its raw commit beside it:",
+        "this report: the same figure (turn, CPU per turn at 100 conversations, wake, outbox end "
+        "to end) done by hand on the same schema, on this machine today, its raw commit beside "
+        "it:",
         "",
         *goal_rows(report),
+        "",
+        "**tidings ÷ the floor**, each figure over the same figure of `bench/floor.py` in this "
+        "report (times: at most 1.25; rates: at least 0.85)" + (
+            f", the median of {len(report['rounds'])} rounds run alternately (the floor, then "
+            "tidings' benches), each round's tidings over its own floor"
+            if report.get("rounds") else "") + ":",
+        "",
+        *ratio_rows(report),
+        "",
+        *quotable(report),
         "",
         "**Other figures:**",
         "",
@@ -497,7 +673,8 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     timeout = args.timeout or TIMEOUT_S["quick" if args.quick else "full"]
     command = "python bench/report.py" + (" --quick" if args.quick else "") + (
-        f" --only {','.join(names)}" if args.only else "")
+        f" --only {','.join(names)}" if args.only else "") + (
+        f" --rounds {args.rounds}" if args.rounds > 1 else "")
     report: dict[str, Any] = {
         "quick": args.quick, "revision": source_revision(), "command": command,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -509,12 +686,25 @@ async def main_async(args: argparse.Namespace) -> int:
     log("the machine's limits")
     report["limits"] = limits(args.postgres_dsn)
     report["benches"] = {}
-    for name in names:
-        log(f"bench/{name}.py{' --quick' if args.quick else ''}")
+
+    async def one(name: str, label: str = "") -> dict[str, Any]:
+        log(f"bench/{name}.py{' --quick' if args.quick else ''}{label}")
         run = await asyncio.to_thread(run_bench, name, args.quick, args.postgres_dsn, timeout)
-        report["benches"][name] = run
         outcome = "failed: " + run["error"].splitlines()[0] if run.get("error") else "done"
         log(f"  {outcome} in {run['seconds']} s")
+        return run
+
+    alternating = [n for n in ROUND_BENCHES if n in names] if args.rounds > 1 else []
+    if alternating:
+        rounds = [{name: await one(name, f" (round {n + 1} of {args.rounds})")
+                   for name in alternating} for n in range(args.rounds)]
+        report["rounds"] = rounds
+        report["benches"].update({name: merged([r[name] for r in rounds])
+                                  for name in alternating})
+    for name in names:
+        if name not in alternating:
+            report["benches"][name] = await one(name)
+    report["benches"] = {name: report["benches"][name] for name in names}
     report["loadavg_after"] = _loadavg()
     save_report(report, args.json)
     if not args.no_doc:
@@ -530,6 +720,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="every bench's quick plan")
     parser.add_argument("--only", default="", help=f"a subset of {','.join(BENCHES)}")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help=f"run {', '.join(ROUND_BENCHES)} this many times, alternately; "
+                             "their figures are the medians and each quotient to the floor "
+                             "the median of the rounds' (3 to quote a figure)")
     parser.add_argument("--postgres-dsn", default=DEFAULT_DSN)
     parser.add_argument("--timeout", type=float, default=0.0,
                         help="seconds per bench before it is stopped and named "

@@ -15,6 +15,8 @@ import json
 import sys
 import time
 
+import harness  # noqa: F401  (first: it keeps bench/a2a.py from shadowing the a2a package)
+
 from tidings import Profile, Runtime
 from tidings.models.scripted import ScriptedModel
 from tidings.runtime import RuntimeConfig

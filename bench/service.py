@@ -15,14 +15,17 @@ with the same model and the same master key. A turn is a person's words and the 
                    read from the conversation's SSE feed, held open across turns: the input's
                    ``input_materialized`` names its run, the run's assistant
                    ``message_committed`` holds the reply, its ended ``turn_status`` ends the turn;
-* ``http_wait`` -- ``POST .../inputs?wait=30``: the answer in the response.
+* ``http_wait`` -- ``POST .../inputs?wait=30``: the answer in the response;
+* ``client``    -- ``await client.post(conv, words, wait=30)`` through ``tidings.Client``: the
+                   same request, made and read by the Python client (its models, its errors).
 
 Serial turns, one conversation per way and block, the ways in alternating blocks (their order
 rotated each block) so drift in the machine hits all three alike: wall time per turn, p50 and
 p99, and the CPU each way spent per turn (this process; for HTTP also the server's, from
 ``/proc``). Then turns per second with ``--concurrency`` conversations at once, each posting
 again as soon as it has its answer, in alternating windows. ``*_http_overhead_ratio`` is the
-feed way's p50 over the library's (goal <= 1.5).
+feed way's p50 over the library's (goal <= 1.5); ``*_client_overhead_ratio`` the client's p50
+over the library's (goal <= 1.5; ``client_overhead_ratio`` is the worse of the backends').
 
 Progress goes to stderr; stdout gets a table and, last, one JSON line: the ratios, the p50s and
 p99s, the turns per second, the raw SQLite (and PostgreSQL) commit p50 of the same run, the load
@@ -39,7 +42,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +67,7 @@ from harness import (
     scratch_url,
     source_revision,
 )
+from loopback import free_port
 from rich.console import Console
 from rich.table import Table
 
@@ -73,7 +76,7 @@ from tidings import Profile, ScriptedModel
 from tidings.results import MasterKey
 
 TOKEN, PRINCIPAL = "bench-token", "bench"
-WAYS = ("library", "http_feed", "http_wait")
+WAYS = ("library", "http_feed", "http_wait", "client")
 GOAL_RATIO = 1.5
 SLOW_US = 500_000  # a turn this slow waited for a slow poll, not for work
 ENDED = frozenset({"completed", "failed", "needs_attention", "stopped"})
@@ -118,11 +121,6 @@ def server_warnings(log_text: str) -> list[str]:
 
 # -- the server --------------------------------------------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Served:
@@ -235,6 +233,7 @@ class Ways:
 
     rt: tidings.Runtime
     client: httpx.AsyncClient
+    tc: tidings.Client
     stack: contextlib.AsyncExitStack
     server: Served
     mismatches: list[str] = field(default_factory=list)
@@ -250,6 +249,14 @@ class Ways:
                 self.check(words, answer.reply)
 
             return library
+        if way == "client":
+            made_by_client = await self.tc.create({"model": "scripted"})
+
+            async def client(words: str) -> None:
+                answer = await self.tc.post(made_by_client.conversation_id, words, wait=30)
+                self.check(words, answer.reply)
+
+            return client
         made = await self.client.post("/v1/conversations", json={"profile": {"model": "scripted"}})
         made.raise_for_status()
         conv = made.json()["conversation_id"]
@@ -413,10 +420,11 @@ async def opened(backend: str, dsn: str, profile: str | None) -> AsyncIterator[W
             timeout=httpx.Timeout(60.0, connect=10.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256)))
         await server.wait_ready(client)
+        tc = await stack.enter_async_context(tidings.Client(server.url, TOKEN, timeout_s=60.0))
         rt = await stack.enter_async_context(tidings.open(
             lib_url, models=[ScriptedModel()], master_key=MasterKey.parse(master_key)))
         feeds = await stack.enter_async_context(contextlib.AsyncExitStack())
-        yield Ways(rt=rt, client=client, stack=feeds, server=server)
+        yield Ways(rt=rt, client=client, tc=tc, stack=feeds, server=server)
 
 
 async def one_backend(backend: str, args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
@@ -435,6 +443,7 @@ async def one_backend(backend: str, args: argparse.Namespace, plan: Plan) -> dic
     lib = s["library"]["p50_us"]
     figures["http_overhead_ratio"] = s["http_feed"]["p50_us"] / lib
     figures["http_wait_overhead_ratio"] = s["http_wait"]["p50_us"] / lib
+    figures["client_overhead_ratio"] = s["client"]["p50_us"] / lib
     figures["concurrent_http_vs_library"] = (c["http_feed"]["turns_per_s"]
                                              / c["library"]["turns_per_s"])
     if figures["wrong_answers"]:
@@ -492,12 +501,15 @@ async def main_async(args: argparse.Namespace) -> int:
         s, c = f["serial"], f["concurrent"]
         headline[f"{prefix}_http_overhead_ratio"] = f["http_overhead_ratio"]
         headline[f"{prefix}_http_wait_overhead_ratio"] = f["http_wait_overhead_ratio"]
+        headline[f"{prefix}_client_overhead_ratio"] = f["client_overhead_ratio"]
         for way in WAYS:
             headline[f"{prefix}_{way}_turn_p50_us"] = s[way]["p50_us"]
             headline[f"{prefix}_{way}_turn_p99_us"] = s[way]["p99_us"]
             headline[f"{prefix}_{way}_turns_per_s_{args.concurrency}"] = c[way]["turns_per_s"]
     print_table(results, args, raw_us)
+    client_ratios = [f["client_overhead_ratio"] for f in results.figures.values()]
     print(json.dumps({
+        "client_overhead_ratio": max(client_ratios) if client_ratios else None,
         **headline,
         "raw_sqlite_commit_us": raw_us.get("sqlite"),
         "raw_pg_commit_us": raw_us.get("postgres"),
@@ -537,7 +549,7 @@ def print_table(results: Results, args: argparse.Namespace, raw_us: dict[str, fl
                                 for k in ("cpu_us_per_turn_this_process",
                                           "cpu_us_per_turn_server")) or None)
                         for p in ("sqlite", "pg")), "")
-    table.add_row("serial turns over 500 ms (library / feed / ?wait=)",
+    table.add_row("serial turns over 500 ms (library / feed / ?wait= / client)",
                   *("/".join(cell(p, "serial", way, "turns_over_500ms") for way in WAYS)
                     for p in ("sqlite", "pg")), "")
     table.add_row("http_overhead_ratio (feed p50 / library p50)",
@@ -545,6 +557,9 @@ def print_table(results: Results, args: argparse.Namespace, raw_us: dict[str, fl
                   cell("pg", "http_overhead_ratio", digits=2), f"≤ {GOAL_RATIO}")
     table.add_row("?wait= p50 / library p50", cell("sqlite", "http_wait_overhead_ratio", digits=2),
                   cell("pg", "http_wait_overhead_ratio", digits=2), "")
+    table.add_row("client_overhead_ratio (tidings.Client p50 / library p50)",
+                  cell("sqlite", "client_overhead_ratio", digits=2),
+                  cell("pg", "client_overhead_ratio", digits=2), f"≤ {GOAL_RATIO}")
     for way in WAYS:
         table.add_row(f"{args.concurrency} conversations, {way}: turns/s",
                       cell("sqlite", "concurrent", way, "turns_per_s", digits=1),

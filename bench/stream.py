@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from harness import (
     scratch_url,
     source_revision,
 )
+from loopback import free_port
 from rich.console import Console
 from rich.table import Table
 
@@ -108,11 +108,6 @@ class StreamModel:
             text += piece
         return ModelReply(text=text, model=self.name)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_http(base: str, seconds: float = 30.0) -> None:

@@ -12,7 +12,9 @@ bench/README.md for the method of each):
                synchronous=FULL; psycopg INSERT + COMMIT), before and after the turn figures;
                the mean of the two p50s is the denominator;
 2. overhead -- one conversation, serial turns: ``post`` then ``settle``; the wall time of each
-               turn minus its model time, p50 and p99, and p50 over the raw commit;
+               turn minus its model time, p50 and p99, and p50 over the raw commit; on
+               PostgreSQL also the writers' round trips per unit (each wait for the server's
+               answer: a statement, or a pipeline up to its sync) and the units per turn;
 3. tps      -- turns per second with 1 conversation and with 100 conversations (each posts,
                waits for its turn, posts again), and their quotient;
 4. idle     -- a fresh child process creates 10,000 conversations, runs one turn in each, lets
@@ -343,6 +345,7 @@ async def serial(
         models: list[float] = []
         n = plan.serial_warmup
         busy0 = machine_cpu_s()
+        trips0, units0 = round_trips(rt.store)
         end = time.perf_counter() + plan.serial_seconds
         while len(walls) < samples and (len(walls) < 50 or time.perf_counter() < end):
             model_before = model.seconds
@@ -355,6 +358,7 @@ async def serial(
             kernel.append(wall - spent)
             n += 1
         busy = busy_share(busy0, machine_cpu_s())
+        trips1, units1 = round_trips(rt.store)
         breakdown = (
             await unit_breakdown(rt, conv, n, breakdown_turns, model) if breakdown_turns else None
         )
@@ -375,8 +379,20 @@ async def serial(
         "overhead_p99_us": pct_us(kernel, 0.99),
         "overhead_mean_us": statistics.mean(kernel) * 1e6,
         "tps": len(walls) / sum(walls),
+        # PostgreSQL: the writers' round trips (each wait for the server's answer: a statement,
+        # or a pipeline up to its sync) over the units they committed, and units per turn.
+        "round_trips_per_unit": (trips1 - trips0) / (units1 - units0)
+        if trips0 is not None and trips1 is not None and units1 > units0 else None,
+        "units_per_turn": (units1 - units0) / len(walls) if trips0 is not None else None,
         "breakdown": breakdown,
     }
+
+
+def round_trips(store: Store) -> tuple[int | None, int]:
+    """The store's writers' round trips so far (None where it does not count them: SQLite) and
+    the units of work they committed."""
+    trips = getattr(store, "round_trips", None)
+    return (None if trips is None else int(trips)), int(getattr(store, "units_committed", 0))
 
 
 @dataclass
@@ -1027,6 +1043,8 @@ def summarize(figures: dict[str, Any]) -> dict[str, Any]:
         many_figure = figures.get(f"{key}_tps_{MANY}", {})
         summary[f"{key}_cpu_per_turn_us_100"] = many_figure.get("cpu_us_per_turn")
         summary[f"{key}_loop_lag_p99_ms"] = many_figure.get("loop_lag_p99_ms")
+    summary["pg_round_trips_per_unit"] = figures.get("pg_serial", {}).get("round_trips_per_unit")
+    summary["pg_units_per_turn"] = figures.get("pg_serial", {}).get("units_per_turn")
     summary["idle_bytes_per_conversation"] = summary["sqlite_idle_bytes_per_conversation"]
     summary["idle_cpu_percent"] = summary["sqlite_idle_cpu_percent"]
     if summary["idle_bytes_per_conversation"] is None:
@@ -1084,6 +1102,9 @@ def print_table(figures: dict[str, Any], summary: dict[str, Any]) -> None:
         path=("serial_small_window", "overhead_p50_us"))
     row("  machine CPUs busy during the serial turns (share)", "", 2,
         path=("serial", "machine_busy"))
+    row("  units of work per serial turn (PostgreSQL)", "", 2, path=("serial", "units_per_turn"))
+    row("  round trips per unit, serial turns (PostgreSQL)", "", 2,
+        path=("serial", "round_trips_per_unit"))
     row("turns/s, 1 conversation", "tps_1")
     row(f"turns/s, {MANY} conversations", "tps_100")
     row(f"turns_100_vs_1 ({MANY} / 1)", "turns_100_vs_1", 2, "turns_100_vs_1")

@@ -6,6 +6,7 @@ some scenarios, JSON facts in ``MCP_CONFORMANCE_CONTEXT`` (pre-registered OAuth 
 the like). It goes through tidings' own client path, not the bare SDK: a runtime on a fresh
 SQLite database, an :class:`tidings.MCPServer` pointed at the URL, and a conversation whose model
 calls every tool the server offers (arguments made from each tool's input schema), then answers.
+A question the server asks a person meanwhile is accepted as its form stands (its defaults).
 
 It exits 0 when the server connected and every tool call returned a result that is not an
 error; otherwise 1, with the reason on stderr. What the suite checks is on the server's side
@@ -17,7 +18,6 @@ error; otherwise 1, with the reason on stderr. What the suite checks is on the s
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import os
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import tidings
-from tidings import MCPServer, Profile
+from tidings import MCPOAuth, MCPServer, Profile
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 
 SERVER = "conf"
@@ -94,21 +94,33 @@ class ConformanceModel:
         return ModelReply(text="", tool_calls=calls, model=MODEL)
 
 
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document the suite's authorization server expects tidings to name."""
+
+
+def oauth_for(scenario: str, context: Mapping[str, Any]) -> MCPOAuth | None:
+    """How tidings authorizes in an ``auth/`` scenario, from the suite's context: a service
+    account's client credentials (a secret, or a private key signing a JWT), or the
+    authorization code grant with a pre-registered client or none (dynamic registration, or
+    the client ID metadata document where the server takes one). The suite's authorization
+    server approves at once, so the code is read from its redirect without a browser."""
+    if not scenario.startswith("auth/"):
+        return None
+    client_id = context.get("client_id")
+    if scenario.startswith("auth/client-credentials-"):
+        return MCPOAuth(grant="client_credentials", client_id=client_id,
+                        client_secret=context.get("client_secret"),
+                        private_key=context.get("private_key_pem"),
+                        signing_algorithm=context.get("signing_algorithm", "RS256"))
+    return MCPOAuth(client_id=client_id, client_secret=context.get("client_secret"),
+                    client_metadata_url=None if client_id else CIMD_URL, headless=True)
+
+
 def server_for(url: str, scenario: str, context: Mapping[str, Any]) -> MCPServer:
     """The declared server; credentials from the suite's context where tidings takes them."""
-    options: dict[str, Any] = {
-        "url": url,
-        "timeout": timedelta(seconds=20),
-        "connect_timeout": timedelta(seconds=10),
-    }
-    accepted = inspect.signature(MCPServer).parameters
-    # OAuth: pass what the declaration accepts (an OAuth client is being added to tidings);
-    # without it, a server behind OAuth answers 401 and the scenario fails as it should.
-    if scenario.startswith("auth/") and "oauth" in accepted:
-        oauth: dict[str, Any] = {
-            key: context[key] for key in ("client_id", "client_secret") if key in context}
-        options["oauth"] = oauth or True
-    return MCPServer(SERVER, **options)
+    return MCPServer(SERVER, url=url, timeout=timedelta(seconds=20),
+                     connect_timeout=timedelta(seconds=10),
+                     oauth=oauth_for(scenario, context))
 
 
 def say(line: str) -> None:
@@ -140,7 +152,11 @@ async def run(url: str, scenario: str, context: Mapping[str, Any]) -> list[str]:
                 return problems
             profile = Profile(model=MODEL, tools=tools)
             conversation = (await rt.create_conversation("conformance", profile)).conversation_id
-            await rt.post(conversation, "Call every tool the server offers.", wait=True)
+            person = asyncio.ensure_future(answer_as_a_person(rt, conversation))
+            try:
+                await rt.post(conversation, "Call every tool the server offers.", wait=True)
+            finally:
+                person.cancel()
             transcript = await rt.transcript(conversation)
             for message in transcript:
                 say(f"{message.role}: {message.content}")
@@ -150,6 +166,22 @@ async def run(url: str, scenario: str, context: Mapping[str, Any]) -> list[str]:
             called = {m.tool_name for m in transcript if m.role == "tool"}
             problems.extend(f"{tool} was not called" for tool in tools if tool not in called)
     return problems
+
+
+async def answer_as_a_person(rt: Any, conversation: str) -> None:
+    """The person of the conversation: each question the server asks is accepted with the form
+    as it stands (its defaults; a plausible value for a required field without one)."""
+    async for event in rt.watch(conversation):
+        if event.type != "question_asked":
+            continue
+        schema = event.data.get("requested_schema") or {}
+        properties = schema.get("properties") or {}
+        content = {name: _value(properties.get(name) or {}, name, index)
+                   for index, name in enumerate(schema.get("required") or [])
+                   if "default" not in (properties.get(name) or {})}
+        answered = await rt.answer(conversation, event.data["question_id"], action="accept",
+                                   content=content, decided_by="conformance")
+        say(f"question {event.data['message']!r} answered: {answered.answer}")
 
 
 def main(argv: list[str]) -> int:

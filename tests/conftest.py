@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import io
 import os
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -191,3 +195,51 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             for nodeid in _skipped_postgres:
                 reporter.write_line(f"  {nodeid}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_STUCK_AFTER_S = 200.0
+"""A test still running after this long (the timeout is 300 s) prints every asyncio task's
+stack, so that a hang names the await it is stuck in (the timeout's own dump shows threads)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    timer = threading.Timer(_STUCK_AFTER_S, _dump_asyncio_tasks, args=(item.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _dump_asyncio_tasks(nodeid: str) -> None:
+    loops = [o for o in gc.get_objects()
+             if isinstance(o, asyncio.AbstractEventLoop) and o.is_running()]
+    for loop in loops:  # one per test, on its own thread
+        def dump(loop: asyncio.AbstractEventLoop = loop) -> None:
+            out = io.StringIO()
+            tasks = asyncio.all_tasks(loop)
+            print(f"+++ {nodeid}: stuck; {len(tasks)} asyncio task(s)", file=out)
+            for task in tasks:
+                print(f"--- {task.get_name()}", file=out)
+                for line in _awaits(task.get_coro()):
+                    print(f"    {line}", file=out)
+            sys.stdout.write(out.getvalue())  # captured: the failure's report shows it
+
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(dump)
+
+
+def _awaits(coro: object) -> Iterator[str]:
+    """Where a suspended coroutine waits, down its chain of awaits."""
+    for _ in range(64):
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            yield f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        inner = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        if inner is None:
+            if coro is not None and frame is None:
+                yield repr(coro)
+            return
+        coro = inner

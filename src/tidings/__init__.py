@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from tidings.agents import RemoteAgent
 from tidings.clock import Clock, ManualClock, SystemClock
 from tidings.conversations import Conversations
 from tidings.coordinator import Coordinator, CoordinatorConfig
@@ -32,6 +33,7 @@ from tidings.errors import (
     OriginNotAllowedError,
     PairingViolationError,
     PayloadTooLargeError,
+    QuestionDecidedError,
     ResultCorruptError,
     RuntimeLockedError,
     SlotLostError,
@@ -42,16 +44,19 @@ from tidings.errors import (
     UnknownConversationError,
     UnknownOperationError,
     UnknownProfileError,
+    UnknownQuestionError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
 )
 from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
-from tidings.mcp import MCPServer
+from tidings.mcp import MCPOAuth, MCPServer
 from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.outbox import Outbox, OutboxConfig, SweepReport
+from tidings.push import PushDeliveryConfig
+from tidings.questions import Question, QuestionConfig
 from tidings.results import (
     Lifetime,
     MasterKey,
@@ -63,7 +68,7 @@ from tidings.results import (
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.settings import MCPServerSpec, Settings, load_settings
 from tidings.settings import open as open
-from tidings.store import PostgresStore, SqliteStore, Store, Tx, open_store
+from tidings.store import SqliteStore, Store, Tx, open_store
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from tidings.tools.typed import tool
 from tidings.turns.runner import TurnConfig
@@ -106,14 +111,27 @@ __version__ = "0.1.0"
 # ``tidings.open(config="tidings.toml")`` takes the models, profiles and tools of a config file.
 
 if TYPE_CHECKING:  # at run time, imported on first use (see __getattr__)
+    from tidings.client import Client as Client
     from tidings.models.anthropic import AnthropicModel as AnthropicModel
     from tidings.models.openai import OpenAIChatModel as OpenAIChatModel
+    from tidings.store.postgres import PostgresStore as PostgresStore
 
 _ADAPTERS = {"OpenAIChatModel": ("openai", "openai"), "AnthropicModel": ("anthropic", "anthropic")}
 
 
 def __getattr__(name: str) -> object:
-    """The SDK adapters, imported when first named: the base install needs neither SDK."""
+    """The SDK adapters, imported when first named: the base install needs neither SDK; the
+    HTTP client, which brings in the service's schemas; and PostgreSQL's store, which brings in
+    psycopg (a third of a second of every start, the command line's too, that SQLite never
+    needs)."""
+    if name == "Client":
+        from tidings.client import Client
+
+        return Client
+    if name == "PostgresStore":
+        from tidings.store.postgres import PostgresStore
+
+        return PostgresStore
     if name in _ADAPTERS:
         extra, module = _ADAPTERS[name]
         try:
@@ -131,6 +149,7 @@ __all__ = (
     "Author",
     "AuthorKind",
     "BacklogFullError",
+    "Client",
     "Clock",
     "CommitOutcomeUnknownError",
     "CompactionRefusedError",
@@ -161,6 +180,7 @@ __all__ = (
     "InvalidInputError",
     "Lease",
     "Lifetime",
+    "MCPOAuth",
     "MCPServer",
     "MCPServerSpec",
     "ManualClock",
@@ -184,8 +204,13 @@ __all__ = (
     "PostgresStore",
     "Profile",
     "Published",
+    "PushDeliveryConfig",
+    "Question",
+    "QuestionConfig",
+    "QuestionDecidedError",
     "QueueStats",
     "ReconcileReport",
+    "RemoteAgent",
     "ResultCorruptError",
     "ResultPage",
     "ResultRef",
@@ -219,6 +244,7 @@ __all__ = (
     "UnknownConversationError",
     "UnknownOperationError",
     "UnknownProfileError",
+    "UnknownQuestionError",
     "UnknownResultError",
     "UnknownRunError",
     "UnknownTaskError",

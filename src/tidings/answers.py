@@ -109,11 +109,11 @@ class Answers:
 
     async def wait(
         self, item: Input, timeout: timedelta | float = DEFAULT_TIMEOUT, *,  # noqa: ASYNC109
-        until: Callable[[], Awaitable[bool]] | None = None, mark: int | None = None,
+        until: Callable[[Answer], Awaitable[bool]] | None = None, mark: int | None = None,
     ) -> Answer:
         """Wait until the input is answered (:func:`answered`), for at most ``timeout``
-        (seconds, or a :class:`~datetime.timedelta`); then, or when ``until()`` says so at a
-        look, or when the runtime closes, answer as it stands, ``timed_out``.
+        (seconds, or a :class:`~datetime.timedelta`); then, or when ``until(answer)`` says so of
+        the answer a look read, or when the runtime closes, answer as it stands, ``timed_out``.
 
         ``mark``: the conversation's mark (:meth:`~tidings.store.Wakeups.mark`) as of the
         commit ``item`` was read in. While it is still the mark when the wait begins, no unit
@@ -146,7 +146,8 @@ class Answers:
                     if answered(answer):
                         return answer
                     left = deadline - loop.time()
-                    if left <= 0 or self._closing or (until is not None and await until()):
+                    if left <= 0 or self._closing or (until is not None
+                                                      and await until(answer)):
                         return replace(answer, timed_out=True)
                     try:
                         async with asyncio.timeout(min(self.poll_s, left)):

@@ -26,16 +26,16 @@ expires) the run's last pending approval.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from tidings.clock import Clock, to_us
+from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
 from tidings.metrics import Metrics
+from tidings.records import listed
 from tidings.store import Row, Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id
@@ -112,6 +112,8 @@ class Approvals:
         self._holding: dict[str, str] = {}
         """Approval id -> conversation id, while a turn of this process waits on it."""
         self._hold_changed: asyncio.Event | None = None
+        self._hold_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        """Conversation id -> the futures of :meth:`hold_begun` not done yet."""
 
     # -- in the turn's units ------------------------------------------------------------------
 
@@ -170,8 +172,7 @@ class Approvals:
                     self.metrics.count("tidings_approval_waits_total",
                                        "Tool calls a run holds until a person decides.")
                 held = True
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), timeout=poll)
+                await wait_set(event, poll)
                 event.clear()
         finally:
             self._decided.pop(approval_id, None)
@@ -189,9 +190,32 @@ class Approvals:
                 self._hold_changed = asyncio.Event()
             await self._hold_changed.wait()
 
+    def hold_begun(self, conversation_id: str) -> asyncio.Future[None]:
+        """A future done once a turn of this process holds on a pending approval of the
+        conversation (done at once if one does), as :meth:`held` returns; the waiter that
+        no longer wants it cancels it. A future, not a task: waiting for it beside another
+        wait costs no task, and cancelling it ends it at once."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.holding(conversation_id):
+            future.set_result(None)
+            return future
+        self._hold_waiters.setdefault(conversation_id, []).append(future)
+        future.add_done_callback(lambda done: self._forget_waiter(conversation_id, done))
+        return future
+
+    def _forget_waiter(self, conversation_id: str, future: asyncio.Future[None]) -> None:
+        waiters = self._hold_waiters.get(conversation_id)
+        if waiters is not None and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del self._hold_waiters[conversation_id]
+
     def _hold(self, approval_id: str, conversation_id: str) -> None:
         if self._holding.get(approval_id) != conversation_id:
             self._holding[approval_id] = conversation_id
+            for waiter in self._hold_waiters.pop(conversation_id, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
             self._changed()
 
     def _release(self, approval_id: str) -> None:
@@ -278,14 +302,8 @@ class Approvals:
     async def list(
         self, conversation_id: str, *, status: str = "", limit: int = 100
     ) -> list[Approval]:
-        if status and status not in STATUSES:
-            raise InvalidInputError(f"status must be one of {', '.join(STATUSES)}")
-        if not 1 <= limit <= 1_000:
-            raise InvalidInputError("limit must be between 1 and 1000")
-        rows = await self.store.read(lambda tx: tx.all(
-            "conversation_approvals", conversation_id=conversation_id, status=status,
-            limit=limit,
-        ))
+        rows = await listed(self.store, "conversation_approvals", conversation_id,
+                            status=status, statuses=STATUSES, limit=limit)
         return [approval_from_row(r) for r in rows]
 
 

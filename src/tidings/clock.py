@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from datetime import timedelta
 from typing import Protocol
@@ -36,3 +38,17 @@ class ManualClock:
 def to_us(delta: timedelta) -> int:
     """A duration in whole microseconds."""
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+async def wait_set(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` have passed; whether it is set.
+
+    Every timed wait of the runtime goes through here rather than :func:`asyncio.wait_for`:
+    before Python 3.12, a ``wait_for`` whose task is cancelled as the event is set returns as if
+    nothing happened, so a component's loop shut down at that moment runs on for ever (and its
+    shutdown waits for it). :func:`asyncio.timeout` tells a cancellation from its own deadline.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    return event.is_set()

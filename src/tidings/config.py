@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from tidings.agents import RemoteAgent
 from tidings.approvals import ApprovalConfig
 from tidings.coordinator import CoordinatorConfig
 from tidings.mail.door import DoorConfig
 from tidings.mcp import MCPServer
 from tidings.outbox import OutboxConfig
+from tidings.push import PushDeliveryConfig
+from tidings.questions import QuestionConfig
 from tidings.results import ResultsConfig
 from tidings.tracing import TracerSource
 from tidings.turns.plan import TurnConfig
@@ -26,6 +29,7 @@ class RuntimeConfig:
     results: ResultsConfig = field(default_factory=ResultsConfig)
     results_sweep_interval: timedelta = timedelta(minutes=1)
     approvals: ApprovalConfig = field(default_factory=ApprovalConfig)
+    questions: QuestionConfig = field(default_factory=QuestionConfig)
     relay_kick: bool = True
     """Relay a child's reply as soon as the turn that wrote it commits. False leaves every
     reply to the relay sweep (and waits for a reply notice it by polling)."""
@@ -43,6 +47,11 @@ class RuntimeConfig:
     wakes it at once, what another process of a cluster commits is seen at the next look."""
     mcp_servers: tuple[MCPServer, ...] = ()
     """MCP servers whose tools this runtime offers (with those ``Runtime.open`` is given)."""
+    agents: tuple[RemoteAgent, ...] = ()
+    """Remote A2A agents a ``spawn`` may delegate to (with those ``Runtime.open`` is given)."""
+    push: PushDeliveryConfig = field(default_factory=PushDeliveryConfig)
+    """A2A push notifications: attempts, backoff, timeouts, and whether webhooks may target
+    private addresses (P3)."""
 
 
 __all__ = ("RuntimeConfig",)

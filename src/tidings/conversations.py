@@ -122,6 +122,19 @@ def check_registered(profile: Profile, registered: Registered | None) -> None:
         )
 
 
+def _visible(row: Row | None, conversation_id: str, owner: str | None) -> Conversation:
+    """The conversation of ``row``, if it exists, is not tombstoned and (when given) is
+    ``owner``'s; else, to the caller, it is unknown."""
+    if row is None:
+        raise UnknownConversationError(conversation_id)
+    conversation = conversation_from_row(row)
+    if conversation.status is ConversationStatus.TOMBSTONED or (
+        owner is not None and conversation.owner != owner
+    ):
+        raise UnknownConversationError(conversation_id)
+    return conversation
+
+
 def read_events(tx: Tx, conversation_id: str, *, after_seq: int, limit: int) -> list[Event]:
     """A page of the journal after ``after_seq``, each ``message_committed`` event filled in
     with its message from the transcript and each ``input_accepted`` with the input's text and
@@ -247,16 +260,21 @@ class Conversations:
             return row, tx.one("conversation_usage", conversation_id=conversation_id)
 
         row, usage = await self.store.read(read)
-        if row is None:
-            raise UnknownConversationError(conversation_id)
-        conversation = conversation_from_row(row)
-        if conversation.status is ConversationStatus.TOMBSTONED or (
-            owner is not None and conversation.owner != owner
-        ):
-            raise UnknownConversationError(conversation_id)
+        conversation = _visible(row, conversation_id, owner)
         if usage is not None:
             conversation = replace(conversation, usage=usage_from_row(usage))
         return conversation
+
+    async def head(self, conversation_id: str, *, owner: str | None = None) -> int:
+        """How far the conversation's journal has come (its last event's seq, 0 for none): a
+        watch after it misses nothing that happens from now on. One row, however long the
+        journal."""
+        check_id(conversation_id, "conversation id")
+        row = await self.store.read(
+            lambda tx: tx.one("get_conversation", conversation_id=conversation_id))
+        _visible(row, conversation_id, owner)
+        assert row is not None
+        return int(row["last_event_seq"])
 
     async def profile_of(self, conversation_id: str) -> Profile:
         return (await self.get(conversation_id)).profile
@@ -330,6 +348,18 @@ class Conversations:
 
         return await self.change(conversation_id, change, owner=owner)
 
+    async def unarchive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        """Undo an archive: the conversation takes callers' input again. An active one is left
+        as it is."""
+
+        def change(cx: ConversationTx) -> Conversation:
+            if cx.conversation.status is ConversationStatus.ARCHIVED:
+                cx.update(status=ConversationStatus.ACTIVE)
+                cx.record_event("conversation_status", {"status": "active"})
+            return cx.conversation
+
+        return await self.change(conversation_id, change, owner=owner)
+
     async def tombstone(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         """Delete: the conversation stops answering and is unknown to every reader from now."""
 
@@ -395,6 +425,28 @@ class Conversations:
                 limit=_page(limit),
             )
         )
+        return [message_from_row(r) for r in rows]
+
+    async def run_transcript(
+        self, conversation_id: str, run_id: str, *, owner: str | None = None
+    ) -> list[Message]:
+        """The messages one run wrote, in order, however long the conversation is (one read,
+        the ownership check in it)."""
+        check_id(conversation_id, "conversation id")
+        check_id(run_id, "run id")
+
+        def read(tx: Tx) -> list[Row]:
+            row = tx.one("get_conversation", conversation_id=conversation_id)
+            _visible(row, conversation_id, owner)
+            rows: list[Row] = []
+            while True:
+                page = tx.all("run_transcript", conversation_id=conversation_id, run_id=run_id,
+                              after_seq=rows[-1]["seq"] if rows else 0, limit=MAX_PAGE)
+                rows.extend(page)
+                if len(page) < MAX_PAGE:
+                    return rows
+
+        rows = await self.store.read(read)
         return [message_from_row(r) for r in rows]
 
     async def events(

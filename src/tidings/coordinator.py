@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from tidings import compaction, slot
-from tidings.clock import Clock, to_us
+from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import (
     CompactionRefusedError,
     SlotLostError,
@@ -84,12 +84,21 @@ class _Entry:
     """The running turn's end committed (its slot is free); its task may not have returned
     yet. Set from the committing thread, before anything the commit wakes runs."""
 
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by every request and when the entry is dropped: what a post waiting for a finishing
+    driver (:meth:`Coordinator.start_with`) waits on."""
+
     def turn_released(self) -> None:
         self.released = True
 
 
 _FINISHING_PASSES = 8
-"""How many passes of the loop :meth:`Coordinator.start_with` lets a finishing driver have."""
+"""How many passes of the loop :meth:`Coordinator.start_with` lets a finishing driver have
+before it waits for the driver to go."""
+_FINISHING_WAIT_S = 2.0
+"""How long, at most, :meth:`Coordinator.start_with` waits for a finishing driver: its turn's
+end has committed, only its return is left (the committing thread's hand-back, the keeper's
+stop), so the bound is only a guard against a store that hangs."""
 
 
 def _finishing(entry: _Entry) -> bool:
@@ -157,6 +166,7 @@ class Coordinator:
             entry.record = entry.record or record
         entry.settled_ns = None
         entry.idle.clear()
+        entry.moved.set()
         if entry.driver is None and not entry.compacting and not entry.starting:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
 
@@ -171,15 +181,11 @@ class Coordinator:
         commits alone and the start is requested as usual.
 
         A caller that posts the moment its last answer arrived finds that turn's driver still
-        finishing (its turn task returning, its keeper stopping): it lets the loop run a few
-        passes (:data:`_FINISHING_PASSES`) for the driver to go, rather than write alone and
-        leave the start to a unit of its own (one commit more per turn).
+        finishing (its turn task returning, its keeper stopping): it waits for the driver to
+        go, rather than write alone and leave the start to a unit of its own (one commit more
+        per turn). The wait ends early if anything else asks for the conversation meanwhile.
         """
-        for _ in range(_FINISHING_PASSES):
-            entry = self._entries.get(conversation_id)
-            if entry is None or not _finishing(entry):
-                break
-            await asyncio.sleep(0)
+        await self._let_finish(conversation_id)
         if self._closing or conversation_id in self._entries or self._capacity.locked():
 
             def alone(tx: Tx) -> T:
@@ -216,6 +222,23 @@ class Coordinator:
         entry.driver = asyncio.create_task(self._drive(conversation_id, entry, begin))
         return result
 
+    async def _let_finish(self, conversation_id: str) -> None:
+        """Wait while the conversation's driver is finishing (see :func:`_finishing`): a few
+        passes of the loop, which is all it takes unless the committing thread is slow to hand
+        back, then on :attr:`_Entry.moved`, at most :data:`_FINISHING_WAIT_S`."""
+        for _ in range(_FINISHING_PASSES):
+            entry = self._entries.get(conversation_id)
+            if entry is None or not _finishing(entry):
+                return
+            await asyncio.sleep(0)
+        deadline = time.monotonic() + _FINISHING_WAIT_S
+        while (entry := self._entries.get(conversation_id)) is not None and _finishing(entry):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            entry.moved.clear()
+            await wait_set(entry.moved, left)
+
     def _settle_entry(self, conversation_id: str, entry: _Entry) -> None:
         """Start a driver for what is pending, or drop the idle entry."""
         if entry.compacting or entry.starting or entry.driver is not None:
@@ -225,6 +248,7 @@ class Coordinator:
         else:
             self._entries.pop(conversation_id, None)
             entry.idle.set()
+            entry.moved.set()
 
     def active(self, conversation_id: str) -> bool:
         """Whether a turn of the conversation is running in this process."""
@@ -352,6 +376,7 @@ class Coordinator:
         # slot, whether inputs or signals were waiting; what arrived later found the slot free.
         if more_work:
             entry.recheck = True
+            entry.moved.set()
         elif not (entry.kinds or entry.recheck):
             entry.settled_ns = settled_ns  # what the turn's last unit read (see idle)
 

@@ -253,8 +253,42 @@ class UnknownTaskError(TidingsError):
         self.task_key = task_key
 
 
+class UnknownInputError(TidingsError):
+    """No such input is visible to this principal (a foreign one gets the same answer)."""
+
+    code = "unknown_input"
+
+    def __init__(self, input_id: str) -> None:
+        super().__init__(f"no input {input_id!r}")
+        self.input_id = input_id
+
+
+class UnknownPushConfigError(TidingsError):
+    """No such push-notification config for this task and principal."""
+
+    code = "unknown_push_config"
+
+    def __init__(self, task_id: str, config_id: str) -> None:
+        super().__init__(f"no push-notification config {config_id!r} for task {task_id!r}")
+        self.task_id = task_id
+        self.config_id = config_id
+
+
+class PrivateTargetError(InvalidInputError):
+    """A webhook's URL names (or resolves to) a private, loopback or link-local address, and the
+    operator does not allow such targets; nothing was written."""
+
+    code = "private_target"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"url {url!r} names a private, loopback or link-local address; the operator may "
+            "allow such targets (tidings serve --allow-private-webhooks)")
+        self.url = url
+
+
 class RuntimeLockedError(TidingsError):
-    """The runtime booted locked and waits for its master key; nothing was written (L1)."""
+    """The runtime started locked and waits for its master key; nothing was written."""
 
     code = "runtime_locked"
 
@@ -274,13 +308,46 @@ class UnknownApprovalError(TidingsError):
 
 class ApprovalDecidedError(TidingsError):
     """The approval already has a terminal state that this decision would contradict; the
-    state stands and nothing was changed (L5)."""
+    state stands and nothing was changed."""
 
     code = "approval_decided"
 
     def __init__(self, approval_id: str, status: str) -> None:
         super().__init__(f"approval {approval_id!r} is already {status}")
         self.approval_id = approval_id
+        self.status = status
+
+
+class ModelSampleError(TidingsError):
+    """A tool asked the conversation's models for a completion (an MCP server's sampling) and
+    none of them answered; the run goes on."""
+
+    code = "sample_failed"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"no model of the conversation answered: {reason}")
+        self.reason = reason
+
+
+class UnknownQuestionError(TidingsError):
+    """No such question in this conversation (a foreign one gets the same answer)."""
+
+    code = "unknown_question"
+
+    def __init__(self, question_id: str) -> None:
+        super().__init__(f"no question {question_id!r}")
+        self.question_id = question_id
+
+
+class QuestionDecidedError(TidingsError):
+    """The question already has an answer that this one would contradict; the answer stands
+    and nothing was changed."""
+
+    code = "question_decided"
+
+    def __init__(self, question_id: str, status: str) -> None:
+        super().__init__(f"question {question_id!r} is already {status}")
+        self.question_id = question_id
         self.status = status
 
 

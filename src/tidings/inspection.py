@@ -3,9 +3,9 @@
 
 Opening an inspection registers no instance and reconciles nothing. What it shows comes through
 the store's read API (:mod:`tidings.store.status`), the outbox's and the conversations' reads.
-Its one write is opening a conversation (``tidings create``), which starts no turn and needs no
-runtime. It sits beside the runtime, so a front end reaches the database through one of the two
-and never through the store itself.
+Its writes are a conversation's own (``tidings create``, ``archive``, ``unarchive``,
+``profile``): they start no turn and need no runtime. It sits beside the runtime, so a front
+end reaches the database through one of the two and never through the store itself.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from types import TracebackType
 from tidings.clock import SystemClock
 from tidings.conversations import Conversations
 from tidings.outbox import Outbox, OutboxConfig
+from tidings.push import PushDeadLetter, PushDeliveries, PushDeliveryConfig
 from tidings.records import run_status
 from tidings.store import Store, open_store
 from tidings.store.status import OpenRun, StatusReport, read_status
@@ -66,6 +67,11 @@ class Inspection:
     async def dead_letters(self, conversation: str | None, *, limit: int) -> list[DeadLetter]:
         return await self._outbox.dead_letters(conversation, limit=limit)
 
+    async def push_dead_letters(self, *, limit: int) -> list[PushDeadLetter]:
+        """A2A push notifications that failed for good (P3), oldest first."""
+        return await PushDeliveries(self._store, SystemClock(),
+                                    PushDeliveryConfig()).dead_letters(limit=limit)
+
     async def transcript(self, conversation_id: str, *, after_seq: int = 0) -> list[Message]:
         """A page of the conversation's messages after ``after_seq``."""
         return await self._conversations.transcript(conversation_id, after_seq=after_seq)
@@ -75,6 +81,17 @@ class Inspection:
     ) -> Conversation:
         """Open a conversation for ``owner``; the runtime that serves the database answers it."""
         return await self._conversations.create(owner, profile, title=title)
+
+    async def archive(self, conversation_id: str) -> Conversation:
+        return await self._conversations.archive(conversation_id)
+
+    async def unarchive(self, conversation_id: str) -> Conversation:
+        return await self._conversations.unarchive(conversation_id)
+
+    async def set_profile(self, conversation_id: str, profile: Profile) -> Conversation:
+        """Change the profile; the next turn, of whichever runtime serves the database, uses
+        it (the models and tools it names are checked by that runtime, not here)."""
+        return await self._conversations.set_profile(conversation_id, profile)
 
     async def close(self) -> None:
         await self._store.close()
@@ -89,4 +106,4 @@ class Inspection:
         await self.close()
 
 
-__all__ = ("Inspection", "Status", "shown_status")
+__all__ = ("Inspection", "PushDeadLetter", "Status", "shown_status")

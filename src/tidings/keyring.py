@@ -24,11 +24,16 @@ class Keyring:
         if master_key is None:
             with contextlib.suppress(MasterKeyError):
                 master_key = MasterKey.from_environment()
+        self._master_key = master_key
         self._results = None if master_key is None else Results(store, clock, master_key, config)
 
     def known(self) -> Results | None:
         """The results, or ``None`` while no master key is known."""
         return self._results
+
+    def master_key(self) -> MasterKey | None:
+        """The master key, or ``None`` while none is known (what else it seals needs it)."""
+        return self._master_key
 
     def results(self) -> Results:
         """The results; without a known key, the environment's (``MasterKeyError`` if none)."""
@@ -39,6 +44,7 @@ class Keyring:
 
     def unlock(self, master_key: MasterKey) -> None:
         """Use ``master_key`` from now on."""
+        self._master_key = master_key
         self._results = Results(self._store, self._clock, master_key, self._config)
 
 

@@ -138,9 +138,15 @@ async def first_of(*waits: Awaitable[object]) -> None:
     finally:
         for future in futures:
             future.cancel()
+        # Reaped with asyncio.wait, which never raises what they raised: a cancellation of
+        # the caller's own, meanwhile, goes on up instead of being taken for theirs. Those
+        # done already (the first; a plain future, cancelled) need no reaping.
+        pending = [future for future in futures if not future.done()]
+        if pending:
+            await asyncio.wait(pending)
         for future in futures:
-            with contextlib.suppress(asyncio.CancelledError):
-                await future
+            if not future.cancelled():
+                future.exception()  # retrieved: an error after the first end is not news
 
 
 async def _guarded(component: Component) -> None:

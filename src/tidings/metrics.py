@@ -63,6 +63,8 @@ class Metrics:
         self._series: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         """Each recorded series (a family's labelled child) by name and labels: recording
         into one again is a dict lookup, not the library's label validation."""
+        self._model_series: dict[str, tuple[Any, ...]] = {}
+        """Per model, its calls' series then its tokens' by kind (:meth:`count_model_call`)."""
 
     def add_gauges(self, read: Callable[[], Iterable[Gauge]]) -> None:
         """Gauges a component reads from its own state at every render (models cooling down)."""
@@ -86,6 +88,16 @@ class Metrics:
         ``cache_read`` and ``cache_write`` (the parts of ``input`` the provider's prompt cache
         read or wrote). A kind the provider did not report adds zero.
         """
+        series = self._model_series.get(model)
+        if series is not None:
+            # The model's five series, found once: a call adds to them, and adding zero is
+            # skipped (the series is there since the model's first call, at its value).
+            calls, *kinds = series
+            calls.inc(usage.model_calls)
+            for kind_series, amount in zip(kinds, usage.tokens().values(), strict=True):
+                if amount:
+                    kind_series.inc(amount)
+            return
         self.count(
             MODEL_CALLS, "Model calls made, answered or failed, by model.",
             usage.model_calls, {"model": model},
@@ -97,6 +109,11 @@ class Metrics:
                 "prompt tokens; cache_read and cache_write are parts of it).",
                 amount, {"model": model, "kind": kind},
             )
+        self._model_series[model] = (
+            self._series[(MODEL_CALLS, (("model", model),))],
+            *(self._series[(MODEL_TOKENS, (("model", model), ("kind", kind)))]
+              for kind in usage.tokens()),
+        )
 
     def observe(
         self, name: str, help: str, seconds: float, labels: Mapping[str, str] | None = None

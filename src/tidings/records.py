@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from tidings.errors import InvalidInputError
-from tidings.store import Row
+from tidings.store import Row, Store
 from tidings.types import (
     Author,
     AuthorKind,
@@ -73,17 +75,34 @@ def decode_profile(text: str) -> Profile:
 
 
 def conversation_from_row(row: Row) -> Conversation:
+    """The conversation of a row (its own fields; the counters and the slot are not in it).
+
+    Every unit of a conversation reads the same fields again and again, so the record is
+    shared between reads of equal fields (it is immutable) instead of built per read.
+    """
+    return _conversation(
+        row["conversation_id"], row["owner"], row["title"], row["profile"], row["status"],
+        row["goal_status"], row["goal_text"], row["suppressed"], row["awaiting_person"],
+        row["created_at_us"],
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _conversation(
+    conversation_id: str, owner: str, title: str, profile: str, status: str, goal_status: str,
+    goal_text: str | None, suppressed: Any, awaiting_person: Any, created_at_us: Any,
+) -> Conversation:
     return Conversation(
-        conversation_id=ConversationId(row["conversation_id"]),
-        owner=row["owner"],
-        title=row["title"],
-        profile=decode_profile(row["profile"]),
-        status=ConversationStatus(row["status"]),
-        goal_status=GoalStatus(row["goal_status"]),
-        goal_text=row["goal_text"],
-        suppressed=bool(row["suppressed"]),
-        awaiting_person=bool(row["awaiting_person"]),
-        created_at_us=int(row["created_at_us"]),
+        conversation_id=ConversationId(conversation_id),
+        owner=owner,
+        title=title,
+        profile=decode_profile(profile),
+        status=ConversationStatus(status),
+        goal_status=GoalStatus(goal_status),
+        goal_text=goal_text,
+        suppressed=bool(suppressed),
+        awaiting_person=bool(awaiting_person),
+        created_at_us=int(created_at_us),
     )
 
 
@@ -182,3 +201,15 @@ def event_from_row(row: Row) -> Event:
         data=json.loads(row["data"]),
         at_us=int(row["at_us"]),
     )
+
+async def listed(store: Store, query: str, conversation_id: str, *, status: str,
+                 statuses: Sequence[str], limit: int) -> list[Row]:
+    """A conversation's rows of one kind (``query``), as the query orders them: those in
+    ``status`` (one of ``statuses``; empty: every one), at most ``limit`` (1-1000)."""
+    if status and status not in statuses:
+        raise InvalidInputError(f"status must be one of {', '.join(statuses)}")
+    if not 1 <= limit <= 1_000:
+        raise InvalidInputError("limit must be between 1 and 1000")
+    return await store.read(lambda tx: tx.all(query, conversation_id=conversation_id,
+                                              status=status, limit=limit))
+

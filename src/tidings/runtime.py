@@ -19,10 +19,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Literal, overload
 
+from tidings.agents import RemoteAgent, RemoteChildren
 from tidings.answers import DEFAULT_TIMEOUT, Answers, timeout_seconds
 from tidings.approvals import Approval, Approvals
 from tidings.clock import Clock, SystemClock
@@ -44,6 +45,8 @@ from tidings.mcp import MCPServer, MCPServers
 from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.outbox import Outbox
+from tidings.push import PushConfigs, PushDeliveries, Webhooks
+from tidings.questions import Question, Questions
 from tidings.results import MasterKey, Results
 from tidings.settling import settle
 from tidings.store import Store, open_store
@@ -86,7 +89,7 @@ class Runtime(BackgroundViews):
         tools: Iterable[Tool] = (), clock: Clock | None = None,
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         owns_store: bool = False, profiles: Mapping[str, Profile] | None = None,
-        mcp_servers: Iterable[MCPServer] = (),
+        mcp_servers: Iterable[MCPServer] = (), agents: Iterable[RemoteAgent] = (),
     ) -> None:
         self.store = store
         self.profiles = dict(profiles or {})  # named profiles (a config file's), by name
@@ -137,25 +140,48 @@ class Runtime(BackgroundViews):
             instance=self.instance, door=self.door,
         )
         self.answers = Answers(store, poll=config.answer_poll)
+        self.questions = Questions(store, self.clock, config.questions)
+        self.push_deliveries = PushDeliveries(store, self.clock, config.push)
+        """The notifications owed to principals, published with the states they announce
+        (P3)."""
+        self.webhooks = Webhooks(store, self.clock, self.push_deliveries, metrics=self.metrics,
+                                 master_key=self.keyring.master_key)
+        self.push_configs = PushConfigs(store, self.clock, allow_private=config.push.allow_private,
+                                        master_key=self.keyring.master_key,
+                                        put=self.webhooks.watch)
+        """Where principals asked to be told of their A2A tasks."""
         self.mcp = MCPServers((*config.mcp_servers, *mcp_servers), self.tools, self.metrics,
-                              self.tasks, self.conversations)  # deaths told in the feeds
+                              self.tasks, self.conversations,  # deaths told in the feeds
+                              questions=self.questions, store=store,  # OAuth tokens, sealed
+                              master_key=self.keyring.master_key, clock=self.clock)
+        self.remote_children = RemoteChildren(
+            (*config.agents, *agents), store=store, clock=self.clock,
+            conversations=self.conversations, instance_id=lambda: self.instance.instance_id,
+            replied=self.relay.kick if config.relay_kick else lambda: None,
+        )
+        """Children answered by remote A2A agents (P5), their tasks followed to their ends."""
         self.stops = StopCascade(
             self.conversations, lambda cid, owner: self.coordinator.stop(cid, owner=owner),
             self.mcp.cancel_run,  # the run's tasks notify nothing more; MCP ones are cancelled
+            cancelled=self.remote_children.cancelled,  # remote ones: CancelTask at the agent
         )
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
                                  clock=self.clock, tasks=self.tasks,
-                                 conversations=self.coordinator.sweep, relay=self.relay)
+                                 conversations=self.coordinator.sweep, relay=self.relay,
+                                 remote=self.remote_children.adopt)
         register_builtins(
             self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
             cancel_child=lambda parent, key: self.cancel_child(parent, key),
+            remote=self.remote_children if self.remote_children.names() else None,
         )
         self.lifetime = Lifetime((  # stopped in this order
             Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
             Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
             Loop("tidings-supervisor", first=self._close_supervisor),
             *self.mcp.components(),
+            self.remote_children,
+            Loop("tidings-webhooks", self.webhooks.serve),
             RelaySweep(config.relay_sweep, self.relay),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
@@ -178,6 +204,7 @@ class Runtime(BackgroundViews):
         config: RuntimeConfig | None = None, master_key: MasterKey | None = None,
         store_options: Mapping[str, Any] | None = None, locked: bool = False,
         profiles: Mapping[str, Profile] | None = None, mcp_servers: Iterable[MCPServer] = (),
+        agents: Iterable[RemoteAgent] = (),
     ) -> AsyncIterator[Runtime]:
         """Open the database (migrating it), start a runtime on it, and close both on exit.
 
@@ -187,7 +214,7 @@ class Runtime(BackgroundViews):
         store = await open_store(database_url, **dict(store_options or {}))
         runtime = cls(store, models=models, tools=tools, clock=clock, config=config,
                       master_key=master_key, owns_store=True, profiles=profiles,
-                      mcp_servers=mcp_servers)
+                      mcp_servers=mcp_servers, agents=agents)
         try:
             await runtime.start(locked=locked)
             yield runtime
@@ -250,10 +277,12 @@ class Runtime(BackgroundViews):
         self, owner: str, profile: Profile | str, *, title: str = ""
     ) -> Conversation:
         """``profile``: a :class:`Profile`, or the name of one of :attr:`profiles`."""
+        return await self.conversations.create(owner, self._named(profile), title=title)
+
+    def _named(self, profile: Profile | str) -> Profile:
         if isinstance(profile, str) and profile not in self.profiles:
             raise UnknownProfileError(profile, list(self.profiles))
-        named = self.profiles[profile] if isinstance(profile, str) else profile
-        return await self.conversations.create(owner, named, title=title)
+        return self.profiles[profile] if isinstance(profile, str) else profile
 
     async def conversation(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         """The conversation, with its usage: the sums over its runs."""
@@ -264,14 +293,21 @@ class Runtime(BackgroundViews):
         return await self.conversations.archive(conversation_id, owner=owner)
 
     @mutation
+    async def unarchive(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
+        """Undo :meth:`archive`: callers' input is taken again."""
+        return await self.conversations.unarchive(conversation_id, owner=owner)
+
+    @mutation
     async def tombstone(self, conversation_id: str, *, owner: str | None = None) -> Conversation:
         return await self.conversations.tombstone(conversation_id, owner=owner)
 
     @mutation
     async def set_profile(
-        self, conversation_id: str, profile: Profile, *, owner: str | None = None
+        self, conversation_id: str, profile: Profile | str, *, owner: str | None = None
     ) -> Conversation:
-        return await self.conversations.set_profile(conversation_id, profile, owner=owner)
+        """``profile``: a :class:`Profile`, or the name of one of :attr:`profiles`."""
+        return await self.conversations.set_profile(conversation_id, self._named(profile),
+                                                    owner=owner)
 
     # -- the door -----------------------------------------------------------------------------
 
@@ -294,6 +330,7 @@ class Runtime(BackgroundViews):
         sender_conversation_id: str | None = ..., run_public_id: str | None = ...,
         task_key: str | None = ..., meta: Mapping[str, Any] | None = ...,
         idempotency_key: str | None = ..., owner: str | None = ...,
+        until: Callable[[Answer], Awaitable[bool]] | None = ...,
     ) -> Answer: ...
 
     @overload
@@ -304,6 +341,7 @@ class Runtime(BackgroundViews):
         sender_conversation_id: str | None = ..., run_public_id: str | None = ...,
         task_key: str | None = ..., meta: Mapping[str, Any] | None = ...,
         idempotency_key: str | None = ..., owner: str | None = ...,
+        until: Callable[[Answer], Awaitable[bool]] | None = ...,
     ) -> Input | Answer: ...
 
     @mutation
@@ -318,13 +356,15 @@ class Runtime(BackgroundViews):
         sender_conversation_id: str | None = None, run_public_id: str | None = None,
         task_key: str | None = None, meta: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None, owner: str | None = None,
+        until: Callable[[Answer], Awaitable[bool]] | None = None,
     ) -> Input | Answer:
         """Admit an input through the single door and ask for a turn (M1, C2).
 
         When the conversation is idle here, the input and the start of its turn commit in
         one transaction. With ``wait``, return instead the input's :class:`Answer` once the
         run that read it ended or awaits approval, or once ``timeout`` (seconds, or a
-        timedelta) passed: then as it stands (:mod:`tidings.answers`).
+        timedelta) passed -- or, given ``until``, once it says so of the answer as it stands
+        when the wait looks: then as it stands (:mod:`tidings.answers`).
         """
         if wait:
             timeout_seconds(timeout)  # a bad bound is refused before anything is written
@@ -347,7 +387,8 @@ class Runtime(BackgroundViews):
             return self.door.admit(cx, admission)
 
         item = await self.coordinator.start_with(conversation_id, kind, admit)
-        return await self.answers.wait(item, timeout, mark=marks[0] if marks else None)
+        return await self.answers.wait(item, timeout, until=until,
+                                       mark=marks[0] if marks else None)
 
     @mutation
     async def retry(
@@ -369,6 +410,14 @@ class Runtime(BackgroundViews):
 
     async def inputs(self, conversation_id: str, *, owner: str | None = None) -> list[Input]:
         return await self.door.inputs(conversation_id, owner=owner)
+
+    async def input(self, input_id: str, *, owner: str | None = None) -> Input:
+        """One input by its id, wherever it was posted (a foreign one is unknown alike)."""
+        return await self.door.input(input_id, owner=owner)
+
+    async def answer_of(self, item: Input) -> Answer:
+        """What became of a posted input, as it stands now (:mod:`tidings.answers`)."""
+        return await self.answers.read(item)
 
     # -- goals, stop, compaction --------------------------------------------------------------
 
@@ -443,6 +492,28 @@ class Runtime(BackgroundViews):
             conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
         )
 
+    # -- questions ----------------------------------------------------------------------------
+
+    async def questions_of(
+        self, conversation_id: str, *, owner: str | None = None, status: str = "",
+        limit: int = 100,
+    ) -> list[Question]:
+        """What the conversation's MCP servers asked its people, newest first (``status``
+        filters: ``pending``...)."""
+        await self.conversations.get(conversation_id, owner=owner)
+        return await self.questions.list(conversation_id, status=status, limit=limit)
+
+    @mutation
+    async def answer(
+        self, conversation_id: str, question_id: str, *, action: str,
+        content: Mapping[str, Any] | None = None, decided_by: str, owner: str | None = None,
+    ) -> Question:
+        """A person's answer to a question: ``accept`` (with ``content`` that fits its
+        schema), ``decline`` or ``cancel``; see :mod:`tidings.questions`."""
+        await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
+        return await self.questions.decide(conversation_id, question_id, action=action,
+                                           content=content, decided_by=decided_by, owner=owner)
+
     # -- restart (L2) -------------------------------------------------------------------------
 
     @mutation
@@ -469,6 +540,11 @@ class Runtime(BackgroundViews):
     ) -> list[Message]:
         return await self.conversations.transcript(conversation_id, after_seq=after_seq,
                                                    owner=owner)
+
+    async def run_transcript(
+        self, conversation_id: str, run_id: str, *, owner: str | None = None
+    ) -> list[Message]:
+        return await self.conversations.run_transcript(conversation_id, run_id, owner=owner)
 
     async def events(
         self, conversation_id: str, *, after_seq: int = 0, owner: str | None = None

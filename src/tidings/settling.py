@@ -21,7 +21,7 @@ async def settle(
     """Wait until the conversation is settled; return its runs ``awaiting_approval`` then
     (empty when nothing waits for a person)."""
     if not approvals.holding(conversation_id):
-        await first_of(coordinator.idle(conversation_id), approvals.held(conversation_id))
+        await first_of(coordinator.idle(conversation_id), approvals.hold_begun(conversation_id))
         if not approvals.holding(conversation_id):
             return []
     return [r for r in await conversations.runs(conversation_id)

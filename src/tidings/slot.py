@@ -32,6 +32,7 @@ from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, decide_start
+from tidings.questions import expire_run_questions
 from tidings.records import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
@@ -347,6 +348,7 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
             run.run_id,
         )
     expire_run_approvals(cx, run_id)  # a held call died with its turn: no late decision
+    expire_run_questions(cx, run_id)  # nor a late answer to what its calls asked
     # The turn that owned its turn-lifetime tasks is over: their notifications go to the
     # conversation (delivered by the caller's unit at the safe point it reaches).
     for task in journal.of_run(cx, run_id):

@@ -101,9 +101,10 @@ class Takeover:
     def __init__(
         self, *, store: Store, outbox: Outbox, instance: Instance, clock: Clock,
         tasks: BackgroundTasks, conversations: Callable[[], Awaitable[object]],
-        relay: ChildRelay,
+        relay: ChildRelay, remote: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._store, self._outbox, self._clock = store, outbox, clock
+        self._remote = remote
         self._instance = instance
         self._tasks = tasks
         self._conversations = conversations
@@ -114,6 +115,8 @@ class Takeover:
         whose slots were voided when the instance was known dead, or have expired -- are
         looked at again; their accepted restarts completed (L2), their replies relayed."""
         await self._tasks.reconcile_lost()
+        if self._remote is not None:
+            await self._remote()  # remote children's tasks run on at their agents (P5)
         await self._conversations()
         # Fully initialised: restarts that gone instances accepted are completed now (L2).
         await complete_restarts(self._store, self._outbox, self._instance, self._clock)

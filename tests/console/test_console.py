@@ -3,8 +3,9 @@ filled: sign in; open a conversation and see its answer stream in piece by piece
 background task's notice arrive without a reload, marked as the runtime's; approve a held call
 and see the run finish; retry a failed run and stop a running one; follow a child; read a task's
 output; see another principal's conversation as "not found"; see an injection in a tool's output
-rendered as text; and, as an operator, every conversation, the instances, the backlog and the
-dead letters -- inspected, retried, discarded -- and a locked runtime unlocked."""
+rendered as text; see a remote A2A child as one (its agent, remote task and state); and, as an
+operator, every conversation, the instances, the backlog and the dead letters -- inspected,
+retried, discarded -- and a locked runtime unlocked."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from tests.console.conftest import (
@@ -139,7 +141,7 @@ def test_o3_a_new_conversation_streams_its_answer_piece_by_piece(page: Page, sit
     page.wait(lambda d: run_status(page) == "completed", "the run's status")
     # The run, its model and its tokens.
     page.find("#tab-runs").click()
-    row = page.find("#panel-body tr[data-status='completed']")
+    row = page.find("#panel-body .item[data-status='completed']")
     assert "scripted" in str(row.get_attribute("textContent"))
     assert " out" in str(row.get_attribute("textContent"))
 
@@ -169,7 +171,7 @@ def test_o3_a_background_tasks_notice_arrives_live_and_is_the_runtimes(
     assert "shell" in str(tool.get_attribute("textContent"))
     # O4: the task's state, duration, exit and output pages.
     page.find("#tab-tasks").click()
-    row = page.find("#panel-body tr[data-state='exited']")
+    row = page.find("#panel-body .item[data-state='exited']")
     assert "exit 0" in str(row.get_attribute("textContent"))
     page.find("#panel-body .show-output").click()
     page.wait(lambda d: "built" in page.text("#panel-body .output-page"), "the output page")
@@ -188,7 +190,8 @@ def test_o6_a_held_call_is_approved_and_the_run_finishes(page: Page, site: Site)
     approval.find_element(By.CSS_SELECTOR, "button.approve").click()
     page.wait(lambda d: run_status(page) == "completed", "the run's end")
     page.wait(lambda d: assistant_said(page, "Deployed."), "the answer after the call")
-    assert page.all("#approvals .approval") == []
+    # The waiting calls are read again when the feed says the decision was applied.
+    page.wait(lambda d: page.all("#approvals .approval") == [], "no call waiting any more")
     result = page.find("#messages details.tool.answered .result")
     assert "deployed" in str(result.get_attribute("textContent"))
 
@@ -231,6 +234,31 @@ def test_o4_children_show_as_a_tree_with_their_relay_status(page: Page, site: Si
     page.wait(lambda d: assistant_said(page, "one two three"), "the child's own transcript")
 
 
+def test_p5_a_remote_child_shows_its_agent_remote_task_and_state(page: Page, site: Site) -> None:
+    """The demo's editor conversation delegated to a remote A2A agent: its child is shown as a
+    remote one (the agent, the remote task, its state), not as a local conversation."""
+    with site.client(ALICE) as client:
+        listed = client.get("/v1/conversations", params={"limit": 100}).json()["items"]
+        [editor] = [c["conversation_id"] for c in listed if c["title"] == "editor"]
+        [request] = client.get(f"/v1/conversations/{editor}/children").json()["items"]
+    assert (request["agent"], request["remote_state"]) == ("editor", "completed")
+    page.sign_in(site, ALICE, f"/c/{editor}")
+    page.find("#tab-children").click()
+
+    def remote_node(driver: WebDriver) -> tuple[str, str, str] | None:
+        # read in one go: the panel is drawn again when the conversation's feed moves
+        node = driver.find_element(By.CSS_SELECTOR,
+                                   "#panel-body ul.tree li.child.remote[data-agent='editor']")
+        shown = str(node.get_attribute("textContent"))
+        task = node.find_element(By.CSS_SELECTOR, ".remote-task-id")
+        state = node.find_element(By.CSS_SELECTOR, ".remote-state")
+        return (shown, str(task.get_attribute("textContent")),
+                str(state.get_attribute("data-state"))) if "relayed" in shown else None
+    shown, task, state = page.wait(remote_node, "the remote child, relayed")
+    assert "A2A agent editor" in shown
+    assert (task, state) == (request["remote_task_id"], "completed")
+
+
 # -- O5: act ---------------------------------------------------------------------------------
 
 
@@ -244,7 +272,7 @@ def test_o5_a_failed_run_is_retried_and_a_running_one_stopped(page: Page, site: 
     page.find("#retry-run").click()
     page.find("#notices .toast")
     page.find("#tab-runs").click()
-    page.wait(lambda d: len(page.all("#panel-body tr[data-run]")) == 2, "the retried run")
+    page.wait(lambda d: len(page.all("#panel-body .item[data-run]")) == 2, "the retried run")
 
     page.find("#composer-text").send_keys("slow please")
     page.find("#composer-send").click()
@@ -261,7 +289,7 @@ def test_o5_a_failed_run_is_retried_and_a_running_one_stopped(page: Page, site: 
         "the steer read by a turn")
     assert page.all("#pending .msg") == []
     page.find("#tab-runs").click()
-    page.find("#panel-body tr[data-status='stopped']")
+    page.find("#panel-body .item[data-status='stopped']")
     page.wait(lambda d: not page.all("#drafts .msg"), "no answer in progress")
 
 
@@ -291,6 +319,9 @@ def test_o5_an_operator_sees_everything_and_settles_dead_letters(
     page.find("#nav-operator").click()
     page.find("#instances tr[data-instance] .serving")
     assert page.text("#stat-dead .value") == "2"  # the demo's and the one seeded
+    webhook = page.find("#webhook-dead-letters tr.webhook-letter")  # the one seeded
+    assert "in_dead.1" in webhook.text
+    assert "http_503" in webhook.text
     letters = page.all("#dead-letters tr.letter")
     assert len(letters) == 2
     extra = page.find(f"#dead-letters tr[data-delivery='{site.extra_dead_letter}']")

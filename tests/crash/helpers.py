@@ -98,11 +98,19 @@ class Child:
 @contextlib.asynccontextmanager
 async def spawn(mode: str, url: str, *args: str) -> AsyncIterator[Child]:
     """Start ``child.py mode url args...``; SIGKILL and reap it on exit, whatever happened."""
+    async with spawn_script(CHILD_SCRIPT, mode, url, *args) as child:
+        yield child
+
+
+@contextlib.asynccontextmanager
+async def spawn_script(script: Path, *args: str) -> AsyncIterator[Child]:
+    """Start the Python script ``script args...`` as a child; SIGKILL and reap it on exit,
+    whatever happened."""
     fd, name = tempfile.mkstemp(prefix="tidings-child-", suffix=".stderr")
     stderr_path = Path(name)
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(CHILD_SCRIPT), mode, url, *args,
+            sys.executable, str(script), *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=fd,

@@ -6,10 +6,13 @@ tool exchange, no overlapping turns, nothing replayed, no operation left accepte
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import Backend
 from tests.crash.torture import run_torture
 
 KILLS = 50
+pytestmark = pytest.mark.xdist_group("torture")  # never beside the locked runtime's tests
 
 
 async def test_crash_torture_fifty_kills_leave_no_violation(backend: Backend) -> None:

@@ -10,13 +10,14 @@ import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tidings import MCPServer
 
 WEATHER = Path(__file__).with_name("weather.py")
 KETTLE = Path(__file__).with_name("slow_tasks.py")
 OVEN = Path(__file__).with_name("oven.py")
+DESK = Path(__file__).with_name("desk.py")
 EVERYTHING_VERSION = "2026.8.31"
 """The reference server ``@modelcontextprotocol/server-everything`` the tests run (npm)."""
 NPM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "npm"
@@ -27,6 +28,13 @@ def oven_stdio(state: Path, name: str = "oven", **options: Any) -> MCPServer:
     subprocess, its markers in ``state``."""
     return MCPServer(name, command=[sys.executable, str(OVEN)],
                      env={"OVEN_DIR": str(state), "FASTMCP_LOG_LEVEL": "ERROR"}, **options)
+
+
+def desk_stdio(state: Path, name: str = "desk", **options: Any) -> MCPServer:
+    """The FastMCP booking desk (its tools ask a person; ``order`` runs as a task) as a stdio
+    subprocess, its log in ``state``."""
+    return MCPServer(name, command=[sys.executable, str(DESK)],
+                     env={"DESK_DIR": str(state), "FASTMCP_LOG_LEVEL": "ERROR"}, **options)
 
 
 def everything_stdio(name: str = "everything", **options: Any) -> MCPServer:
@@ -47,13 +55,21 @@ def weather_stdio(name: str = "weather", **options: Any) -> MCPServer:
     return MCPServer(name, command=[sys.executable, str(WEATHER)], **options)
 
 
+def kettle_env(state: Path, *, poll_ms: int = 50,
+               wire: Literal["extension", "core"] = "extension") -> dict[str, str]:
+    """The kettle's environment: its tasks kept in ``state``, ``poll_ms`` suggested between
+    two polls of a task, on the tasks extension's wire or on core tasks (2025-11-25)."""
+    return {"SLOW_TASKS_DIR": str(state), "SLOW_TASKS_POLL_MS": str(poll_ms),
+            "SLOW_TASKS_WIRE": wire}
+
+
 def kettle_stdio(state: Path, name: str = "kettle", *, poll_ms: int = 50,
+                 wire: Literal["extension", "core"] = "extension",
                  **options: Any) -> MCPServer:
-    """The kettle server (tools run as tasks, ended by marker files) as a stdio subprocess,
-    its tasks kept in ``state``, suggesting ``poll_ms`` between two polls of a task."""
+    """The kettle server (tools run as tasks, ended by marker files) as a stdio subprocess
+    (see :func:`kettle_env`)."""
     return MCPServer(name, command=[sys.executable, str(KETTLE)],
-                     env={"SLOW_TASKS_DIR": str(state), "SLOW_TASKS_POLL_MS": str(poll_ms)},
-                     **options)
+                     env=kettle_env(state, poll_ms=poll_ms, wire=wire), **options)
 
 
 def kettle_requests(state: Path) -> list[tuple[int, str, str]]:

@@ -27,6 +27,19 @@ def free_port() -> int:
         return port
 
 
+def listening(process: subprocess.Popen[bytes], port: int, name: str) -> None:
+    """Wait until ``process`` accepts connections on ``port`` (a failed start fails the test)."""
+    deadline = time.monotonic() + 30
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(f"{name} exited: {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} did not start within 30 s")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def served(script: Path, name: str, *args: str, env: dict[str, str] | None = None,
            **options: Any) -> Iterator[MCPServer]:
@@ -36,15 +49,7 @@ def served(script: Path, name: str, *args: str, env: dict[str, str] | None = Non
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=None if env is None else {**os.environ, **env})
     try:
-        deadline = time.monotonic() + 30
-        while True:  # until it accepts connections (a failed start fails the test)
-            if process.poll() is not None:
-                raise AssertionError(f"{script.name} exited: {process.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{script.name} did not start within 30 s")
-            time.sleep(0.05)
+        listening(process, port, script.name)
         yield MCPServer(name, url=f"http://127.0.0.1:{port}/mcp", **options)
     finally:
         process.terminate()

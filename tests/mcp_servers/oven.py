@@ -5,12 +5,16 @@
 writes a line to ``runs.log`` in ``OVEN_DIR`` each time its body starts, then waits for a
 marker there: ``<what>.done`` completes it (``baked <what>``), ``<what>.fail`` fails it. A body
 that is cancelled leaves ``<what>.cancelled``. ``weigh(what)`` is an ordinary tool.
+
+With ``--http PORT`` it serves streamable HTTP on loopback instead: its tasks then outlive the
+client that started them, and a new session follows them by id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from fastmcp import FastMCP
@@ -46,4 +50,8 @@ def weigh(what: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run(show_banner=False)
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run(transport="http", host="127.0.0.1", port=int(sys.argv[2]),
+                   show_banner=False)
+    else:
+        server.run(show_banner=False)

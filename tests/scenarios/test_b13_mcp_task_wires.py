@@ -7,18 +7,28 @@
   2025-11-25 revision: a task-augmented ``tools/call`` answered ``{"task": {...}}``, then
   ``tasks/get`` and ``tasks/result``; its ``simulate-research-query`` requires tasks, its other
   tools forbid them.
+- The kettle (tests/mcp_servers/slow_tasks.py, the official ``mcp`` SDK's server) in its core
+  mode: a handshake-era server whose tasks outlive it (they are kept in a file), its tool's
+  body counted -- the one the crash tests can kill a tidings process beside.
 
-(The official Python SDK's servers are the kettle's, in test_b5_mcp_tasks.py.)
+(The kettle on the extension's wire is test_b5_mcp_tasks.py's.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import RuntimeFactory
-from tests.mcp_servers import everything_stdio, oven_stdio
+from tests.mcp_servers import KETTLE, everything_stdio, kettle_env, kettle_stdio, oven_stdio
+from tests.mcp_servers.loopback import served
 from tests.waiting import eventually
 from tidings import MCPServer, Profile, Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
@@ -75,37 +85,105 @@ def runs(state: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-# -- the tasks extension (FastMCP + fastmcp-tasks) ---------------------------------------------
+RESEARCH = "everything.simulate-research-query"
+POLL = timedelta(milliseconds=100)
+"""Between two polls of a task (the default, 5 s, would be most of a test's time)."""
 
 
-async def test_b13_extension_wire_a_background_call_is_a_task_told_once_after_its_result(
-    runtimes: RuntimeFactory, tmp_path: Path,
+@dataclass(frozen=True)
+class Wire:
+    """A server on one wire, and one call of its tool that runs as a task."""
+
+    server: Callable[[Path], MCPServer]
+    tool: str
+    arguments: dict[str, Any]
+    answer: str
+    """What the call's result says once its task ended."""
+    offers_background: bool
+    """Whether the tool offers a ``background`` argument (it may run either way)."""
+    ready: str | None = None
+    """The marker file (in the server's state) that ends the task; none: it ends on its own."""
+    body: str | None = None
+    """The line the server's ``runs.log`` shows each time the tool's body starts, if it counts."""
+
+    def end(self, state: Path) -> None:
+        if self.ready is not None:
+            (state / self.ready).touch()
+
+    def in_the_background(self) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The call's arguments and the profile's background list that make it a task: the
+        model's ``background`` argument where the tool offers it, else the profile's list."""
+        if self.offers_background:
+            return {**self.arguments, "background": True}, ()
+        return self.arguments, (self.tool,)
+
+
+WIRES = {
+    # FastMCP + fastmcp-tasks: the flat CreateTaskResult, the result inline in tasks/get.
+    "extension": Wire(lambda state: oven_stdio(state, task_poll=POLL), "oven.bake",
+                      {"what": "bread"}, "baked bread", offers_background=True,
+                      ready="bread.done", body="bread"),
+    # server-everything: {"task": {...}}, then tasks/get and tasks/result; the tool requires it.
+    "core": Wire(lambda _: everything_stdio(), RESEARCH, {"topic": "tides"},
+                 "Research Report: tides", offers_background=False),
+    # The kettle on core tasks: the same shapes from the Python SDK, the tool optional.
+    "core-kettle": Wire(lambda state: kettle_stdio(state, wire="core", task_poll=POLL),
+                        "kettle.brew", {"what": "tea"}, "brewed tea", offers_background=True,
+                        ready="tea.done", body="tea"),
+}
+wires = pytest.mark.parametrize("wire", WIRES.values(), ids=WIRES.keys())
+
+
+@wires
+async def test_b13_a_background_call_is_a_durable_task_told_once_after_its_result(
+    runtimes: RuntimeFactory, tmp_path: Path, wire: Wire,
 ) -> None:
-    rt = await runtime(runtimes, oven_stdio(tmp_path), "oven.bake",
-                       {"what": "bread", "background": True})
-    conv, result = await called(rt, "oven.bake")
-    # The flat CreateTaskResult was understood: a task, not "not a valid result".
+    arguments, background = wire.in_the_background()
+    rt = await runtime(runtimes, wire.server(tmp_path), wire.tool, arguments)
+    conv, result = await called(rt, wire.tool, background=background)
+    # The server's task shape was understood: a task, not "not a valid result".
     assert result.meta["is_error"] is False, result.content
     task_key = result.meta["task_key"]
     task = await rt.tasks.get(conv, task_key)
-    assert (task.state, task.mcp_server, task.mcp_tool) == (TaskState.RUNNING, "oven", "bake")
+    assert task.state is TaskState.RUNNING or wire.ready is None  # (the core one is quick)
+    assert f"{task.mcp_server}.{task.mcp_tool}" == wire.tool
     assert task.mcp_task_id == result.meta["mcp_task_id"]
 
-    (tmp_path / "bread.done").touch()
+    wire.end(tmp_path)
     messages = await told(rt, conv)
     [note] = notices(messages)
     assert note.seq > result.seq
     assert (note.meta["task_key"], note.meta["state"]) == (task_key, "exited")
-    assert "baked bread" in note.content  # the result, inline in tasks/get
+    assert wire.answer in note.content  # the result: inline, or read with tasks/result
     await rt.settle(conv)
     assert len(notices(await rt.transcript(conv))) == 1
-    assert runs(tmp_path) == ["bread"]  # the tool's body ran once
+    if wire.body is not None:
+        assert runs(tmp_path) == [wire.body]  # the tool's body ran once
+
+
+@wires
+async def test_b13_a_call_in_the_foreground_is_followed_to_its_end(
+    runtimes: RuntimeFactory, tmp_path: Path, wire: Wire,
+) -> None:
+    wire.end(tmp_path)
+    rt = await runtime(runtimes, wire.server(tmp_path), wire.tool, wire.arguments)
+    tool = rt.tools.get(wire.tool)
+    assert tool is not None  # offered: tidings runs it as a task when it must
+    assert ("background" in tool.parameters["properties"]) is wire.offers_background
+    conv, result = await called(rt, wire.tool)
+    assert result.meta["is_error"] is False, result.content
+    assert wire.answer in result.content
+    assert "task_key" not in result.meta
+    assert await rt.tasks.list(conv) == []
+
+
+# -- the tasks extension (FastMCP + fastmcp-tasks) ---------------------------------------------
 
 
 async def test_b13_extension_wire_a_task_whose_tool_failed_is_never_a_success(
     runtimes: RuntimeFactory, tmp_path: Path,
 ) -> None:
-    rt = await runtime(runtimes, oven_stdio(tmp_path), "oven.bake",
+    rt = await runtime(runtimes, oven_stdio(tmp_path, task_poll=POLL), "oven.bake",
                        {"what": "cake", "background": True})
     conv, result = await called(rt, "oven.bake")
     (tmp_path / "cake.fail").touch()
@@ -120,7 +198,7 @@ async def test_b13_extension_wire_a_task_whose_tool_failed_is_never_a_success(
 async def test_b13_extension_wire_stopping_the_run_cancels_the_task_on_the_server(
     runtimes: RuntimeFactory, tmp_path: Path,
 ) -> None:
-    rt = await runtime(runtimes, oven_stdio(tmp_path), "oven.bake",
+    rt = await runtime(runtimes, oven_stdio(tmp_path, task_poll=POLL), "oven.bake",
                        {"what": "pie", "background": True})
     conv, result = await called(rt, "oven.bake")
     assert result.run_id is not None
@@ -137,48 +215,7 @@ async def test_b13_extension_wire_stopping_the_run_cancels_the_task_on_the_serve
     assert notices(await rt.transcript(conv)) == []
 
 
-async def test_b13_extension_wire_a_call_in_the_foreground_is_followed_to_its_end(
-    runtimes: RuntimeFactory, tmp_path: Path,
-) -> None:
-    (tmp_path / "scone.done").touch()
-    rt = await runtime(runtimes, oven_stdio(tmp_path), "oven.bake", {"what": "scone"})
-    conv, result = await called(rt, "oven.bake")
-    assert result.content == "baked scone"
-    assert "task_key" not in result.meta
-    assert await rt.tasks.list(conv) == []
-
-
 # -- core tasks (@modelcontextprotocol/server-everything) --------------------------------------
-
-RESEARCH = "everything.simulate-research-query"
-
-
-async def test_b13_core_wire_a_tool_that_requires_tasks_is_called_as_one_in_the_foreground(
-    runtimes: RuntimeFactory,
-) -> None:
-    rt = await runtime(runtimes, everything_stdio(), RESEARCH, {"topic": "tides"})
-    tool = rt.tools.get(RESEARCH)
-    assert tool is not None  # offered: tidings runs it as a task
-    assert "background" not in tool.parameters["properties"]  # it is always one
-    conv, result = await called(rt, RESEARCH)
-    assert result.meta["is_error"] is False, result.content
-    assert "Research Report: tides" in result.content
-    assert await rt.tasks.list(conv) == []
-
-
-async def test_b13_core_wire_a_background_call_is_a_durable_task_told_once(
-    runtimes: RuntimeFactory,
-) -> None:
-    rt = await runtime(runtimes, everything_stdio(), RESEARCH, {"topic": "tides"})
-    conv, result = await called(rt, RESEARCH, background=(RESEARCH,))
-    assert result.meta["is_error"] is False, result.content
-    task = await rt.tasks.get(conv, result.meta["task_key"])
-    assert (task.mcp_server, task.mcp_tool) == ("everything", "simulate-research-query")
-    [note] = notices(await told(rt, conv))
-    assert (note.meta["task_key"], note.meta["state"]) == (task.task_key, "exited")
-    assert "Research Report: tides" in note.content  # read with tasks/result
-    await rt.settle(conv)
-    assert len(notices(await rt.transcript(conv))) == 1
 
 
 async def test_b13_core_wire_a_tool_that_forbids_tasks_is_never_called_as_one(
@@ -192,3 +229,19 @@ async def test_b13_core_wire_a_tool_that_forbids_tasks_is_never_called_as_one(
     assert "5" in result.content
     assert "task_key" not in result.meta
     assert await rt.tasks.list(conv) == []
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_b13_core_wire_the_kettle_in_core_mode_is_heard_on_core_tasks(
+    runtimes: RuntimeFactory, tmp_path: Path, transport: str,
+) -> None:
+    # The SDK's client probes server/discover first: the kettle answers as a handshake-era
+    # server, so 2025-11-25 is negotiated and its tasks capability read.
+    env = kettle_env(tmp_path, wire="core")
+    with contextlib.ExitStack() as stack:
+        server = (kettle_stdio(tmp_path, wire="core") if transport == "stdio"
+                  else stack.enter_context(served(KETTLE, "kettle", env=env)))
+        rt = await runtime(runtimes, server, "kettle.brew", {"what": "tea"})
+        assert rt.mcp["kettle"].wire == "core"
+        assert rt.mcp["kettle"].task_support("brew") == "optional"
+        await runtimes.aclose()  # before the server it follows stops

@@ -8,6 +8,7 @@ for them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -15,12 +16,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import RuntimeFactory
+from tests.conftest import Backend, RuntimeFactory
+from tests.crash.helpers import count_rows
 from tests.mcp_servers import WEATHER, weather_stdio
 from tests.scenarios.test_b4_mcp import calling, conversation, turn, up, weather_runtime
 from tests.waiting import eventually
-from tidings import MCPServer
-from tidings.runtime import Runtime
+from tidings import MCPServer, ScriptedModel
+from tidings.runtime import Runtime, RuntimeConfig
 from tidings.types import Event
 
 QUICK: dict[str, Any] = {"reconnect_base": timedelta(milliseconds=50),
@@ -36,6 +38,14 @@ async def status_events(rt: Runtime, conv: str, count: int) -> list[dict[str, An
     events = await eventually(lambda: rt.events(conv), lambda es: len(statuses(es)) >= count,
                               what=f"{count} mcp_server_status events in {conv}")
     return statuses(events)
+
+
+def gated_weather(allowed: Path) -> MCPServer:
+    """The weather server, which exits at once (a server that cannot start) while ``allowed``
+    is missing, and is tried again meanwhile; ``allowed`` is made here."""
+    allowed.touch()
+    return MCPServer("weather", command=[
+        "/bin/sh", "-c", f'test -e "{allowed}" && exec "{sys.executable}" "{WEATHER}"'], **QUICK)
 
 
 async def test_b4_a_server_that_dies_mid_call_is_said_on_the_run_and_in_the_feed(
@@ -102,10 +112,7 @@ async def test_b4_a_call_while_the_server_is_down_is_said_and_told_when_it_is_ba
     runtimes: RuntimeFactory, tmp_path: Path,
 ) -> None:
     allowed = tmp_path / "may-start"
-    allowed.touch()
-    # Exits at once (a server that cannot start) while the file is missing; retried meanwhile.
-    server = MCPServer("weather", command=[
-        "/bin/sh", "-c", f'test -e "{allowed}" && exec "{sys.executable}" "{WEATHER}"'], **QUICK)
+    server = gated_weather(allowed)
     rt = await weather_runtime(runtimes, server, [
         *calling("weather.pid", {}, when="pid"),
         *calling("weather.forecast", {"city": "Oslo"}, when="forecast"),
@@ -130,3 +137,32 @@ async def test_b4_a_call_while_the_server_is_down_is_said_and_told_when_it_is_ba
     assert back == {"server": "weather", "status": "connected", "connections": 2}
     assert [s["status"] for s in await status_events(rt, used, 2)] == [
         "disconnected", "connected"]
+
+
+async def test_b4_who_heard_of_an_outage_hears_the_server_is_back_after_a_restart(
+    backend: Backend, tmp_path: Path,
+) -> None:
+    allowed = tmp_path / "may-start"
+    server = gated_weather(allowed)
+    model = ScriptedModel(rules=calling("weather.pid", {}, when="pid"))
+
+    def opened() -> contextlib.AbstractAsyncContextManager[Runtime]:
+        return Runtime.open(backend.url, models=[model],
+                            config=RuntimeConfig(mcp_servers=(server,)))
+
+    async with opened() as first:
+        conv = await conversation(first, "weather.pid")
+        (pid,) = await turn(first, conv, "pid")
+        allowed.unlink()
+        os.kill(int(pid.content), signal.SIGKILL)
+        (gone,) = await status_events(first, conv, 1)
+        assert gone["status"] == "disconnected"
+    # The runtime that told it stopped while the server was down; another one starts.
+    allowed.touch()
+    async with opened() as second:
+        await second.mcp["weather"].until_up()
+        gone, back = await status_events(second, conv, 2)
+        assert gone["status"] == "disconnected"
+        assert back == {"server": "weather", "status": "connected", "connections": 1}
+    # Told once: no one is left to tell when the server is back again.
+    assert count_rows(backend.url, "mcp_outage_told") == 0

@@ -32,6 +32,7 @@ from tidings.types import GoalStatus, Profile, RunStatus
 
 KEY = MasterKey.generate()
 WAIT_S = 20.0  # a bound on waiting for what the test arranged; never asserted on
+pytestmark = pytest.mark.xdist_group("torture")  # never beside the crash torture (see pyproject)
 
 MODEL = ScriptedModel(
     rules=[
@@ -66,6 +67,7 @@ class World:
     task_key: str
     approval_id: str
     dead_letter: int
+    question_id: str
 
 
 async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -105,11 +107,15 @@ async def build_world(url: str) -> World:
         await until(relayed, "the child's reply relayed")
         await rt.post(conv, "deploy it")
         approval_id = await pending_approval(rt, conv)
+        question = await rt.questions.ask(  # as an MCP server's task asks a person
+            conv, asker="mcp:desk", kind="elicitation", ask_key="world-question",
+            message="How many seats?", task_id="bg-world",
+            schema={"type": "object", "properties": {"seats": {"type": "integer"}}})
         runs = await rt.runs(conv)
         (request,) = await rt.relay.requests_of(conv)
     failed = next(r.run_id for r in runs if r.status is RunStatus.FAILED)
     return World(conv, failed, request.run_public_id, request.task_key, approval_id,
-                 await dead_letter(url, conv))
+                 await dead_letter(url, conv), question.question_id)
 
 
 async def dead_letter(url: str, conversation_id: str) -> int:
@@ -159,6 +165,7 @@ async def _compact_idle(rt: Runtime, w: World) -> object:
 MUTATIONS: dict[str, tuple[Call, Call]] = {
     "create_conversation": (lambda rt, w: rt.create_conversation("alice", PROFILE),) * 2,
     "archive": (lambda rt, w: rt.archive(w.conversation_id),) * 2,
+    "unarchive": (lambda rt, w: rt.unarchive(w.conversation_id),) * 2,
     "tombstone": (lambda rt, w: rt.tombstone(w.conversation_id),) * 2,
     "set_profile": (lambda rt, w: rt.set_profile(
         w.conversation_id, Profile(model="scripted", system="terse")),) * 2,
@@ -172,14 +179,18 @@ MUTATIONS: dict[str, tuple[Call, Call]] = {
     "compact": (lambda rt, w: rt.compact(w.conversation_id), _compact_idle),
     "decide": (lambda rt, w: rt.decide(w.conversation_id, w.approval_id, approve=True,
                                        decided_by="alice"), _decide_fresh),
+    "answer": (lambda rt, w: rt.answer(w.conversation_id, w.question_id, action="accept",
+                                       content={"seats": 2}, decided_by="alice"),) * 2,
     "request_restart": (lambda rt, w: rt.request_restart(w.conversation_id, reason="x"),) * 2,
     "retry_dead_letter": (lambda rt, w: rt.retry_dead_letter(w.dead_letter),) * 2,
     "discard_dead_letter": (lambda rt, w: rt.discard_dead_letter(w.dead_letter),) * 2,
 }
 
 READS = frozenset({
-    "conversation", "list_conversations", "inputs", "transcript", "events", "runs", "run",
-    "children_of", "approvals_of", "task_list", "task", "result_list", "result_page",
+    "conversation", "list_conversations", "inputs", "transcript", "run_transcript", "events",
+    "runs", "run",
+    "children_of", "approvals_of", "questions_of", "input", "answer_of", "task_list", "task",
+    "result_list", "result_page",
     "signal_stats", "dead_letters", "settle", "conversation_summaries", "dead_letter",
     "instances",
 })
@@ -227,6 +238,7 @@ async def test_l1_reads_stay_allowed_and_settle_starts_nothing_while_locked(
         assert [c.conversation_id for c in await rt.list_conversations("alice")]
         assert await rt.inputs(conv)
         assert await rt.transcript(conv)
+        assert isinstance(await rt.run_transcript(conv, world.failed_run), list)
         assert await rt.events(conv)
         assert [a.approval_id for a in await rt.approvals_of(conv)] == [world.approval_id]
         assert [r.task_key for r in await rt.children_of(conv)] == [world.task_key]

@@ -104,6 +104,13 @@ class Terminal:
         """Keys typed at the terminal (a line ends with ``\\n``: Enter)."""
         os.write(self._master, text.encode())
 
+    def type_and_see(self, keys: str, *patterns: str) -> list[re.Match[str]]:
+        """Type ``keys``, then wait for each of ``patterns`` in what is shown after they were
+        typed; the matches."""
+        mark = self.mark()
+        self.type(keys)
+        return [self.wait_for(pattern, after=mark) for pattern in patterns]
+
     def ctrl_c(self) -> None:
         self.type("\x03")
 

@@ -151,7 +151,7 @@ def test_b12_the_embedding_example_runs_under_testclient(
 
 def test_a2_an_embedding_refuses_before_its_lifespan_and_after(tmp_path: Path) -> None:
     agent = Embedding(lambda: tidings.open(f"sqlite:///{tmp_path}/a.db", models=[ScriptedModel()]),
-                      tokens={"secret-a": "alice"})
+                      tokens={"alice": "secret-a"})
     app = FastAPI(lifespan=agent.lifespan)
     app.mount("/agent", agent.app)
     client = TestClient(app)
@@ -170,7 +170,7 @@ def test_a2_an_embedding_refuses_before_its_lifespan_and_after(tmp_path: Path) -
 def test_a2_a_runtime_that_cannot_open_fails_the_app_s_start(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-directory" / "agent.db"
     agent = Embedding(lambda: tidings.open(f"sqlite:///{missing}", models=[ScriptedModel()]),
-                      tokens={"secret-a": "alice"})
+                      tokens={"alice": "secret-a"})
     app = FastAPI(lifespan=agent.lifespan)
     app.mount("/agent", agent.app)
     with pytest.raises(DatabasePathError, match="no-such-directory"), TestClient(app):

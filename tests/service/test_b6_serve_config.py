@@ -5,11 +5,13 @@ process, both backends: the database from the file, or from ``--database``), as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,11 +92,24 @@ def served(example: Path, backend: Backend) -> Iterator[tuple[str, Lines]]:
     logs = Lines(process.stderr)
     try:
         logs.wait_for("runtime started")
-        yield f"http://127.0.0.1:{port}", logs
+        url = f"http://127.0.0.1:{port}"
+        listening(url)  # the runtime is up before the port listens
+        yield url, logs
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait(WAIT_S)
+
+
+def listening(url: str) -> None:
+    """Until the server answers /health (it logs "runtime started" before it listens)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer /health within {WAIT_S} s")
 
 
 def test_b6_serve_with_the_documented_config_answers_a_turn(
@@ -156,3 +171,27 @@ def test_b6_the_readme_config_loads(tmp_path: Path) -> None:
     settings = tidings.load_settings(config, environ=SECRETS)
     assert settings.profiles["assistant"].model == "gpt"
     assert [t.name for t in settings.tools] == ["weather"]
+
+
+def test_u3_create_and_chat_take_a_profile_of_the_config_by_its_name(
+    served: tuple[str, Lines],
+) -> None:
+    url, _ = served
+    where = ("--url", url, "--token", "tok-a")
+    made = run_cli("create", *where, "--profile", "offline")
+    assert made.returncode == 0, made.stderr
+    conversation = made.stdout.strip()
+    got = httpx.get(f"{url}/v1/conversations/{conversation}",
+                    headers={"Authorization": "Bearer tok-a"}, timeout=WAIT_S)
+    assert got.json()["profile"]["tools"] == ["weather"]
+    chatted = subprocess.run(
+        [sys.executable, "-m", "tidings", "chat", *where, "--profile", "offline"],
+        input="the weather?\n", capture_output=True, text=True, timeout=WAIT_S * 2,
+        env=ENV, check=False)
+    assert chatted.returncode == 0, chatted.stderr
+    assert "The forecast is in." in chatted.stdout
+    mixed = run_cli("create", *where, "--profile", "offline", "--tool", "shell")
+    assert mixed.returncode != 0
+    assert "a named profile brings its own tools" in mixed.stderr
+    unknown = run_cli("create", *where, "--profile", "nope")
+    assert_one_line_error(unknown, "unknown_profile")

@@ -144,6 +144,14 @@ class Served:
             self.process.wait(WAIT_S)
 
 
+def scripted(folder: Path, rules: Mapping[str, Any]) -> str:
+    """``scripted:RULES.json`` for ``--model``: the scripted model's rules, written to
+    ``folder``."""
+    path = folder / "rules.json"
+    path.write_text(json.dumps(rules), "utf-8")
+    return f"scripted:{path}"
+
+
 @contextlib.contextmanager
 def served(database: str, *args: str, port: int | None = None,
            env: Mapping[str, str] | None = None) -> Iterator[Served]:
@@ -288,7 +296,8 @@ def test_a3_serve_on_a_busy_port_fails_cleanly(tmp_path: Path) -> None:
                          "--port", str(first.port))
         assert second.returncode == 1
         assert second.stderr.strip().splitlines()[-1] == (
-            f"Error: the server could not start on 127.0.0.1:{first.port} (see the log above)")
+            f"Error: port {first.port} is already in use on 127.0.0.1: stop what listens "
+            "there, or choose another with --port")
         assert "Traceback" not in second.stderr
         assert httpx.get(f"{first.url}/health", timeout=WAIT_S).status_code == 200
 

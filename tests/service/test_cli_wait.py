@@ -61,7 +61,8 @@ def test_b2_post_wait_prints_the_reply_or_says_how_things_stand(
 
         held = tidings(*client, conversation(server.url, tools=["shell"],
                                              approval_mode="writes"), "run it", "--wait", "10")
-        assert_one_line_error(held, "awaits approval")
+        assert_one_line_error(held, "awaits a person's approval of a tool call")
+        assert "tidings approve (or deny) decides" in held.stderr  # and says how to decide
 
         slow = tidings(*client, conv, "take your time", "--wait", "0.5")
         assert_one_line_error(slow, "no answer within 0.5s: run run_")

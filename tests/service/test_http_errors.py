@@ -18,7 +18,8 @@ from tidings.service.problems import STATUS
 
 # The layers above the runtime (the command line and its demo) raise their own errors to
 # their own callers; the service never sees them.
-ABOVE_THE_RUNTIME = ("tidings.__main__", "tidings.cli", "tidings.demo", "tidings.service")
+ABOVE_THE_RUNTIME = ("tidings.__main__", "tidings.cli", "tidings.client", "tidings.demo",
+                     "tidings.service")
 
 
 def _below_the_service(name: str) -> bool:

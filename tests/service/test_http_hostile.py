@@ -32,6 +32,7 @@ UNKNOWN = {
     "task_key": "bg-00000000",
     "result_id": "res_00000000000000000000000000000000",
     "approval_id": "apr_00000000000000000000000000000000",
+    "question_id": "qst_00000000000000000000000000000000",
     "delivery_id": "999999999",
 }
 BODIES: dict[str, Any] = {
@@ -40,6 +41,8 @@ BODIES: dict[str, Any] = {
     "/retry": {},
     "/restart": {"reason": "probe"},
     "/decision": {"approve": True},
+    "/answer": {"action": "decline"},
+    "/profile": {"profile": {"model": "scripted"}},
 }
 CORPUS_SIZE = 300
 
@@ -221,6 +224,7 @@ PARAMETERS: list[tuple[str, str, str, str]] = [
     ("get", C, "path", "conversation_id"),
     ("delete", C, "path", "conversation_id"),
     ("post", f"{C}/archive", "path", "conversation_id"),
+    ("post", f"{C}/unarchive", "path", "conversation_id"),
     ("post", f"{C}/inputs", "path", "conversation_id"),
     ("post", f"{C}/inputs", "query", "wait"),
     ("get", f"{C}/inputs", "path", "conversation_id"),
@@ -242,6 +246,12 @@ PARAMETERS: list[tuple[str, str, str, str]] = [
     ("get", f"{C}/approvals", "query", "limit"),
     ("post", f"{C}/approvals/{{approval_id}}/decision", "path", "conversation_id"),
     ("post", f"{C}/approvals/{{approval_id}}/decision", "path", "approval_id"),
+    ("put", f"{C}/profile", "path", "conversation_id"),
+    ("get", f"{C}/questions", "path", "conversation_id"),
+    ("get", f"{C}/questions", "query", "status"),
+    ("get", f"{C}/questions", "query", "limit"),
+    ("post", f"{C}/questions/{{question_id}}/answer", "path", "conversation_id"),
+    ("post", f"{C}/questions/{{question_id}}/answer", "path", "question_id"),
     ("get", f"{C}/transcript", "path", "conversation_id"),
     ("get", f"{C}/transcript", "query", "after_seq"),
     ("get", f"{C}/runs", "path", "conversation_id"),
@@ -271,7 +281,9 @@ PARAMETERS: list[tuple[str, str, str, str]] = [
     ("get", "/v1/dead-letters/{delivery_id}", "path", "delivery_id"),
     ("post", "/v1/dead-letters/{delivery_id}/retry", "path", "delivery_id"),
     ("post", "/v1/dead-letters/{delivery_id}/discard", "path", "delivery_id"),
+    ("get", "/v1/push-dead-letters", "query", "limit"),
     ("get", "/v1/instances", "query", "limit"),
+    ("post", "/v1/agui", "header", "Last-Event-ID"),
 ]
 INTEGERS = {"limit", "after_seq", "before_us", "offset", "limit_bytes"}  # and the feeds' after
 
@@ -353,6 +365,8 @@ BODY_ROUTES: dict[str, dict[str, Any]] = {  # route -> a body that would be acce
     f"{C}/runs/{{run_id}}/retry": {},
     f"{C}/restart": {"reason": "hostile content type"},
     f"{C}/approvals/{{approval_id}}/decision": {"approve": True},
+    f"{C}/questions/{{question_id}}/answer": {"action": "decline"},
+    f"{C}/profile": {"profile": {"model": "scripted"}},
     "/v1/unlock": {"master_key": "00" * 32},
 }
 ROUTE_BODIES: dict[str, dict[str, Any]] = {
@@ -361,7 +375,20 @@ ROUTE_BODIES: dict[str, dict[str, Any]] = {
     f"{C}/runs/{{run_id}}/retry": {},
     f"{C}/restart": {"reason": "probe"},
     f"{C}/approvals/{{approval_id}}/decision": {"approve": True},
+    f"{C}/questions/{{question_id}}/answer": {"action": "decline"},
+    f"{C}/profile": {"profile": {"model": "scripted"}},
+    "/v1/agui": {"threadId": "{conversation_id}", "runId": "probe", "state": {}, "messages": [],
+                 "tools": [], "context": [], "forwardedProps": {}},
 }
+"""A valid body for each route that takes one ("{id}" strings are filled in, as in paths)."""
+
+
+def _filled(body: Any, ids: dict[str, str]) -> Any:
+    if isinstance(body, dict):
+        return {key: _filled(value, ids) for key, value in body.items()}
+    if isinstance(body, str):
+        return _url(body, ids)
+    return body
 
 
 async def _ids(live: Live, alice: httpx.AsyncClient) -> dict[str, str]:
@@ -381,7 +408,7 @@ async def _everything(alice: httpx.AsyncClient, operator: httpx.AsyncClient,
     """What a hostile request could have changed: the conversation and all it holds."""
     base = f"/v1/conversations/{conv}"
     parts = ("", "/inputs", "/runs", "/transcript", "/tasks", "/results", "/children",
-             "/approvals", "/events.json", "/signals/stats")
+             "/approvals", "/questions", "/events.json", "/signals/stats")
     return [(await alice.get("/v1/conversations")).json(),
             (await operator.get("/v1/signals/stats")).json(),
             *[(await alice.get(base + part)).json() for part in parts]]
@@ -467,8 +494,8 @@ async def test_h4_hostile_values_in_every_query_path_and_header_get_a_typed_4xx(
         wrong: list[str] = []
         tried = 0
         for method, route, where, name in PARAMETERS:
-            client = alice if route.startswith("/v1/conversations") else operator
-            body = ROUTE_BODIES.get(route)
+            client = alice if route.startswith(("/v1/conversations", "/v1/agui")) else operator
+            body = _filled(ROUTE_BODIES.get(route), ids)
             if where == "header":
                 cases: list[tuple[str, str, dict[str, Any]]] = [
                     (label, _url(route, ids), {"headers": {name: value}})
@@ -525,7 +552,7 @@ async def test_h4_a_body_sent_as_another_content_type_is_refused_and_writes_noth
         wrong: list[str] = []
         for route, body in BODY_ROUTES.items():
             client = alice if route.startswith("/v1/conversations") else operator
-            method = "put" if route.endswith("/goal") else "post"
+            method = "put" if route.endswith(("/goal", "/profile")) else "post"
             for content_type in HOSTILE_CONTENT_TYPES:
                 answer = await _answer(client, method, _url(route, ids),
                                        content=json.dumps(body).encode(),

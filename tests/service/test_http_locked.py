@@ -4,6 +4,8 @@ routes work."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -27,13 +29,14 @@ BASE = "/v1/conversations"
 def _path(template: str, w: World, approval_id: str = "") -> str:
     return template.format(c=w.conversation_id, failed=w.failed_run, done=w.completed_run,
                            key=w.task_key, approval=approval_id or w.approval_id,
-                           dead=w.dead_letter)
+                           dead=w.dead_letter, question=w.question_id)
 
 
 # Every mutating route: (method, path template, body).
 ROUTES: dict[str, tuple[str, str, object]] = {
     "create": ("POST", BASE, {"profile": {"model": "scripted"}}),
     "archive": ("POST", BASE + "/{c}/archive", None),
+    "unarchive": ("POST", BASE + "/{c}/unarchive", None),
     "delete": ("DELETE", BASE + "/{c}", None),
     "post_input": ("POST", BASE + "/{c}/inputs", {"content": "hello"}),
     "set_goal": ("PUT", BASE + "/{c}/goal", {"status": "active", "text": "ship"}),
@@ -45,8 +48,13 @@ ROUTES: dict[str, tuple[str, str, object]] = {
     "retry": ("POST", BASE + "/{c}/runs/{failed}/retry", {}),
     "restart": ("POST", BASE + "/{c}/restart", {}),
     "decide": ("POST", BASE + "/{c}/approvals/{approval}/decision", {"approve": True}),
+    "answer": ("POST", BASE + "/{c}/questions/{question}/answer", {"action": "decline"}),
+    "change_profile": ("PUT", BASE + "/{c}/profile", {"profile": {"model": "scripted"}}),
     "retry_dead_letter": ("POST", "/v1/dead-letters/{dead}/retry", None),
     "discard_dead_letter": ("POST", "/v1/dead-letters/{dead}/discard", None),
+    "agui_run": ("POST", "/v1/agui", {
+        "threadId": "{c}", "runId": "run-1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {}, "messages": [{"id": "m-1", "role": "user", "content": "hello"}]}),
 }
 OPERATOR_ROUTES = frozenset({"retry_dead_letter", "discard_dead_letter"})
 TEMPLATES = {
@@ -55,6 +63,7 @@ TEMPLATES = {
     "{run_id}/retry": "{failed}/retry",
     "{task_key}": "{key}",
     "{approval_id}": "{approval}",
+    "{question_id}": "{question}",
     "{delivery_id}": "{dead}",
 }
 
@@ -71,6 +80,8 @@ async def _request(clients: tuple[httpx.AsyncClient, httpx.AsyncClient], name: s
     """The route, asked by alice -- or by the operator, for the operator's routes."""
     method, template, body = ROUTES[name]
     client = clients[1] if name in OPERATOR_ROUTES else clients[0]
+    if body is not None:  # a conversation's id in the body too (the AG-UI run's thread)
+        body = json.loads(json.dumps(body).replace("{c}", w.conversation_id))
     return await client.request(method, _path(template, w, approval_id), json=body)
 
 

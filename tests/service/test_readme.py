@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Backend
-from tests.service.test_cli import free_port
+from tests.service.test_cli import free_port, served
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 WAIT_S = 120.0  # a bound on the whole quickstart; never asserted on
@@ -49,7 +49,7 @@ def service_script(backend: Backend, port: int) -> str:
             line = line.replace("tidings serve ", f"tidings serve --port {port} ")
             line = line.replace(" &", " > serve.log 2>&1 &")
         if f"{bindir}/tidings watch" in line:
-            line = "timeout 3 " + line.split("#", 1)[0].rstrip() + " || true"
+            line = "timeout 8 " + line.split("#", 1)[0].rstrip() + " || true"
         lines.append(line)
     return "set -euo pipefail\n" + "\n".join(lines) + "\n"
 
@@ -103,3 +103,15 @@ def test_b2_the_readme_library_quickstart_shows_the_answer(
     lines = result.stdout.splitlines()
     assert lines[0] == "completed Started; I will report back."
     assert lines[-1] == "assistant The build finished."
+
+
+def test_p7_the_readme_client_example_shows_the_answer(backend: Backend, tmp_path: Path) -> None:
+    program = block("From your own Python service", "python")
+    with served(backend.url, "--token", "alice=secret-a") as server:
+        result = subprocess.run(
+            [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+            timeout=WAIT_S, check=False,
+            env={**os.environ, "TIDINGS_URL": server.url, "TIDINGS_TOKEN": "secret-a"},
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["hello from Python"]

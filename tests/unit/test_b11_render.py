@@ -118,8 +118,27 @@ def test_b11_tool_calls_and_results_are_folded_to_a_line() -> None:
     assert lines[0].startswith('  → shell {"command": "ls xxx')
     assert lines[0].endswith("…")
     assert len(lines[0]) < 120
-    assert lines[1] == "  ← shell: line one … (+2 lines)"
+    assert lines[1:] == ["  ← shell: line one", "    line two", "    line three"]
     assert fold("a" * 500).endswith("…")
+
+
+def test_b11_a_long_tool_result_shows_its_first_lines_and_how_to_see_it_whole() -> None:
+    v, out = view()
+    v.event(committed(1, "tool", "\n".join(f"row {i}" for i in range(1, 13)),
+                      tool_name="shell"))
+    v.event(committed(2, "tool", "x" * 300, tool_name="shell"))
+    assert out.getvalue().splitlines() == [
+        "  ← shell: row 1", *(f"    row {i}" for i in range(2, 9)),
+        "    … (4 more lines; tidings transcript --full shows it whole)",
+        f"  ← shell: {'x' * 199}…",
+        "    … (tidings transcript --full shows it whole)",
+    ]
+    whole, out = view()
+    whole.full = True
+    whole.event(committed(1, "tool", "\n".join(f"row {i}" for i in range(1, 13)),
+                          tool_name="shell"))
+    assert len(out.getvalue().splitlines()) == 12
+    assert "--full" not in out.getvalue()
 
 
 def test_b11_a_transcript_reads_the_runtimes_words_by_their_kernel_origin() -> None:
@@ -212,7 +231,8 @@ def test_b11_what_a_model_or_a_process_wrote_cannot_drive_the_terminal() -> None
     v.event(committed(2, "user", "[red]not markup[/]", origin="person"))
     assert out.getvalue().splitlines() == [
         "agent> clear\\x1b[2J the screen\\x07",
-        "  ← shell: out\\x9b31m … (+1 lines)",
+        "  ← shell: out\\x9b31m",
+        "    put",
         "you> [red]not markup[/]",
     ]
     assert "\x1b" not in out.getvalue()

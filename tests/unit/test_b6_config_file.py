@@ -259,8 +259,8 @@ def test_b6_a_profile_naming_an_unknown_model_alias_is_refused(tmp_path: Path) -
     path = write(tmp_path, '[models.echo]\nprovider = "scripted"\n\n[profiles.p]\n'
                            'models = ["echo", "gpt-4o"]\n')
     error = refused(path)
-    assert (error.line, error.key) == (5, "profiles.p.models")
-    assert "'gpt-4o'" in str(error)
+    assert error.line == 5
+    assert 'profile "p" names model "gpt-4o", which is not configured' in str(error)
 
 
 def test_b6_a_wrong_value_names_the_key(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import pkgutil
 import tidings
 from tidings.errors import TidingsError
 
-ABOVE_THE_RUNTIME = ("tidings.__main__", "tidings.cli", "tidings.demo", "tidings.service")
+ABOVE_THE_RUNTIME = ("tidings.__main__", "tidings.cli", "tidings.client", "tidings.demo",
+                     "tidings.service")
 
 
 def _below_the_service(name: str) -> bool:

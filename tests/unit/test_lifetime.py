@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.waiting import eventually
+from tidings.clock import wait_set
 from tidings.lifetime import Lifetime, Loop, first_of
 
 
@@ -95,3 +96,38 @@ async def test_l5_first_of_returns_with_the_first_wait_and_reaps_the_other() -> 
     done.set()
     await first_of(idle(), held())
     assert reaped == ["held"]
+
+
+async def test_s9_a_timed_wait_cancelled_as_its_wake_comes_is_cancelled() -> None:
+    """A component's loop waits for a wake with a timeout; cancelled in the very step its wake
+    is set (a commit's hint arriving as the runtime closes), the wait is cancelled -- not taken
+    for the wake, which would leave the loop running and its shutdown waiting for ever."""
+    wake = asyncio.Event()
+    waiting = asyncio.create_task(wait_set(wake, 1.0))
+    await asyncio.sleep(0)
+    wake.set()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert await wait_set(wake, 0.01)  # and an event set is said so
+
+async def test_s9_first_of_cancelled_while_reaping_stays_cancelled() -> None:
+    """A settle wait cancelled from outside while it reaps its other wait is cancelled: it
+    does not return as if the first wait had ended."""
+    done = asyncio.Event()
+    reaping = asyncio.Event()
+
+    async def held() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            reaping.set()
+            await asyncio.sleep(0.05)  # its clean-up takes a moment
+
+    task = asyncio.create_task(first_of(done.wait(), held()))
+    await asyncio.sleep(0)
+    done.set()
+    await reaping.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -1,43 +1,78 @@
-"""``tidings post`` and ``tidings watch``: a client of a running service, over HTTP.
+"""``tidings post`` and ``tidings watch``: a client of a running service, through
+:class:`tidings.Client`.
 
-``watch`` follows a conversation's event feed (Server-Sent Events, parsed by ``httpx-sse``) and
-reconnects by itself from the last sequence it printed, with a backoff up to ten seconds.
-A refusal (4xx) ends it with the problem's code and detail; a server error or a lost
-connection is reconnected.
+``watch`` follows a conversation's event feed and reconnects by itself (the client's ``watch``:
+``Last-Event-ID``, a backoff up to ten seconds). A refusal ends it with the problem's code and
+detail; a server error or a lost connection is reconnected.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import time
-from collections.abc import Callable, Mapping
+import signal
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
 
 from tidings.cli.app import console, main
+from tidings.cli.app import run as run_async
+from tidings.cli.render import (
+    WHOLE_HINT,
+    answer_command,
+    answer_words,
+    approval_command,
+    decision_words,
+    progress_words,
+    question_words,
+)
+
+if TYPE_CHECKING:  # the service's schemas are imported by the commands that use them
+    from tidings.service.schemas import AnswerOut, EventOut
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
-def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def client_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--url`` and ``--token`` (or ``$TIDINGS_URL`` and ``$TIDINGS_TOKEN``): a service."""
     command = click.option("--token", envvar="TIDINGS_TOKEN", required=True,
                            help="A principal's bearer token (or $TIDINGS_TOKEN).")(command)
     return click.option("--url", envvar="TIDINGS_URL", default=DEFAULT_URL, show_default=True,
                         help="The service's base URL (or $TIDINGS_URL).")(command)
 
 
-def _problem(response: Any) -> str:
-    """A refusal as one line: the problem document's code and detail."""
-    try:
-        body = response.json()
-        return f"{body['code']}: {body['detail']}"
-    except (ValueError, KeyError, TypeError):
-        text = response.text.strip()[:200] or response.reason_phrase
-        return f"HTTP {response.status_code}: {text}"
+def listing_options(kind: str, statuses: Sequence[str]
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command listing a conversation's ``kind`` (questions, approvals): a service's
+    ``--url`` and ``--token``, ``--status`` (one of ``statuses``), ``--json``, CONVERSATION."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.argument("conversation")(command)
+        command = click.option("--json", "as_json", is_flag=True,
+                               help=f"Print the {kind} as JSON, as the HTTP API serves them."
+                               )(command)
+        command = click.option("--status", type=click.Choice(list(statuses)), default=None,
+                               help=f"Only the {kind} in this status.")(command)
+        return client_options(command)
+
+    return decorate
+
+
+def print_found(kind: str, found: list[dict[str, Any]], *, as_json: bool, conversation: str,
+                show: Callable[[str, dict[str, Any]], None]) -> None:
+    """A listing command's answer: ``{kind: [...]}`` as the HTTP API serves it, or each item
+    shown (``(no kind)`` when there is none)."""
+    if as_json:
+        click.echo(json.dumps({kind: found}, ensure_ascii=False, indent=2))
+        return
+    if not found:
+        console.print(f"[dim](no {kind})[/]")
+    for item in found:
+        show(conversation, item)
 
 
 WAIT_S = 60.0
@@ -45,7 +80,7 @@ WAIT_S = 60.0
 
 
 @main.command()
-@_client_options
+@client_options
 @click.option("--steer", is_flag=True, help="Join the running turn at its next safe point.")
 @click.option("--wait", type=click.FloatRange(0, 300, min_open=True), is_flag=False,
               flag_value=WAIT_S, default=None, metavar="[SECONDS]",
@@ -64,50 +99,61 @@ def post(
     how things stand (the run failed, awaits approval, or the wait timed out: the input stays
     accepted and is answered later) and the exit status is 1.
     """
-    import httpx
+    from tidings.client import Client
+    from tidings.service.schemas import InputOut
 
-    try:
-        response = httpx.post(
-            f"{url.rstrip('/')}/v1/conversations/{quote(conversation, safe='')}/inputs",
-            params={} if wait is None else {"wait": f"{wait:g}"},
-            json={"content": text, "delivery_mode": "steer" if steer else "queue"},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30 if wait is None else httpx.Timeout(30, read=wait + 30),
-        )
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach {url}: {exc}") from None
-    if response.status_code >= 400:
-        raise click.ClickException(_problem(response))
-    if wait is None:
-        click.echo(response.json()["input_id"])
+    async def send() -> InputOut | AnswerOut:
+        async with Client(url, token) as client:
+            if wait is None:
+                return await client.post(conversation, text, steer=steer)
+            return await client.post(conversation, text, wait=wait, steer=steer)
+
+    sent = run_async(send)
+    if isinstance(sent, InputOut):
+        click.echo(sent.input_id)
         return
-    answer = response.json()
-    if answer.get("reply") is not None:
-        click.echo(answer["reply"])
-    if answer["status"] != "completed" or answer["timed_out"]:
-        raise click.ClickException(_unanswered(answer, wait))
+    if sent.reply is not None:
+        click.echo(sent.reply)
+    if sent.status != "completed" or sent.timed_out:
+        assert wait is not None
+        raise click.ClickException(_unanswered(sent, wait))
 
 
-def _unanswered(answer: Mapping[str, Any], wait: float) -> str:
+def _unanswered(answer: AnswerOut, wait: float) -> str:
     """How a waited post stands when its run did not complete: one line."""
-    run = answer.get("run") or {}
-    run_id = run.get("run_id", "")
-    item = answer["input"]["input_id"]
-    status = answer["status"]
-    if answer["timed_out"]:
+    run_id = answer.run.run_id if answer.run is not None else ""
+    item = answer.input.input_id
+    status = answer.status
+    if answer.timed_out:
         where = f"run {run_id} is {status}" if run_id else f"input {item} is {status}"
         return f"no answer within {wait:g}s: {where}; the input stays accepted"
     if status == "awaiting_approval":
-        return f"run {run_id} awaits approval of a tool call (see the conversation's approvals)"
+        return (f"run {run_id} awaits a person's approval of a tool call: tidings approvals "
+                f"{answer.input.conversation_id} shows it, tidings approve (or deny) decides")
     if status == "cancelled":
         return f"input {item} was cancelled before any run read it"
-    failure = f" ({run['failure_code']})" if run.get("failure_code") else ""
-    return f"run {run_id} {status}{failure}"
+    code = answer.run.failure_code if answer.run is not None else None
+    return f"run {run_id} {status}" + (f" ({code})" if code else "")
 
 
-def _describe(kind: str, data: Mapping[str, Any]) -> str:
+def _describe(kind: str, data: Mapping[str, Any], conversation: str = "CONV") -> str:
     """One readable line for a journal event; an unknown type shows its data as JSON."""
     d = {k: v for k, v in data.items() if v is not None}
+    if kind == "question_asked":
+        head, fields = question_words(d)
+        form = f" [{'; '.join(fields)}]" if fields else ""
+        return (f"question {d.get('question_id', '?')}: {head}{form} -- answer: "
+                f"{answer_command(conversation, d)}")
+    if kind == "question_answered":
+        return f"question {d.get('question_id', '?')} {answer_words(d)}"
+    if kind == "mcp_progress":
+        return progress_words(d)
+    if kind == "approval_requested":
+        approval = str(d.get("approval_id", "?"))
+        return (f"run {d.get('run_public_id', '')} holds {d.get('tool_name', '?')} for a "
+                f"person's approval {approval} -- {approval_command(conversation, approval)}")
+    if kind == "approval_decided":
+        return f"approval {d.get('approval_id', '?')} {decision_words(d)}"
     run = d.get("run_public_id", "")
     if kind == "input_accepted":
         who = d.get("authored_by")
@@ -128,7 +174,7 @@ def _describe(kind: str, data: Mapping[str, Any]) -> str:
         words = " ".join(str(message.get("content", "")).split())
         who = f"{message.get('role', '?')}" + (" (runtime)" if d.get("by_runtime") else "")
         return f"{who} message {message.get('seq', '?')}: " + (
-            words if len(words) <= 120 else words[:119] + "…")
+            words if len(words) <= 120 else f"{words[:119]}… ({WHOLE_HINT})")
     if kind == "tool_calls":
         names = ", ".join(str(c.get("name")) for c in d.get("calls", ()) if isinstance(c, Mapping))
         return f"run {run} calls {names}"
@@ -143,74 +189,62 @@ def _describe(kind: str, data: Mapping[str, Any]) -> str:
 
 
 @main.command()
-@_client_options
+@client_options
 @click.option("--after", type=click.IntRange(min=0), default=0, show_default=True,
               help="Start after this journal sequence.")
 @click.argument("conversation")
 def watch(url: str, token: str, after: int, conversation: str) -> None:
     """Follow CONVERSATION's event feed, one line per event; reconnects by itself (Ctrl-C ends
     it)."""
-    import httpx
-    from httpx_sse import ServerSentEvent, connect_sse
+    from tidings.client import Client, FeedLost, FeedResumed
+    from tidings.service.schemas import EventOut
 
-    def show(sse: ServerSentEvent, last: int) -> int:
-        """Print one event; the sequence it brings the feed to."""
-        try:
-            event = json.loads(sse.data)
-        except ValueError:
-            event = {"data": sse.data}
-        if isinstance(event, dict) and "seq" in event and event["seq"] is None:
-            # A live event (an answer being written, no SSE id of its own): this command
-            # follows the journal, where the answer commits.
-            return last
-        seq = int(sse.id) if sse.id.isdigit() else last
-        at = event.get("at_us")
-        clock = "" if not isinstance(at, int) else datetime.fromtimestamp(
-            at / 1e6, UTC).astimezone().strftime("%H:%M:%S")
-        console.print(
-            f"[dim]{seq:>6}[/] {clock} [bold]{escape(sse.event)}[/] "
-            f"{escape(_describe(sse.event, event.get('data', event)))}",
-            highlight=False, soft_wrap=True)
-        return max(last, seq)
-
-    feed = f"{url.rstrip('/')}/v1/conversations/{quote(conversation, safe='')}/events"
     last = after
-    delay = 0.5
-    status = console.status(f"[dim]connecting to {escape(url)}…")
+    status = console.status(f"[dim]following {escape(conversation)} (from event {last + 1})…")
+
+    def show(event: EventOut) -> None:
+        clock = datetime.fromtimestamp(event.at_us / 1e6, UTC).astimezone().strftime("%H:%M:%S")
+        console.print(
+            f"[dim]{event.seq:>6}[/] {clock} [bold]{escape(event.type)}[/] "
+            f"{escape(_describe(event.type, event.data, conversation))}",
+            highlight=False, soft_wrap=True)
+
+    async def follow() -> None:
+        # Ctrl-C ends it, as it ends `serve` and `chat`: a handler of its own, so that it holds
+        # even when the shell started it with Ctrl-C ignored (a background job of a script).
+        loop = asyncio.get_running_loop()
+        following = asyncio.current_task()
+        assert following is not None
+        loop.add_signal_handler(signal.SIGINT, following.cancel)
+        try:
+            await follow_feed()
+        except asyncio.CancelledError:
+            return
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    async def follow_feed() -> None:
+        nonlocal last
+        async with Client(url, token) as client, contextlib.aclosing(
+                client.watch(conversation, after, notices=True)) as feed:
+            async for item in feed:
+                if isinstance(item, FeedLost):
+                    status.update(f"[dim]{escape(item.reason)}; reconnecting, from event "
+                                  f"{item.after_seq + 1}…")
+                    continue
+                # A live event (an answer being written) has no sequence: this command
+                # follows the journal, where the answer commits.
+                if isinstance(item, EventOut) and item.seq is not None:
+                    show(item)
+                    last = item.seq
+                elif not isinstance(item, FeedResumed):
+                    continue
+                status.update(f"[dim]following {escape(conversation)} "
+                              f"(from event {last + 1})…")
+
     status.start()
     try:
-        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as client:
-            while True:
-                headers = {"Authorization": f"Bearer {token}"}
-                if last:
-                    headers["Last-Event-ID"] = str(last)
-                try:
-                    with connect_sse(client, "GET", feed, headers=headers) as source:
-                        response = source.response
-                        if response.status_code >= 400:
-                            response.read()
-                            if response.status_code < 500:
-                                raise click.ClickException(_problem(response))
-                            raise httpx.HTTPStatusError(
-                                _problem(response), request=response.request, response=response)
-                        status.update(f"[dim]following {escape(conversation)} "
-                                      f"(after seq {last})…")
-                        delay = 0.5
-                        for sse in source.iter_sse():
-                            # A keep-alive comment ends in a blank line too, and the decoder
-                            # then dispatches an event without data: only events carry data.
-                            if not sse.data:
-                                continue
-                            last = show(sse, last)
-                            status.update(f"[dim]following {escape(conversation)} "
-                                          f"(after seq {last})…")
-                    reason = "the server ended the feed"
-                except httpx.HTTPError as exc:  # httpx-sse's SSEError is one too
-                    reason = str(exc) or type(exc).__name__
-                status.update(f"[dim]{escape(reason)}; reconnecting after seq {last} in "
-                              f"{delay:.1f}s…")
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        run_async(follow)
     except KeyboardInterrupt:
         pass
     finally:

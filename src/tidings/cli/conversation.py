@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import getpass
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
 from tidings.cli.render import Screen, View
-from tidings.cli.sessions import Refused, http_session, profile_of, transcript_pages
+from tidings.cli.sessions import http_session, profile_of, transcript_pages
 from tidings.inspection import Inspection
 
 
@@ -96,15 +97,22 @@ def _profile_options(command: Callable[..., Any], default: str) -> Callable[...,
                            help="A tool the agent may call (repeatable; added to the "
                                 "profile's).")(command)
     return click.option(
-        "--profile", "profile_text", default=None, metavar="JSON|@FILE",
-        help='The agent\'s profile as JSON, as the HTTP API takes it: {"model": "…", '
-             '"tools": […], "system": "…", …} ' f"(default: {default}).")(command)
+        "--profile", "profile_text", default=None, metavar="NAME|JSON|@FILE",
+        help="A profile of the service's config file by its name, or the agent's profile as "
+             'JSON, as the HTTP API takes it: {"model": "…", "tools": […], "system": "…", …} '
+             f"(default: {default}).")(command)
 
 
 def profile_body(profile_text: str | None, tools: tuple[str, ...],
-                 default_model: str) -> dict[str, Any]:
-    """The profile's JSON (from the option, a file, or the default), checked here."""
+                 default_model: str) -> dict[str, Any] | str:
+    """The profile's JSON (from the option, a file, or the default), checked here -- or the
+    name of a profile the config file declares, as given."""
     body: Any = {"model": default_model}
+    if profile_text is not None and PROFILE_NAME.fullmatch(profile_text):
+        if tools:
+            raise click.BadParameter("--tool adds to a profile written as JSON; a named "
+                                     "profile brings its own tools", param_hint="'--tool'")
+        return profile_text
     if profile_text is not None:
         text = profile_text
         if text.startswith("@"):
@@ -131,6 +139,10 @@ def profile_body(profile_text: str | None, tools: tuple[str, ...],
     return dict(body)
 
 
+PROFILE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,127}")
+"""How a named profile is written (JSON starts with ``{``, a file with ``@``)."""
+
+
 def check_database(database: str) -> None:
     """Reading a SQLite file that is not there is an error, not a new database."""
     if "://" in database and not database.startswith("sqlite://"):
@@ -138,18 +150,6 @@ def check_database(database: str) -> None:
     path = database.removeprefix("sqlite:///") if database.startswith("sqlite://") else database
     if path and not Path(path).is_file():
         raise click.ClickException(f"invalid_input: no database at {path}")
-
-
-def run_refusable(main_coroutine: Callable[[], Any]) -> Any:
-    """Run a coroutine; a service's refusal becomes a one-line error like the runtime's."""
-
-    async def guarded() -> Any:
-        try:
-            return await main_coroutine()
-        except Refused as exc:
-            raise click.ClickException(str(exc)) from None
-
-    return run_async(guarded)
 
 
 @main.command()
@@ -162,23 +162,29 @@ def create(where: Where, profile_text: str | None, tools: tuple[str, ...], title
     async def run() -> str:
         if where.database is not None:
             async with await Inspection.open(where.database) as inspection:
+                if isinstance(body, str):
+                    raise click.BadParameter(
+                        "a profile by its name is the service's (--url): with --database, "
+                        "write it as JSON", param_hint="'--profile'")
                 created = await inspection.create_conversation(where.owner, profile_of(body),
                                                                title=title)
                 return created.conversation_id
         async with http_session(where.url, where.token) as session:
             return await session.create(body, title)
 
-    click.echo(run_refusable(run))
+    click.echo(run_async(run))
 
 
 @main.command()
 @where_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print the messages as JSON, as the HTTP API serves them.")
+@click.option("--full", is_flag=True,
+              help="Print each tool's result whole (otherwise its first lines).")
 @click.argument("conversation")
-def transcript(where: Where, as_json: bool, conversation: str) -> None:
-    """Print CONVERSATION's transcript: who said what, tool calls and results folded, the
-    runtime's own words marked [runtime]."""
+def transcript(where: Where, as_json: bool, full: bool, conversation: str) -> None:
+    """Print CONVERSATION's transcript: who said what, tool calls folded to a line and their
+    results to their first lines (--full: whole), the runtime's own words marked [runtime]."""
 
     async def run() -> list[dict[str, Any]]:
         if where.database is not None:
@@ -188,15 +194,82 @@ def transcript(where: Where, as_json: bool, conversation: str) -> None:
         async with http_session(where.url, where.token) as session:
             return await session.transcript(conversation)
 
-    messages = run_refusable(run)
+    messages = run_async(run)
     if as_json:
         click.echo(json.dumps({"conversation_id": conversation, "items": messages},
                               ensure_ascii=False, indent=2))
         return
     if not messages:
         console.print("[dim](no messages)[/]")
-    View(Screen(console), person="person").transcript(messages)
+    View(Screen(console), person="person", full=full).transcript(messages)
 
 
-__all__ = ("Where", "check_database", "create", "profile_body", "profile_options",
-           "run_refusable", "transcript", "where_options")
+def _changed(where: Where, conversation: str, verb: str,
+             profile: dict[str, Any] | str | None = None) -> None:
+    """Archive, unarchive or change the profile of ``conversation``; print how it then
+    stands: ``conv_… active (model scripted; tools shell)``."""
+    from tidings.service.schemas import ConversationOut
+
+    async def run() -> ConversationOut:
+        if where.database is not None:
+            check_database(where.database)
+            async with await Inspection.open(where.database) as inspection:
+                if verb == "profile":
+                    if isinstance(profile, str):
+                        raise click.ClickException(
+                            "invalid_input: a profile by its name is the service's (--url): "
+                            "with --database, write it as JSON")
+                    assert profile is not None
+                    done = await inspection.set_profile(conversation, profile_of(profile))
+                else:
+                    done = await getattr(inspection, verb)(conversation)
+                return ConversationOut.of(done)
+        from tidings.client import Client
+
+        async with Client(where.url, where.token) as client:
+            if verb == "profile":
+                assert profile is not None
+                return await client.set_profile(conversation, profile)
+            return await (client.archive if verb == "archive" else client.unarchive)(
+                conversation)
+
+    done = run_async(run)
+    tools = ", ".join(done.profile.tools) or "none"
+    click.echo(f"{done.conversation_id} {done.status} (model {done.profile.model}; "
+               f"tools {tools})")
+
+
+@main.command()
+@where_options
+@click.argument("conversation")
+def archive(where: Where, conversation: str) -> None:
+    """Archive CONVERSATION: it takes no more input from people or other callers (the
+    runtime's own mail -- task notices, children's replies -- still runs). `tidings
+    unarchive` undoes it."""
+    _changed(where, conversation, "archive")
+
+
+@main.command()
+@where_options
+@click.argument("conversation")
+def unarchive(where: Where, conversation: str) -> None:
+    """Undo the archive of CONVERSATION: it takes input again."""
+    _changed(where, conversation, "unarchive")
+
+
+@main.command()
+@where_options
+@click.option("--tool", "tools", multiple=True, metavar="NAME",
+              help="A tool the agent may call (repeatable; added to a JSON profile's).")
+@click.argument("conversation")
+@click.argument("profile_text", metavar="PROFILE")
+def profile(where: Where, tools: tuple[str, ...], conversation: str, profile_text: str) -> None:
+    """Change CONVERSATION's profile to PROFILE: a profile of the service's config file by its
+    name, or JSON as --profile of create takes it ({"model": …}, or @FILE). It is checked as
+    at create (an unknown profile, model or tool is refused, and nothing changes); the next
+    turn uses it."""
+    _changed(where, conversation, "profile", profile_body(profile_text, tools, "scripted"))
+
+
+__all__ = ("Where", "archive", "check_database", "create", "profile", "profile_body",
+           "profile_options", "transcript", "unarchive", "where_options")

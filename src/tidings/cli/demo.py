@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
 from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
@@ -19,14 +20,18 @@ from tidings.cli.app import run as run_async
 @click.option("--database", default=None,
               help="Database URL (default: a new SQLite file in a temporary folder).")
 def demo(database: str | None) -> None:
-    """Run the whole mission end to end, offline, on the embedded default; end with checks."""
+    """Run the whole story end to end, offline, on a SQLite file of its own; end with checks
+    read back from the database."""
     from tidings.demo import run_demo
 
+    # Piped (into a file, a pager, a test), a line stays one line: wrapped at a width no one
+    # reads it at, words would be split.
+    out = console if console.is_terminal else Console(soft_wrap=True)
     if database is None:
         with tempfile.TemporaryDirectory(prefix="tidings-demo-") as folder:
-            ok = run_async(lambda: run_demo(str(Path(folder) / "demo.db"), console))
+            ok = run_async(lambda: run_demo(str(Path(folder) / "demo.db"), out))
     else:
-        ok = run_async(lambda: run_demo(database, console))
+        ok = run_async(lambda: run_demo(database, out))
     if not ok:
         sys.exit(1)
 

@@ -22,14 +22,10 @@ HOW_TO_GIVE = (
 )
 
 WITHOUT_A_KEY = (
-    "tidings: no master key is set, so results are not kept. A background task's output is "
-    "not stored (only the short excerpt of at most 2 KiB kept with the task survives); the "
-    "task_output, tool_result_get and tool_result_list tools answer that results are not "
-    "available; GET /v1/conversations/{id}/results answers 503 master_key_error; and expired "
-    "results are not purged. Conversations, runs, tasks and their notifications are kept as "
-    "usual. Results sealed by an earlier run with a key stay unreadable until it is given. "
-    + HOW_TO_GIVE + " Use --require-master-key to refuse to start without one."
+    "no master key is set, so results are not kept: background output is not stored",
+    "to keep them, set TIDINGS_MASTER_KEY: see docs/cli.md#the-master-key",
 )
+"""Two short lines: what is not kept, and where the docs say how to give a key."""
 
 
 def master_key_known() -> bool:
@@ -44,8 +40,8 @@ def master_key_known() -> bool:
 
 
 def check_master_key(*, required: bool, locked: bool) -> None:
-    """Refuse to start (``required``) or say what is not kept, when no key is given: one
-    warning on stderr, through the log (a JSON line with ``--json-logs``).
+    """Refuse to start (``required``) or say what is not kept, when no key is given: two
+    short warning lines on stderr, through the log (a JSON line with ``--json-logs``).
 
     A locked serve waits for its key (given through /v1/unlock) and says nothing here.
     """
@@ -54,7 +50,8 @@ def check_master_key(*, required: bool, locked: bool) -> None:
     if required:
         raise click.ClickException(
             "--require-master-key: no master key is set; refusing to start. " + HOW_TO_GIVE)
-    log.warning(WITHOUT_A_KEY)
+    for line in WITHOUT_A_KEY:
+        log.warning(line)
 
 
 __all__ = ("WITHOUT_A_KEY", "check_master_key", "master_key_known")

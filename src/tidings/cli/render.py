@@ -2,7 +2,8 @@
 messages and of feed events, whichever way they were read (HTTP or an embedded runtime).
 
 Who said what is never in doubt: the person's words are ``you>`` (or ``person>``), the agent's
-``agent>``, tool calls and their results are folded to one line each, and everything the runtime
+``agent>``, a tool call is folded to one line and its result to its first lines (saying how to
+see the whole: ``tidings transcript --full``), and everything the runtime
 says on its own -- a background task's notice, a child conversation's reply, a run that failed
 or was stopped -- starts with ``[runtime]``. What the chat client itself reports (a lost
 connection) starts with ``[chat]``.
@@ -25,6 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as escape_markup
 
+from tidings.cli.forms import form_words, properties
 from tidings.types import Origin, RunStatus
 
 FOLD_CHARS = 100
@@ -66,6 +68,27 @@ def fold(text: str, limit: int = FOLD_CHARS) -> str:
     elif rest:
         first += " …"
     return first + (f" (+{rest} lines)" if rest else "")
+
+
+RESULT_LINES = 8
+"""A tool's result shows its first lines, this many at most, each cut at ``RESULT_CHARS``;
+``tidings transcript --full`` (and ``--json``) shows it whole."""
+
+RESULT_CHARS = 200
+
+WHOLE_HINT = "tidings transcript --full shows it whole"
+
+
+def result_lines(text: str, *, full: bool = False) -> tuple[list[str], int]:
+    """A tool's result as the lines to show, and how many lines were left out (``-1``: none
+    left out, but a line was cut). ``full``: every line, whole."""
+    lines = text.strip("\n").splitlines() or [""]
+    if full:
+        return lines, 0
+    shown = [line if len(line) <= RESULT_CHARS else line[: RESULT_CHARS - 1] + "…"
+             for line in lines[:RESULT_LINES]]
+    left = len(lines) - len(shown)
+    return shown, left or (-1 if shown != lines[:RESULT_LINES] else 0)
 
 
 def _short(value: Any, limit: int = FOLD_CHARS) -> str:
@@ -124,6 +147,63 @@ def by_runtime(message: Mapping[str, Any]) -> bool:
         return Origin(str(message.get("origin"))).is_kernel
     except ValueError:
         return False
+
+
+def progress_words(d: Mapping[str, Any]) -> str:
+    """An MCP call's progress as one line: ``desk.book: 3/10 -- message``."""
+
+    def number(value: Any) -> str:
+        return f"{round(value, 2):g}" if isinstance(value, int | float) else str(value)
+
+    done = number(d.get("progress", "?"))
+    if d.get("total") is not None:
+        done += "/" + number(d["total"])
+    message = d.get("message")
+    return f"{d.get('tool', '?')}: {done}" + (f" — {message}" if message else "")
+
+
+def answer_command(conversation_id: str, question: Mapping[str, Any]) -> str:
+    """The command that answers a question, its fields left for the person to fill."""
+    schema = question.get("requested_schema")
+    fields = properties(schema) if isinstance(schema, Mapping) else {}
+    accept = " ".join(f"--field {name}=…" for name in fields) or "--accept '{}'"
+    return (f"tidings answer {conversation_id} {question.get('question_id', '?')} {accept} "
+            "(or --decline, --cancel)")
+
+
+def call_words(approval: Mapping[str, Any]) -> str:
+    """A held tool call as one line: its tool and its arguments."""
+    return f"{approval.get('tool_name', '?')} {_short(approval.get('arguments', {}))}"
+
+
+def decision_words(approval: Mapping[str, Any]) -> str:
+    """How an approval stands: ``approved by alice``, ``denied by bob``, ``expired``."""
+    status = str(approval.get("status", "?"))
+    return status + (f" by {approval['decided_by']}" if approval.get("decided_by") else "")
+
+
+def approval_command(conversation_id: str, approval_id: str) -> str:
+    """The commands that decide a held call from a shell."""
+    return (f"tidings approve {conversation_id} {approval_id} (or tidings deny "
+            f"{conversation_id} {approval_id})")
+
+
+def question_words(q: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A question as text: its first line (who asks what) and its form's fields."""
+    kind = q.get("kind", "elicitation")
+    what = "asks" if kind == "elicitation" else "asks to use the model"
+    head = f"{q.get('asker', '?')} {what}: {q.get('message', '')}"
+    schema = q.get("requested_schema")
+    return head, form_words(schema) if isinstance(schema, Mapping) else []
+
+
+def answer_words(q: Mapping[str, Any]) -> str:
+    """How a question stands, after its first line: ``accepted by alice: {"seats": 2}``."""
+    status = str(q.get("status", "?"))
+    line = status + (f" by {q['decided_by']}" if q.get("decided_by") else "")
+    if q.get("answer") is not None:
+        line += ": " + _short(q["answer"])
+    return line
 
 
 class Screen:
@@ -205,9 +285,11 @@ class View:
     (the feed may bring the message before the post has answered).
     """
 
-    def __init__(self, screen: Screen, *, person: str = "you") -> None:
+    def __init__(self, screen: Screen, *, person: str = "you", full: bool = False) -> None:
         self.screen = screen
         self.person = person
+        self.full = full
+        """Tool results whole, rather than their first lines."""
         self.mine: set[str] = set()
         self.posting: list[str] = []
         self.seen_inputs: set[str] = set()
@@ -229,8 +311,7 @@ class View:
         if role == "assistant":
             self._assistant(message, content)
         elif role == "tool":
-            name = message.get("tool_name") or "tool"
-            self.screen.line(f"  [dim]← {escape(str(name))}: {escape(fold(content))}[/]")
+            self._result(str(message.get("tool_name") or "tool"), content)
         elif by_runtime(message):
             self.screen.line(f"[bold magenta]\\[runtime][/] {escape(runtime_summary(content))}")
         elif self._typed_here(message, content):
@@ -239,6 +320,17 @@ class View:
             self.screen.line(f"[bold blue]\\[agent][/] {escape(fold(content, 400))}")
         else:
             self.screen.line(f"[bold green]{escape(self.person)}>[/] {escape(content)}")
+
+    def _result(self, name: str, content: str) -> None:
+        """A tool's result: its first lines (all of them with ``full``), and how to see the
+        rest."""
+        lines, left = result_lines(content, full=self.full)
+        self.screen.line(f"  [dim]← {escape(name)}: {escape(lines[0])}[/]")
+        for line in lines[1:]:
+            self.screen.line(f"    [dim]{escape(line)}[/]")
+        if left:
+            more = f"{left} more line{'' if left == 1 else 's'}; " if left > 0 else ""
+            self.screen.line(f"    [dim]… ({more}{WHOLE_HINT})[/]")
 
     def _typed_here(self, message: Mapping[str, Any], content: str) -> bool:
         input_id = message.get("input_id")
@@ -313,6 +405,18 @@ class View:
             self.screen.line(
                 f"[bold magenta]\\[runtime][/] run {escape(run)} waits for a person's approval "
                 f"of {escape(str(d.get('tool_name', '?')))} ({escape(str(d.get('approval_id')))})")
+        elif item.type == "approval_decided":
+            self.screen.line(
+                f"[bold magenta]\\[runtime][/] approval {escape(str(d.get('approval_id')))} "
+                f"{escape(decision_words(d))}")
+        elif item.type == "question_asked":
+            self.asked(d)
+        elif item.type == "question_answered":
+            self.screen.line(
+                f"[bold magenta]\\[runtime][/] question {escape(str(d.get('question_id')))} "
+                f"{escape(answer_words(d))}")
+        elif item.type == "mcp_progress":
+            self.screen.line(f"  [dim]… {escape(progress_words(d))}[/]")
         elif item.type == "chat.lost":
             self.screen.line(f"[bold yellow]\\[chat][/] lost the feed "
                              f"({escape(str(d.get('reason')))}); reconnecting after event "
@@ -332,6 +436,33 @@ class View:
             what = "accepted" if item.type == "restart_accepted" else "completed"
             self.screen.line(f"[bold magenta]\\[runtime][/] restart {what} "
                              f"({escape(str(d.get('operation_id', '?')))})")
+
+    def asked(self, q: Mapping[str, Any]) -> None:
+        """A question to the person: who asks what, its fields, and how to answer here."""
+        head, fields = question_words(q)
+        self.screen.line(f"[bold magenta]\\[runtime][/] [bold]question "
+                         f"{escape(str(q.get('question_id')))}[/bold]: {escape(head)}")
+        for field in fields:
+            self.screen.line(f"    [cyan]{escape(field)}[/]")
+        self.screen.line(f"    [dim]{escape(self.answer_hint(q))}[/]")
+
+    def held(self, approval: Mapping[str, Any]) -> None:
+        """A held call waiting for the person's decision, and how to decide it here."""
+        self.screen.line(f"    [yellow]{escape(call_words(approval))}[/]")
+        self.screen.line(f"    [dim]{escape(self.decide_hint(approval))}[/]")
+
+    @staticmethod
+    def decide_hint(approval: Mapping[str, Any]) -> str:
+        """How the person decides a held call where this view is shown (the chat)."""
+        return (f"approve it? y runs {approval.get('tool_name', 'it')}, n refuses it "
+                "(or /approve, /deny)")
+
+    def answer_hint(self, q: Mapping[str, Any]) -> str:
+        """How the person answers ``q`` where this view is shown (the chat's commands)."""
+        schema = q.get("requested_schema")
+        fields = list(properties(schema)) if isinstance(schema, Mapping) else []
+        accept = " ".join(f"{name}=…" for name in fields) or "{}"
+        return f"answer with /answer {accept}, or /decline, /cancel"
 
     def _delta(self, run: str, d: Mapping[str, Any]) -> None:
         key = (run, int(d.get("step", 0)))
@@ -374,5 +505,7 @@ class View:
                          + (f" ({escape(str(code))})" if code else ""))
 
 
-__all__ = ("FeedItem", "Screen", "View", "by_runtime", "escape", "fold", "runtime_summary",
-           "visible")
+__all__ = ("RESULT_LINES", "WHOLE_HINT", "FeedItem", "Screen", "View", "answer_command",
+           "answer_words", "approval_command", "by_runtime", "call_words", "decision_words",
+           "escape", "fold", "progress_words", "question_words", "result_lines",
+           "runtime_summary", "visible")

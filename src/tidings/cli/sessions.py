@@ -5,20 +5,16 @@ Both give the same things in the same shapes -- transcript messages as the HTTP 
 (``MessageOut``), feed events as :class:`~tidings.cli.render.FeedItem` -- so the chat and the
 transcript are rendered one way, whichever transport read them.
 
-Over HTTP the feed is the SSE route, parsed by ``httpx-sse``; a dropped connection is
-reconnected with ``Last-Event-ID`` (the last journal sequence received), with a backoff up to
-ten seconds, and reported to the chat as ``chat.lost`` / ``chat.resumed`` items. Embedded, the
-feed is :meth:`Runtime.watch`.
+Over HTTP every call is :class:`tidings.Client`'s: the feed is its ``watch``, reconnected with
+``Last-Event-ID`` after a dropped connection, its losses and returns reported to the chat as
+``chat.lost`` / ``chat.resumed`` items. Embedded, the feed is :meth:`Runtime.watch`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from tidings.cli.render import FeedItem
 from tidings.runtime import Runtime
@@ -28,24 +24,11 @@ PAGE = 1_000
 """The service's page size for transcripts and journal pages (a shorter page is the last)."""
 
 
-class Refused(Exception):
-    """The service refused a request (4xx): its problem's code and detail, as one line."""
-
-
-def problem(response: Any) -> str:
-    """A refusal as one line: the problem document's code and detail."""
-    try:
-        body = response.json()
-        return f"{body['code']}: {body['detail']}"
-    except (ValueError, KeyError, TypeError):
-        text = response.text.strip()[:200] or response.reason_phrase
-        return f"HTTP {response.status_code}: {text}"
-
-
 class Session(Protocol):
     """A conversation's reads and writes, as the chat needs them."""
 
-    async def create(self, profile: Mapping[str, Any], title: str) -> str: ...
+    async def create(self, profile: Mapping[str, Any] | str, title: str) -> str:
+        """A new conversation of the profile (its JSON, or a configured profile's name)."""
 
     async def check(self, conversation_id: str) -> None:
         """Raise if the conversation is unknown (or not this principal's)."""
@@ -65,139 +48,115 @@ class Session(Protocol):
 
     async def stop(self, conversation_id: str) -> None: ...
 
+    async def questions(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        """The conversation's questions, newest first, as the HTTP API serves them
+        (``QuestionOut``); ``status`` filters (``pending``)."""
+
+    async def answer(self, conversation_id: str, question_id: str, action: str,
+                     content: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A person's answer to a question (``accept`` with ``content``, ``decline``,
+        ``cancel``); the question as it then is."""
+
+    async def approvals(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        """The conversation's approvals of held tool calls, newest first, as the HTTP API
+        serves them (``ApprovalOut``); ``status`` filters (``pending``)."""
+
+    async def decide(self, conversation_id: str, approval_id: str, *,
+                     approve: bool) -> dict[str, Any]:
+        """A person's decision on a held call; the approval as it then is."""
+
+    def running_here(self) -> list[str]:
+        """The background tasks this process runs, which end when it quits (``task command``
+        each); none over HTTP, where the service runs them."""
+
     def watch(self, conversation_id: str, after: int) -> AsyncIterator[FeedItem]: ...
 
     async def close(self) -> None: ...
 
 
 class HttpSession:
-    """A client of ``tidings serve``: the token's principal owns what it creates."""
+    """A client of ``tidings serve`` through :class:`tidings.Client`: the token's principal owns
+    what it creates, and a refusal is the library's own error."""
 
     def __init__(self, url: str, token: str) -> None:
-        import httpx
+        from tidings.client import Client
 
-        self.url = url.rstrip("/")
-        self.client = httpx.AsyncClient(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(30, read=60),
-        )
+        self.client = Client(url, token)
 
-    @staticmethod
-    def _path(conversation_id: str, tail: str = "") -> str:
-        return f"/v1/conversations/{quote(conversation_id, safe='')}{tail}"
-
-    async def _call(self, method: str, path: str, **options: Any) -> Any:
-        import httpx
-
-        try:
-            response = await self.client.request(method, path, **options)
-        except httpx.HTTPError as exc:
-            raise Refused(f"cannot reach {self.url}: {exc}") from None
-        if response.status_code >= 400:
-            raise Refused(problem(response))
-        return response.json()
-
-    async def create(self, profile: Mapping[str, Any], title: str) -> str:
-        body = await self._call("POST", "/v1/conversations",
-                                json={"profile": dict(profile), "title": title})
-        return str(body["conversation_id"])
+    async def create(self, profile: Mapping[str, Any] | str, title: str) -> str:
+        return (await self.client.create(profile, title=title)).conversation_id
 
     async def check(self, conversation_id: str) -> None:
-        await self._call("GET", self._path(conversation_id))
+        await self.client.conversation(conversation_id)
 
     async def transcript(self, conversation_id: str) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         after = 0
-        while True:
-            page = await self._call("GET", self._path(conversation_id, "/transcript"),
-                                    params={"after_seq": after})
-            messages += page["items"]
-            if not page["items"]:
-                return messages
-            after = int(page["next_after_seq"])
+        while (page := await self.client.transcript(conversation_id, after)).items:
+            messages += [m.model_dump(mode="json") for m in page.items]
+            after = page.next_after_seq
+        return messages
 
     async def journal_end(self, conversation_id: str) -> int:
         after = 0
         while True:
-            page = await self._call("GET", self._path(conversation_id, "/events.json"),
-                                    params={"after": after})
-            after = int(page["next_after"])
-            if len(page["items"]) < PAGE:
+            page = await self.client.events(conversation_id, after)
+            after = page.next_after
+            if len(page.items) < PAGE:
                 return after
 
     async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
-        runs = await self._call("GET", self._path(conversation_id, "/runs"))
-        statuses = {str(r["run_id"]): RunStatus(r["status"]) for r in runs["items"]}
-        return {run: status for run, status in statuses.items() if not status.ended}
+        return {r.run_id: r.status for r in await self.client.runs(conversation_id)
+                if not r.status.ended}
 
     async def post(self, conversation_id: str, text: str) -> str:
-        body = await self._call("POST", self._path(conversation_id, "/inputs"),
-                                json={"content": text, "delivery_mode": "queue"})
-        return str(body["input_id"])
+        return (await self.client.post(conversation_id, text)).input_id
 
     async def stop_run(self, conversation_id: str, run_id: str) -> None:
-        await self._call("POST", self._path(conversation_id,
-                                            f"/runs/{quote(run_id, safe='')}/stop"))
+        await self.client.stop_run(conversation_id, run_id)
 
     async def stop(self, conversation_id: str) -> None:
-        await self._call("POST", self._path(conversation_id, "/stop"))
+        await self.client.stop(conversation_id)
+
+    async def questions(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        return [q.model_dump(mode="json") for q in
+                await self.client.questions(conversation_id, status=status)]
+
+    async def answer(self, conversation_id: str, question_id: str, action: str,
+                     content: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        answered = await self.client.answer(conversation_id, question_id, action, content)
+        return answered.model_dump(mode="json")
+
+    async def approvals(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        return [a.model_dump(mode="json") for a in
+                await self.client.approvals(conversation_id, status=status)]
+
+    async def decide(self, conversation_id: str, approval_id: str, *,
+                     approve: bool) -> dict[str, Any]:
+        decided = await self.client.decide(conversation_id, approval_id, approve=approve)
+        return decided.model_dump(mode="json")
+
+    def running_here(self) -> list[str]:
+        return []
 
     async def watch(self, conversation_id: str, after: int) -> AsyncIterator[FeedItem]:
-        """The feed after journal sequence ``after``, reconnected until the server refuses."""
-        import httpx
-        from httpx_sse import aconnect_sse
+        """The feed after journal sequence ``after``, reconnected by the client until the
+        server refuses; a lost connection is a ``chat.lost`` item, its return ``chat.resumed``."""
+        from tidings.client import FeedLost, FeedResumed
 
-        path = self._path(conversation_id, "/events")
-        last = after
-        delay = 0.5
-        lost = False
-        while True:
-            headers = {"Last-Event-ID": str(last)} if last else {}
-            try:
-                async with aconnect_sse(self.client, "GET", path, headers=headers) as source:
-                    response = source.response
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if response.status_code < 500:
-                            raise Refused(problem(response))
-                        raise httpx.HTTPStatusError(problem(response), request=response.request,
-                                                    response=response)
-                    if lost:
-                        yield FeedItem(None, "chat.resumed", None, {"after": last})
-                        lost = False
-                    delay = 0.5
-                    async for sse in source.aiter_sse():
-                        # A keep-alive comment is dispatched as an event without data.
-                        if not sse.data:
-                            continue
-                        item = _item(sse.event, sse.data)
-                        if item.seq is not None:
-                            last = max(last, item.seq)
-                        yield item
-                reason = "the server ended the feed"
-            except httpx.HTTPError as exc:  # httpx-sse's SSEError is one too
-                reason = str(exc) or type(exc).__name__
-            if not lost:
-                yield FeedItem(None, "chat.lost", None, {"reason": reason, "after": last})
-                lost = True
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+        async with contextlib.aclosing(
+                self.client.watch(conversation_id, after, notices=True)) as feed:
+            async for item in feed:
+                if isinstance(item, FeedLost):
+                    yield FeedItem(None, "chat.lost", None,
+                                   {"reason": item.reason, "after": item.after_seq})
+                elif isinstance(item, FeedResumed):
+                    yield FeedItem(None, "chat.resumed", None, {"after": item.after_seq})
+                else:
+                    yield FeedItem(item.seq, item.type, item.run_id, dict(item.data))
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-def _item(kind: str, data: str) -> FeedItem:
-    try:
-        event = json.loads(data)
-    except ValueError:
-        event = None
-    if not isinstance(event, dict):
-        return FeedItem(None, kind, None, {})
-    seq = event.get("seq")
-    body = event.get("data")
-    return FeedItem(seq if isinstance(seq, int) else None, str(event.get("type") or kind),
-                    event.get("run_id"), body if isinstance(body, dict) else {})
 
 
 def message_json(message: Any) -> dict[str, Any]:
@@ -205,6 +164,20 @@ def message_json(message: Any) -> dict[str, Any]:
     from tidings.service.schemas import MessageOut
 
     return MessageOut.of(message).model_dump(mode="json")
+
+
+def question_json(question: Any) -> dict[str, Any]:
+    """A question as the HTTP API serves it."""
+    from tidings.service.schemas import QuestionOut
+
+    return QuestionOut.of(question).model_dump(mode="json")
+
+
+def approval_json(approval: Any) -> dict[str, Any]:
+    """An approval as the HTTP API serves it."""
+    from tidings.service.schemas import ApprovalOut
+
+    return ApprovalOut.of(approval).model_dump(mode="json")
 
 
 def profile_of(body: Mapping[str, Any]) -> Profile:
@@ -223,9 +196,10 @@ class LocalSession:
         self.owner = owner
         self.author = Author(AuthorKind.HUMAN, owner, owner)
 
-    async def create(self, profile: Mapping[str, Any], title: str) -> str:
-        created = await self.runtime.create_conversation(self.owner, profile_of(profile),
-                                                         title=title)
+    async def create(self, profile: Mapping[str, Any] | str, title: str) -> str:
+        created = await self.runtime.create_conversation(
+            self.owner, profile if isinstance(profile, str) else profile_of(profile),
+            title=title)
         return created.conversation_id
 
     async def check(self, conversation_id: str) -> None:
@@ -256,6 +230,29 @@ class LocalSession:
 
     async def stop(self, conversation_id: str) -> None:
         await self.runtime.stop(conversation_id)
+
+    async def questions(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        return [question_json(q) for q in
+                await self.runtime.questions_of(conversation_id, status=status)]
+
+    async def answer(self, conversation_id: str, question_id: str, action: str,
+                     content: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return question_json(await self.runtime.answer(
+            conversation_id, question_id, action=action, content=content,
+            decided_by=self.owner))
+
+    async def approvals(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
+        return [approval_json(a) for a in
+                await self.runtime.approvals_of(conversation_id, status=status)]
+
+    async def decide(self, conversation_id: str, approval_id: str, *,
+                     approve: bool) -> dict[str, Any]:
+        return approval_json(await self.runtime.decide(
+            conversation_id, approval_id, approve=approve, decided_by=self.owner))
+
+    def running_here(self) -> list[str]:
+        return [" ".join((p.task_key, p.spec.command or " ".join(p.spec.argv)))
+                for p in self.runtime.supervisor.running()]
 
     async def watch(self, conversation_id: str, after: int) -> AsyncIterator[FeedItem]:
         watch = self.runtime.watch(conversation_id, after_seq=after)
@@ -293,6 +290,7 @@ async def http_session(url: str, token: str) -> AsyncIterator[HttpSession]:
 
 
 __all__ = (
-    "HttpSession", "LocalSession", "Refused", "Session", "http_session", "message_json",
-    "problem", "profile_of", "transcript_pages",
+    "HttpSession", "LocalSession", "Session", "approval_json", "http_session", "message_json",
+    "profile_of",
+    "question_json", "transcript_pages",
 )

@@ -4,12 +4,12 @@
    ends its turn.
 2. The build ends; its ``task_notification`` lands after the tool result, wakes the
    conversation, and the answer consumes it.
-3. Delegation (M16, M8): the model spawns two child conversations; their replies come back as
+3. Delegation: the model spawns two child conversations; their replies come back as
    ``task_result`` mail, relayed once each, and are answered together in one supplementary
    turn.
 4. A crash mid-task: a child process running the runtime is SIGKILLed while its deploy runs;
    a new instance finds the task ``lost`` and the model is told so, once.
-5. An authorized restart mid-task (L2): a child process commits a ``restart`` operation
+5. A restart the agent asks for, mid-task: a child process commits a ``restart`` operation
    ("accepted, not completed") and exits; the next instance completes it, and one
    ``restart_completed`` turn answers, with the interrupted task reported honestly.
 6. A tool of an MCP server: the runtime starts the demo's server (shipped in the package)
@@ -17,6 +17,8 @@
 7. Underneath: the signal outbox's idempotency, fenced leases and dead letters.
 8. A background MCP task: an MCP server's tool, run by the server as its task; its end comes
    back as a task notice, once (:mod:`tidings.demo.mcp_task`).
+9. A remote A2A agent as a child: an agent written with the ``a2a-sdk``, served on loopback in
+   this process; its answer comes back as child mail, once (:mod:`tidings.demo.a2a_remote`).
 
 It ends with checks made by reading the database; :func:`run_demo` returns whether all held.
 """
@@ -34,6 +36,7 @@ from rich.console import Console
 from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
+from tidings.demo.a2a_remote import a2a_phase, delegated_to_a_remote_agent_once
 from tidings.demo.mcp_task import mcp_task_phase, mcp_task_told_once
 from tidings.demo.mcp_tool import ANSWER as MCP_ANSWER
 from tidings.demo.mcp_tool import TOOL as MCP_TOOL
@@ -45,7 +48,6 @@ from tidings.demo.script import (
     COMBINED,
     DELEGATION_PROFILE,
     DELEGATION_REQUEST,
-    INTERRUPTED,
     MODEL,
     OWNER,
     PAUSE,
@@ -98,7 +100,7 @@ async def _wait(
 
 
 async def _watch_turn(rt: Runtime, conversation_id: str) -> list[FeedEvent]:
-    """What a watcher of the conversation sees until its first turn ends (B1)."""
+    """What a watcher of the conversation sees until its first turn ends."""
     seen: list[FeedEvent] = []
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(WAIT_S):
@@ -139,7 +141,7 @@ async def run_demo(url: str, console: Console) -> bool:
         pieces = [e for e in watched if e.seq is None]
         if pieces:
             timeline.note(pieces[-1].at_us, "model", f"the answer reached a watcher in "
-                          f"{len(pieces)} pieces as it was written, before it committed")
+                          f"{len(pieces)} pieces as it was written, before it was saved")
         [build] = view.tasks
         console.rule("[bold]2. The build ends; its notification wakes the conversation")
         view = await _wait(rt, conv, _handled(build.task_key), console,
@@ -147,10 +149,13 @@ async def run_demo(url: str, console: Console) -> bool:
         timeline.show(view)
         journal = next(t for t in view.tasks if t.task_key == build.task_key)
         result = next(m.seq for m in view.messages if m.tool_call_id == journal.call_id)
-        console.print(f"  [dim]task journal: {journal.task_key} {journal.state.value}, "
-                      f"delivered={int(journal.delivered)} consumed={int(journal.consumed)}; "
-                      f"notice at seq {journal.notification_seq} > tool result at seq "
-                      f"{result}[/]", highlight=False)
+        handed = ("handed to the model and read" if journal.delivered and journal.consumed
+                  else "handed to the model, not yet read" if journal.delivered
+                  else "not yet handed to the model")
+        console.print(f"  [dim]the task's record: {journal.task_key} {journal.state.value}; "
+                      f"its notice was {handed}, as message {journal.notification_seq} of the "
+                      f"transcript, after the tool's result (message {result})[/]",
+                      highlight=False)
 
         console.rule("[bold]3. Delegation: two child conversations report back in one turn")
         lead = (await rt.create_conversation(OWNER, DELEGATION_PROFILE, title="delegation")
@@ -166,9 +171,10 @@ async def run_demo(url: str, console: Console) -> bool:
         requests = await rt.relay.requests_of(lead)
         lead_inputs = await rt.inputs(lead)
         for request in requests:
+            passed = ("passed on to this conversation once" if request.relayed
+                      else "not passed on yet")
             console.print(f"  [dim]{request.task_key}: child {request.child_conversation_id} "
-                          f"{request.state}, relayed={int(request.relayed)}[/]",
-                          highlight=False)
+                          f"{request.state}; its reply {passed}[/]", highlight=False)
     timeline.note(_now(), "host", f"instance {rt.instance_id} shut down")
 
     console.rule("[bold]4. A crash mid-task: the runtime process is killed with SIGKILL")
@@ -185,13 +191,13 @@ async def run_demo(url: str, console: Console) -> bool:
     opening = _now()
     async with Runtime.open(url, models=[MODEL], tools=[PAUSE], config=config,
                             master_key=key) as rt:
-        timeline.note(opening, "host", f"new instance {rt.instance_id} up; it reconciles the "
-                      "gone one")
+        timeline.note(opening, "host", f"new instance {rt.instance_id} up; it finds the killed "
+                      "one gone and takes over its unfinished work")
         view = await _wait(rt, conv, _handled(crashed.facts["task_key"]), console,
                            "waiting for the lost task to be reported")
         timeline.show(view)
 
-    console.rule("[bold]5. An authorized restart mid-task (L2)")
+    console.rule("[bold]5. A restart the agent asks for, mid-task")
     spawned = _now()
     restarted, _ = await run_child(url, conv, crash=False, env=child_env)
     exited = _now()
@@ -229,6 +235,9 @@ async def run_demo(url: str, console: Console) -> bool:
     console.rule("[bold]8. A background MCP task: the docs server renders as its task")
     mcp_view, mcp_task_key = await mcp_task_phase(url, console, timeline, key, config)
 
+    console.rule("[bold]9. A remote A2A agent as a child: the editor answers over A2A")
+    delegated = await a2a_phase(url, console, timeline, key, config)
+
     console.rule("[bold]Checks, made by reading the database")
     store = await open_store(url)
     try:
@@ -254,16 +263,18 @@ async def run_demo(url: str, console: Console) -> bool:
         checks.mcp_tool_answered(mcp.view, MCP_TOOL, MCP_ANSWER, server_ended=mcp.server_ended),
         *results,
         mcp_task_told_once(mcp_view, mcp_task_key),
+        delegated_to_a_remote_agent_once(delegated),
     ]
     for line in checks.render(results):
         console.print(line, highlight=False)
     failed = [c for c in results if not c.ok]
-    lost = sum(1 for t in view.tasks if t.state in (TaskState.LOST, TaskState.KILLED))
-    answered = sum(1 for m in view.messages if m.content == INTERRUPTED)
+    # Counted from what the timeline showed, so the two always agree.
+    cut = sum(1 for state in timeline.tasks.values()
+              if state in (TaskState.LOST, TaskState.KILLED))
     console.print(
         f"\n{len(results) - len(failed)} of {len(results)} checks passed · "
-        f"{len(view.runs)} turns, {len(view.tasks)} tasks ({lost} interrupted, {answered} "
-        "reported as not done)",
+        f"{timeline.turns} turns, {len(timeline.tasks)} background tasks ({cut} cut short by "
+        "the crash and the restart)",
         style="bold green" if not failed else "bold red", highlight=False,
     )
     return not failed

@@ -51,7 +51,7 @@ def notified_once(view: Snapshot) -> Check:
     wrong = {e: counts.get(e, 0) for e in owed if counts.get(e, 0) != 1}
     stray = [e for e in counts if e not in owed]
     ok = bool(owed) and not wrong and not stray
-    detail = (f"{len(owed)} ended task(s), one task_notification per event id"
+    detail = (f"{len(owed)} ended tasks, one notice each"
               if ok else f"counts per event id {wrong or dict(counts)}, unowed {stray}")
     return Check("every ended task notified exactly once", ok, detail)
 
@@ -66,9 +66,9 @@ def placed_after_result(view: Snapshot) -> Check:
         if result_seq is None or note.seq <= result_seq:
             bad.append(note.seq)
     ok = not bad
-    return Check("every notification after its task's tool result", ok,
-                 "each notice's seq is past its originating tool result" if ok
-                 else f"misplaced notices at seq {bad}")
+    return Check("every notice placed after its task's tool result", ok,
+                 "each comes later in the transcript than the result of the call that started "
+                 "its task" if ok else f"misplaced notices at messages {bad}")
 
 
 def through_the_door(view: Snapshot) -> Check:
@@ -77,9 +77,9 @@ def through_the_door(view: Snapshot) -> Check:
     bad = [m.seq for m in notes if m.origin is not Origin.TASK_RESULT or m.input_id is None
            or m.run_id not in runs]
     ok = bool(notes) and not bad
-    return Check("every notification an input of the conversation's door", ok,
-                 f"{len(notes)} task_result input(s), each read by a turn that names it" if ok
-                 else f"notices outside the door at seq {bad or 'none'}")
+    return Check("every notice came in as an input of the conversation", ok,
+                 f"{len(notes)} notices, each an input read by a turn that names it" if ok
+                 else f"notices that came in some other way at messages {bad or 'none'}")
 
 
 def never_between_call_and_result(view: Snapshot) -> Check:
@@ -95,16 +95,16 @@ def never_between_call_and_result(view: Snapshot) -> Check:
     ok = not bad
     return Check("nothing placed between a tool call and its result", ok,
                  "every call is followed directly by its results" if ok
-                 else f"messages inside an open call at seq {bad}")
+                 else f"messages inside an open call at messages {bad}")
 
 
 def consumed(view: Snapshot) -> Check:
     delivered = [t for t in view.tasks if t.delivered]
     unhandled = [t.task_key for t in delivered if not t.consumed]
     ok = bool(delivered) and not unhandled
-    return Check("every delivered notification consumed", ok,
-                 f"{len(delivered)} delivered, all consumed=1 by the turn that saw them" if ok
-                 else f"delivered but not consumed: {unhandled or 'none delivered'}")
+    return Check("every notice handed to the model was read", ok,
+                 f"{len(delivered)} handed over, each read by the turn that saw it" if ok
+                 else f"handed over but not read: {unhandled or 'none handed over'}")
 
 
 def build_succeeded(view: Snapshot, task_key: str) -> Check:
@@ -112,7 +112,7 @@ def build_succeeded(view: Snapshot, task_key: str) -> Check:
     ok = (task is not None and task.state is TaskState.EXITED and task.exit_code == 0
           and task.consumed)
     return Check("the build's end answered in a woken turn", ok,
-                 f"{task_key}: exited 0, consumed" if ok
+                 f"{task_key}: exited 0, its notice read" if ok
                  else f"{task_key}: {task and (task.state.value, task.exit_code)}")
 
 
@@ -123,7 +123,7 @@ def interrupted_honestly(view: Snapshot, task_key: str, how: str) -> Check:
           and note is not None and '"succeeded":false' in note.content)
     state = "missing" if task is None else task.state.value
     return Check(f"the task interrupted by the {how} not recorded as success", ok,
-                 f"{task_key}: state {state}; its notice says succeeded=false" if ok
+                 f"{task_key}: {state}; its notice says it did not succeed" if ok
                  else f"{task_key}: state {state}, notice {'found' if note else 'missing'}")
 
 
@@ -135,8 +135,8 @@ def runs_never_overlap(view: Snapshot) -> Check:
         if a.ended_at_us is None or (b.started_at_us or 0) < a.ended_at_us
     ]
     ok = not overlaps and not open_runs
-    return Check("no two runs of the conversation overlap in time", ok,
-                 f"{len(runs)} runs, each started after the previous one ended" if ok
+    return Check("no two turns of the conversation overlap in time", ok,
+                 f"{len(runs)} turns, each started after the previous one ended" if ok
                  else f"overlapping {overlaps}, still open {open_runs}")
 
 
@@ -153,7 +153,7 @@ def pairing_intact(view: Snapshot) -> Check:
         if m.role == "tool" and calls.get(str(m.tool_call_id), m.seq) >= m.seq
     ]
     ok = not unanswered and not orphans
-    return Check("transcript pairing intact", ok,
+    return Check("every tool call answered by exactly one result", ok,
                  f"{len(calls)} tool calls, each with exactly one later result" if ok
                  else f"unanswered {unanswered}, results without an earlier call {orphans}")
 
@@ -195,9 +195,9 @@ def restart_completed_once(view: Snapshot, record: RestartRecord, answer: str) -
     ok = (len(completions) == 1 and record.operation_state == "completed"
           and record.delivery_state == "acknowledged" and record.delivery_attempts == 1
           and answers == 1)
-    return Check("restart_completed handled exactly once", ok,
-                 f"operation {record.operation_id} completed; its one signal acknowledged on "
-                 "its first delivery by one completion turn" if ok
+    return Check("the restart completed, and answered exactly once", ok,
+                 f"operation {record.operation_id} completed; the conversation was told once, "
+                 "on the first try, and one turn answered" if ok
                  else f"{len(completions)} completion(s), operation {record.operation_state}, "
                  f"delivery {record.delivery_state} after {record.delivery_attempts} "
                  f"attempt(s), {answers} answer(s)")
@@ -215,14 +215,14 @@ def nothing_replayed(view: Snapshot) -> Check:
     return Check("no tool re-run after a crash or restart", ok,
                  f"{calls} background calls started {len(view.tasks)} tasks; woken turns "
                  "called no tool" if ok
-                 else f"tool calls in automatic turns at seq {automatic}; {calls} background "
+                 else f"tool calls in automatic turns at messages {automatic}; {calls} background "
                  f"calls, {len(view.tasks)} tasks")
 
 
 def delegated_once_in_one_turn(view: Snapshot, requests: Sequence[ChildRequest],
                                inputs: Sequence[Input]) -> Check:
-    """M16/M8: each child's reply relayed exactly once, both answered in one mail turn."""
-    name = "both children's replies relayed once and answered in one supplementary turn"
+    """Each child's reply passed on exactly once, both answered in one turn."""
+    name = "both children's replies passed on once and answered in one turn"
     mails = [i for i in inputs if i.origin is Origin.CHILD]
     mail_runs = {i.run_id for i in mails}
     mail_turns = [r for r in view.runs if r.trigger is StartKind.MAIL]
@@ -231,8 +231,8 @@ def delegated_once_in_one_turn(view: Snapshot, requests: Sequence[ChildRequest],
         and sorted(m.task_key or "" for m in mails) == sorted(r.task_key for r in requests)
         and len(mail_turns) == 1 and mail_runs == {mail_turns[0].run_id}
     )
-    return Check(name, ok, f"{len(requests)} requests, {len(mails)} child mail inputs, "
-                           f"{len(mail_turns)} mail turn(s)")
+    return Check(name, ok, f"{len(requests)} children asked, {len(mails)} replies came in, "
+                           f"{len(mail_turns)} turn read them")
 
 
 def streamed(events: Sequence[FeedEvent], text: str) -> Check:
@@ -249,8 +249,8 @@ def streamed(events: Sequence[FeedEvent], text: str) -> Check:
             built += piece.data["text"]
     ok = (len(pieces) > 1 and commit is not None and built == text
           and all(events.index(p) < commit for p in pieces))
-    return Check("an answer streamed to a watcher, then committed whole", ok,
-                 f"{len(pieces)} pieces seen before its message_committed" if ok
+    return Check("an answer streamed to a watcher, then saved whole", ok,
+                 f"{len(pieces)} pieces seen before the whole message was saved" if ok
                  else f"{len(pieces)} pieces built {built!r}; committed at {commit}")
 
 

@@ -68,8 +68,9 @@ async def mcp_task_phase(url: str, console: Console, timeline: Timeline, key: Ma
                 view = await snapshot(rt.store, conv)
         timeline.show(view)
         for task in view.tasks:
-            console.print(f"  [dim]task journal: {task.task_key} {task.state.value}, run by MCP "
-                          f"server {task.mcp_server} as its task {task.mcp_task_id}[/]",
+            console.print(f"  [dim]the task's record: {task.task_key} {task.state.value}, run "
+                          f"by the MCP server {task.mcp_server} as its task "
+                          f"{task.mcp_task_id}[/]",
                           highlight=False)
     return view, task_key
 
@@ -89,7 +90,8 @@ def mcp_task_told_once(view: Snapshot, task_key: str) -> Check:
           and len(notes) == 1 and result is not None and notes[0].seq > result.seq
           and len(woken) == 1 and any(m.content == RENDERED for m in view.messages))
     detail = (f"{task_key} run by the docs server as task {task and task.mcp_task_id}: one "
-              f"notice (seq {notes[0].seq}) after its result (seq {result and result.seq})"
+              f"notice (message {notes[0].seq}) after its result (message "
+              f"{result and result.seq})"
               if ok else f"{task_key}: {task and task.state.value}, {len(notes)} notice(s), "
               f"{len(woken)} woken turn(s)")
     return Check("the background MCP task's end told once, after its result", ok, detail)

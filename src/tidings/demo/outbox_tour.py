@@ -27,7 +27,7 @@ async def outbox_tour(url: str, console: Console) -> list[Check]:
     checks: list[Check] = []
     async with Outbox.open(url, clock=clock, config=config) as outbox:
         conversations = Conversations(outbox.store, clock)
-        steady = (await conversations.create(OWNER, PROFILE, title="outbox: fencing")
+        steady = (await conversations.create(OWNER, PROFILE, title="outbox: a stalled worker")
                   ).conversation_id
         failing = (await conversations.create(OWNER, PROFILE, title="outbox: dead letter")
                    ).conversation_id
@@ -37,10 +37,11 @@ async def outbox_tour(url: str, console: Console) -> list[Check]:
         again = await outbox.store.transact(lambda tx: outbox.publish(
             tx, steady, "job.finished", {"job": "nightly"}, idempotency_key="nightly-1"))
         same = not again.created and again.event_id == first.event_id
-        console.print(f"  publishing key nightly-1 twice returns the first event "
-                      f"(created={again.created}), one delivery")
+        made = "a second" if again.created else "no second"
+        console.print(f"  an event published twice with the same key (nightly-1): {made} "
+                      "event, one delivery -- the second publish returns the first")
         checks.append(Check("a repeated idempotency key publishes nothing new", same,
-                            f"event {first.event_id} returned again, created={again.created}"))
+                            f"event {first.event_id} returned again, {made} event made"))
 
         stalled = await outbox.claim(steady, owner="run-1")
         clock.advance(config.lease_ttl + timedelta(seconds=1))
@@ -51,11 +52,12 @@ async def outbox_tour(url: str, console: Console) -> list[Check]:
             await outbox.store.transact(lambda tx: outbox.ack(tx, stalled))
         except StaleLeaseError as exc:
             refused = exc.code
-        console.print(f"  run-1 stalled past its lease; run-2 claimed and acked; run-1's late "
-                      f"ack is refused: {refused or 'accepted (wrong)'}")
-        checks.append(Check("a stale lease's ack is refused and changes nothing",
-                            refused == "stale_lease",
-                            f"error {refused or 'none'}; the current holder's ack stands"))
+        console.print(f"  worker run-1 stalls past its lease; run-2 takes the delivery over and "
+                      f"acknowledges it; run-1's late acknowledgement is "
+                      f"{f'refused ({refused})' if refused else 'accepted (wrong)'}")
+        checks.append(Check("a stalled worker's late acknowledgement is refused and changes "
+                            "nothing", refused == "stale_lease",
+                            f"refused with {refused or 'nothing'}; the new holder's stands"))
 
         await outbox.store.transact(lambda tx: outbox.publish(
             tx, failing, "job.finished", {"job": "report"}, idempotency_key="report-1"))
@@ -65,11 +67,13 @@ async def outbox_tour(url: str, console: Console) -> list[Check]:
             states = await outbox.release(lease, "model_unavailable")
             clock.advance(config.backoff_cap + timedelta(seconds=1))
         letters = await outbox.dead_letters(failing)
-        console.print(f"  a model that keeps failing: after {config.max_attempts} attempts "
-                      f"with backoff the delivery is {sorted(set(states.values()))} — "
-                      f"{len(letters)} dead letter, code "
-                      f"{letters[0].failure_code if letters else '-'}, kept visible")
-        checks.append(Check("a spent attempt budget ends in a visible dead letter",
+        dead = set(states.values()) == {"dead_letter"}
+        console.print(f"  a model that keeps failing: after {config.max_attempts} attempts, "
+                      f"each after a longer wait, the delivery "
+                      f"{'becomes a dead letter' if dead else 'is still tried (wrong)'} "
+                      f"({len(letters)} kept for an operator to see, code "
+                      f"{letters[0].failure_code if letters else '-'})")
+        checks.append(Check("a delivery that keeps failing ends as a dead letter, kept in sight",
                             len(letters) == 1 and set(states.values()) == {"dead_letter"},
                             f"{len(letters)} dead letter(s) on {failing}"))
     return checks

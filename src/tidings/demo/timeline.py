@@ -6,7 +6,9 @@ and printed once each, relative to the start of the demo.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from tidings.clock import SystemClock
 from tidings.conversations import Conversations
 from tidings.store import Store
 from tidings.tasks.journal import TaskRecord, task_from_row
-from tidings.tasks.notify import NOTIFICATION_KIND
+from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Event, Message, Run
 
 NO_LATER_THAN_US = 2**62
@@ -55,8 +57,21 @@ _STYLE = {"person": "cyan", "model": "green", "tool": "yellow", "runtime": "mage
 
 
 def _short(text: str, limit: int = 110) -> str:
+    """``text`` on one line, cut at a word's end (never inside a word) past ``limit``."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " …"
+
+
+_MAIL = re.compile(r'<task_result task="([^"]*)" status="([^"]*)" conversation="([^"]*)">'
+                   r"(.*)</task_result>", re.DOTALL)
+
+_TRIGGER = {"person": "a person wrote", "wake": "woken by a background task's end",
+            "mail": "a child's reply came", "agent": "an agent wrote",
+            "goal": "its goal goes on"}
+"""Why a turn started, in words (the trigger's name when it is not listed)."""
 
 
 def _command(text: str) -> str:
@@ -64,16 +79,17 @@ def _command(text: str) -> str:
 
 
 def _accepted(data: dict[str, Any]) -> str:
-    return (f"[bold]restart[/] operation {escape(str(data.get('operation_id')))} committed: "
-            f"{escape(str(data.get('status')))} (reason: {escape(str(data.get('reason', '')))})")
+    return (f"[bold]restart[/] recorded: {escape(str(data.get('status')))} (operation "
+            f"{escape(str(data.get('operation_id')))}, reason: "
+            f"{escape(str(data.get('reason', '')))}); the next instance completes it")
 
 
 def _completed(data: dict[str, Any]) -> str:
-    interrupted = ", ".join(f"{t['task_key']} {t['state']}"
+    interrupted = ", ".join(f"{t['task_key']} ({t['state']})"
                             for t in data.get("interrupted_tasks", ())) or "nothing"
-    return (f"[bold]restart_completed[/] by instance {escape(str(data.get('instance_id')))} "
-            f"(previous {escape(str(data.get('previous_instance')))}); interrupted: "
-            f"{escape(interrupted)} [dim](a signal to the conversation: it wakes it)[/]")
+    return (f"[bold]restart completed[/] by instance {escape(str(data.get('instance_id')))} "
+            f"(the one before: {escape(str(data.get('previous_instance')))}); the task it cut "
+            f"short: {escape(interrupted)} [dim](the conversation is told, which wakes it)[/]")
 
 
 _LIFECYCLE: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -89,7 +105,10 @@ class Timeline:
         self.console = console
         self.start_us = start_us
         self._shown: set[tuple[str, str]] = set()
-        self._turns = 0
+        self.turns = 0
+        """How many turns it has shown (numbered from 1)."""
+        self.tasks: dict[str, TaskState] = {}
+        """The background tasks whose end it has shown, and how each ended."""
 
     def note(self, at_us: int, actor: str, text: str) -> None:
         """A line of the demo's own (a host action: a process started or killed)."""
@@ -109,14 +128,15 @@ class Timeline:
             if ("run", run.run_id) in self._shown or run.started_at_us is None:
                 continue
             self._shown.add(("run", run.run_id))
-            self._turns += 1
+            self.turns += 1
             took = ("" if run.ended_at_us is None
                     else f" in {(run.ended_at_us - run.started_at_us) / 1000:.0f} ms")
             if run.usage.model_calls:
                 took += (f", {run.usage.model_calls} model call(s), "
                          f"{run.usage.input_tokens} tokens in, {run.usage.output_tokens} out")
+            why = _TRIGGER.get(run.trigger.value, run.trigger.value)
             items.append((run.started_at_us, 0, "turn",
-                          f"[dim]turn {self._turns} starts ({run.trigger.value}) → "
+                          f"[dim]turn {self.turns} starts ({why}) → "
                           f"{run.status.value}{took}[/]"))
         for m in view.messages:
             if ("msg", f"{m.conversation_id}:{m.seq}") in self._shown:
@@ -129,6 +149,7 @@ class Timeline:
             if t.ended_at_us is None or ("task", t.task_key) in self._shown:
                 continue
             self._shown.add(("task", t.task_key))
+            self.tasks[t.task_key] = t.state
             how = "" if t.exit_code is None else f", exit {t.exit_code}"
             how += f" by {t.signal}" if t.signal else ""
             took = "" if t.duration_ms is None else f" after {t.duration_ms / 1000:.1f}s"
@@ -166,12 +187,17 @@ class Timeline:
             excerpt = "" if task is None or not task.excerpt else (
                 f", output {task.excerpt.decode('utf-8', 'replace').strip()!r}")
             return "runtime", (
-                f"[bold]{NOTIFICATION_KIND}[/] {escape(str(m.meta.get('task_key')))}: "
-                f"state {escape(str(m.meta.get('state')))}{escape(facts + excerpt)} "
-                "[dim](a user-role runtime notice, after the tool result)[/]"
+                f"[bold]tells the model[/]: background task "
+                f"{escape(str(m.meta.get('task_key')))} ended "
+                f"({escape(str(m.meta.get('state')))}{escape(facts + excerpt)}) "
+                "[dim](the runtime's own words, placed after the tool's result)[/]"
             )
         if kind is not None:
             return "runtime", escape(f"[{kind}] {_short(m.content)}")
+        if (mail := _MAIL.fullmatch(m.content.strip())) is not None:
+            key, status, child, body = (html.unescape(part) for part in mail.groups())
+            return "runtime", escape(f"reply from child conversation {child} ({key}, "
+                                     f"{status}): “{_short(body, 60)}”")
         if m.origin is not None and m.origin.is_kernel:
-            return "runtime", escape(f"{m.origin.value} mail: {_short(m.content)}")
+            return "runtime", escape(f"the runtime says: {_short(m.content)}")
         return "person", escape(f"“{_short(m.content)}”")

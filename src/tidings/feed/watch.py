@@ -26,13 +26,13 @@ up from the journal and the drafts again, so memory stays bounded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tidings.clock import wait_set
 from tidings.errors import StoreError, UnknownConversationError
 from tidings.feed.drafts import (
     MESSAGE_DELTA,
@@ -221,8 +221,7 @@ class Watch:
 
     async def _pause(self) -> None:
         """Wait before reading again after a failed read (less if the watch is closed)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ended.wait(), self._retry_s)
+        await wait_set(self._ended, self._retry_s)
 
     # -- what is served -----------------------------------------------------------------------
 

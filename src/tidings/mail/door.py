@@ -34,6 +34,7 @@ from tidings.errors import (
     InvalidInputError,
     OriginNotAllowedError,
     UnknownConversationError,
+    UnknownInputError,
 )
 from tidings.policy import check_id, check_text, encode_json
 from tidings.records import input_from_row
@@ -359,6 +360,23 @@ class Door:
             task_key=task_key,
             meta=dict(meta or {}),
         )
+
+    async def input(self, input_id: str, *, owner: str | None = None) -> Input:
+        """One input by its id; an unknown one, or one in a conversation ``owner`` cannot
+        see, is :class:`UnknownInputError` alike."""
+        check_id(input_id, "input id")
+
+        def unit(tx: Tx) -> Input:
+            row = tx.one("get_input", input_id=input_id)
+            conversation = None if row is None else tx.one(
+                "get_conversation", conversation_id=row["conversation_id"])
+            if row is None or conversation is None or conversation["status"] == "tombstoned" or (
+                owner is not None and conversation["owner"] != owner
+            ):
+                raise UnknownInputError(input_id)
+            return input_from_row(row)
+
+        return await self.store.read(unit)
 
     async def inputs(
         self, conversation_id: str, *, owner: str | None = None, limit: int = 1_000

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.clock import Clock
+from tidings.clock import Clock, wait_set
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
 from tidings.mail import queue
 from tidings.mail.batching import combined_sources, receipt_of
@@ -91,6 +91,13 @@ class ChildRequest:
     """A turn-owned spawn: the run whose reply its first report settles in (M16)."""
     consumed_in_run: str | None = None
     """The run that consumed the reply in-run (a wait, a synthesis round), not as mail."""
+    agent: str | None = None
+    """A remote child (P5): the remote A2A agent answering it; None for a local child. Read
+    with a parent's requests (``requests_of``), as are the two below."""
+    remote_task_id: str | None = None
+    """A remote child: the agent's task, once the brief was answered."""
+    remote_state: str | None = None
+    """A remote child: its task's A2A state as last seen (``unknown`` when it was lost)."""
 
 
 def request_from_row(row: Row) -> ChildRequest:
@@ -110,6 +117,9 @@ def request_from_row(row: Row) -> ChildRequest:
         environment=json.loads(row["environment"]),
         owner_run=row["owner_run"],
         consumed_in_run=row["consumed_in_run"],
+        agent=row.get("agent"),  # only the parent's list joins the remote children
+        remote_task_id=row.get("remote_task_id"),
+        remote_state=row.get("remote_state"),
     )
 
 
@@ -343,8 +353,7 @@ class ChildRelay:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._replied.wait(), min(left, REPLY_POLL_S))
+            await wait_set(self._replied, min(left, REPLY_POLL_S))
 
     async def reply_of(self, request_id: str) -> ChildRequest | None:
         row = await self.store.read(lambda tx: tx.one("child_request", request_id=request_id))

@@ -79,6 +79,9 @@ class StopCascade:
     conversations: Conversations
     stop_running: StopRunning
     cancel_tasks: CancelTasks
+    cancelled: Callable[[list[Cancelled]], None] = lambda requests: None
+    """Told of the requests a stop or a cancel cancelled, once committed: a remote child's
+    task is cancelled at its agent (P5) -- a hint; its follower would see it at its next look."""
 
     async def stop(self, conversation_id: str, *, owner: str | None) -> list[RunId]:
         """A person's stop of the running turn: it is stopped as a source is (in cascade)."""
@@ -115,6 +118,7 @@ class StopCascade:
         """Below cancelled requests: a request not yet read is withdrawn from the child's
         queue; the child run that read one is stopped as a source, and so on down."""
         below: list[Cancelled] = []
+        self.cancelled(requests)
         for request in requests:
             try:
                 child_run = await self.conversations.change(

@@ -14,15 +14,19 @@ The SDK is imported only when a runtime declares a server: importing tidings sta
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from tidings.clock import Clock
 from tidings.conversations import Conversations
 from tidings.errors import InvalidInputError
 from tidings.lifetime import Component
-from tidings.mcp.declaration import MCPServer
+from tidings.mcp.declaration import MCPOAuth, MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.metrics import Metrics
+from tidings.questions import Questions
+from tidings.results import MasterKey
+from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tasks.service import BackgroundTasks
 from tidings.tools.registry import ToolRegistry
@@ -38,7 +42,11 @@ class MCPServers:
 
     def __init__(self, servers: Iterable[MCPServer], registry: ToolRegistry,
                  metrics: Metrics, tasks: BackgroundTasks | None = None,
-                 conversations: Conversations | None = None) -> None:
+                 conversations: Conversations | None = None,
+                 questions: Questions | None = None, store: Store | None = None,
+                 master_key: Callable[[], MasterKey | None] = lambda: None,
+                 clock: Clock | None = None) -> None:
+        """``store`` and ``master_key`` keep OAuth servers' tokens, sealed (none: in memory)."""
         self.connections: dict[str, MCPConnection] = {}
         self.tasks: MCPTasks | None = None
         """Follows the servers' tasks (with the runtime's background tasks)."""
@@ -46,13 +54,16 @@ class MCPServers:
         if not servers:
             return
         from tidings.mcp.connection import MCPConnection  # the SDK, once it is needed
+        from tidings.mcp.oauth import SealedTokens
         from tidings.mcp.tasks import MCPTasks
 
         for server in servers:
             if server.name in self.connections:
                 raise InvalidInputError(f"two MCP servers are named {server.name!r}")
-            self.connections[server.name] = MCPConnection(server, registry, metrics,
-                                                          conversations=conversations)
+            self.connections[server.name] = MCPConnection(
+                server, registry, metrics, conversations=conversations, questions=questions,
+                tokens=(None if server.oauth is None else
+                        SealedTokens(server, store, master_key, clock)))
         if tasks is not None:
             self.tasks = MCPTasks(tasks, self.connections)
             for connection in self.connections.values():
@@ -86,4 +97,4 @@ class MCPServers:
                 wait.cancel()
 
 
-__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPServer", "MCPServers")
+__all__ = ("DISCONNECTS", "RECONNECTS", "UP", "MCPOAuth", "MCPServer", "MCPServers")

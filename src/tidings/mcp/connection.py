@@ -23,12 +23,11 @@ import contextlib
 import logging
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx2
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -47,7 +46,8 @@ from pydantic import ValidationError
 
 from tidings.conversations import Conversations
 from tidings.lifetime import Loop
-from tidings.mcp import results, wire
+from tidings.mcp import oauth, results, wire
+from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.mcp.reports import StatusReports
@@ -60,6 +60,7 @@ from tidings.mcp.tasks import (
 )
 from tidings.metrics import Metrics
 from tidings.policy import backoff
+from tidings.questions import Questions
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 
 log = logging.getLogger("tidings.mcp")
@@ -98,8 +99,13 @@ class MCPConnection(Loop):
 
     def __init__(self, server: MCPServer, registry: ToolRegistry, metrics: Metrics,
                  *, rng: random.Random | None = None,
-                 conversations: Conversations | None = None) -> None:
+                 conversations: Conversations | None = None,
+                 questions: Questions | None = None,
+                 tokens: oauth.SealedTokens | None = None) -> None:
         super().__init__(f"tidings-mcp-{server.name}")
+        self._tokens = tokens  # an OAuth server's tokens (none: it is sent no OAuth)
+        self.asking = Asking(server, questions)
+        """What the server asks during calls and for its tasks (elicitation, sampling)."""
         self.server = server
         self._registry = registry
         self._metrics = metrics
@@ -112,6 +118,7 @@ class MCPConnection(Loop):
         self._up = asyncio.Event()
         self._refused: int | None = None
         """The HTTP status (401, 403) the server refused tidings with, while it does."""
+        self._refused_why = ""
         self.tasks: MCPTasks | None = None
         """Follows the tasks this server runs for background calls (set by the runtime)."""
         self.wire: wire.Wire | None = None
@@ -172,7 +179,8 @@ class MCPConnection(Loop):
             if self._refused is not None:
                 # Refused: said once, with what to do; asked again only at the cap, quietly.
                 if refused_before != self._refused:
-                    self._reason = _refusal(self._refused)
+                    self._reason = oauth.refusal(self.server, self._refused,
+                                                 self._refused_why)
                     log.error("MCP server %s refused tidings: %s", self.server.name,
                               self._reason)
                     await self._reports.refused(self._refused, self._reason)
@@ -191,10 +199,17 @@ class MCPConnection(Loop):
 
     @contextlib.asynccontextmanager
     async def _connect(self, lost: asyncio.Event) -> AsyncIterator[Client]:
-        client = Client(_watched(self.server, self._lose, self._refuse), cache=None,
+        asking = self.asking
+        client = Client(_watched(self.server, self._lose, self._refuse, self._tokens),
+                        cache=None,
                         client_info=client_info(),
                         read_timeout_seconds=self.server.timeout.total_seconds(),
-                        extensions=[wire.TasksExtension(self._status, self.server.task_poll)])
+                        elicitation_callback=asking.elicit,
+                        sampling_callback=(None if self.server.sampling == "refuse"
+                                           else asking.sample),
+                        list_roots_callback=asking.roots if self.server.roots else None,
+                        extensions=[wire.TasksExtension(self._status, self.server.task_poll,
+                                                        asking.answer_current)])
         async with contextlib.AsyncExitStack() as stack:
             async with asyncio.timeout(self.server.connect_timeout.total_seconds()):
                 await stack.enter_async_context(client)
@@ -205,9 +220,9 @@ class MCPConnection(Loop):
             self._reason = reason
             self._lost.set()
 
-    def _refuse(self, status: int) -> None:
-        self._refused = status
-        self._lose(_refusal(status))
+    def _refuse(self, status: int, why: str = "") -> None:
+        self._refused, self._refused_why = status, why
+        self._lose(oauth.refusal(self.server, status, why))
 
     def _set_up(self, up: bool) -> None:
         self._metrics.set_gauge(UP, "1 while the MCP server is connected, by server.",
@@ -351,25 +366,32 @@ class MCPConnection(Loop):
 
     async def _call(self, tool: str, arguments: Mapping[str, Any],
                     ids: ToolContext | None) -> ToolOutput:
-        timeout = self.server.timeout.total_seconds()
         alive = asyncio.Event()
         progress = self._reports.progress_of(ids, tool, alive)
         as_task = self.task_support(tool) == "required" and self.wire == "core"
+        asker = None if ids is None else Asker(
+            ids.conversation_id, f"mcp:{self.server.name}:{ids.run_id}:{ids.call_id}",
+            run_id=ids.run_id, alive=alive, sample=ids.sample)
         try:
-            if as_task:
-                result = await self._exchange(lambda client: self._task_to_the_end(
-                    client, tool, arguments, progress), timeout, alive)
-            else:
-                # The idle wait is tidings' own (each progress starts it again): the SDK's
-                # clock would end a call that keeps reporting at ``timeout``.
-                result = await self._exchange(lambda client: client.call_tool(
-                    tool, dict(arguments), read_timeout_seconds=math.inf,
-                    progress_callback=progress), timeout, alive)
+            with self.asking.calling(asker):
+                result = await self._call_once(tool, arguments, progress, alive, as_task)
         except Exception as exc:
             return self._failure(tool, exc)
         finally:
             await progress.close()
         return results.tool_output(self.server.name, tool, result, limit_bytes=RESULT_BOUND)
+
+    async def _call_once(self, tool: str, arguments: Mapping[str, Any], progress: Any,
+                         alive: asyncio.Event, as_task: bool) -> CallToolResult:
+        timeout = self.server.timeout.total_seconds()
+        if as_task:
+            return await self._exchange(lambda client: self._task_to_the_end(
+                client, tool, arguments, progress), timeout, alive)
+        # The idle wait is tidings' own (each progress starts it again): the SDK's clock would
+        # end a call that keeps reporting at ``timeout``.
+        return await self._exchange(lambda client: client.call_tool(
+            tool, dict(arguments), read_timeout_seconds=math.inf,
+            progress_callback=progress), timeout, alive)
 
     async def _task_to_the_end(self, client: Client, tool: str, arguments: Mapping[str, Any],
                                progress: Any) -> CallToolResult:
@@ -380,8 +402,10 @@ class MCPConnection(Loop):
                                           progress=progress)
         if isinstance(started, CallToolResult):
             return started
+        # Followed without the SDK's clock: the idle wait around it (_exchange) bounds it, and
+        # a person answering the task's question is not idle.
         return await wire.drive(client.session, started, self.wire, self.server.task_poll,
-                                read_timeout_s=timeout)
+                                read_timeout_s=math.inf, answer=self.asking.answer_current)
 
     async def start_task(self, tool: str, arguments: Mapping[str, Any]) -> str | ToolOutput:
         """Call ``tool`` as a task: the server's task id -- or, from a server that ran the call
@@ -422,6 +446,23 @@ class MCPConnection(Loop):
         except TaskRefusedError as exc:
             return results.failure(results.PROTOCOL, self.server.name, tool, str(exc))
         return results.tool_output(self.server.name, tool, result, limit_bytes=RESULT_BOUND)
+
+    async def answer_task(self, state: wire.TaskState, asker: Asker) -> None:
+        """A task waits for input: on the extension, its input requests are asked and the
+        answers sent (``tasks/update``); on core tasks, ``tasks/result`` is read, during which
+        the server asks (and is answered) for the task."""
+        timeout = self.server.timeout.total_seconds()
+        if self.wire == "extension":
+            if not state.input_requests:
+                return
+            requests = state.input_requests
+            responses = await self.asking.answer_inputs(asker, requests)
+            await self._task_request(lambda client, within: wire.update_task(
+                client.session, state.task_id, responses, read_timeout_s=within))
+            return
+        with self.asking.task(state.task_id, asker):
+            await self._exchange(lambda client: wire.outcome(
+                client.session, state, "core", read_timeout_s=math.inf), timeout, asker.alive)
 
     async def cancel_task(self, mcp_task_id: str) -> None:
         """``tasks/cancel``: ask the server to stop its task."""
@@ -523,14 +564,16 @@ async def _raw_list(client: Client, cursor: str | None) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def _watched(server: MCPServer, lose: Callable[[str], None],
-                   refuse: Callable[[int], None]) -> AsyncIterator[Any]:
+                   refuse: Callable[[int, str], None],
+                   tokens: oauth.SealedTokens | None = None) -> AsyncIterator[Any]:
     """The SDK's transport for ``server``, its read side watched: the end of what the server
     sends (a subprocess that exited, a stream that closed) marks the connection lost, and an
-    HTTP server's 401 or 403 marks it refused."""
+    HTTP server's 401 or 403 (or an OAuth authorization that failed) marks it refused."""
     async with contextlib.AsyncExitStack() as stack:
         if server.url is not None:
             http = await stack.enter_async_context(create_mcp_http_client(
-                headers=dict(server.headers) or None, auth=_Refusals(refuse)))
+                headers=dict(server.headers) or None,
+                auth=oauth.Guard(refuse, None if tokens is None else oauth.provider(tokens))))
             transport: Any = streamable_http_client(server.url, http_client=http,
                                                     max_sse_event_size=SSE_EVENT_LIMIT)
         else:
@@ -539,27 +582,6 @@ async def _watched(server: MCPServer, lose: Callable[[str], None],
                 env=dict(server.env) or None, cwd=server.cwd))
         read, write = await stack.enter_async_context(transport)
         yield _WatchedRead(read, lambda: lose("the server closed the connection")), write
-
-
-class _Refusals(httpx2.Auth):
-    """Watches an HTTP server's answers for a refusal of tidings' credentials (401, 403)."""
-
-    def __init__(self, refused: Callable[[int], None]) -> None:
-        self._refused = refused
-
-    async def async_auth_flow(self, request: httpx2.Request
-                              ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        response = yield request
-        if response.status_code in (401, 403):
-            self._refused(response.status_code)
-
-
-def _refusal(status: int) -> str:
-    if status == 401:
-        return ("HTTP 401: the server wants credentials tidings did not give or it did not "
-                "accept -- give the server's token in its headers (Authorization) and restart")
-    return ("HTTP 403: the server does not let these credentials in -- check the token's "
-            "scopes or the account's rights on the server, then restart")
 
 
 class _WatchedRead:

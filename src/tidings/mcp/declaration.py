@@ -4,13 +4,63 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from tidings.errors import InvalidInputError
 
 _SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+SAMPLING_POLICIES = ("refuse", "ask", "allow")
+OAUTH_GRANTS = ("authorization_code", "client_credentials")
+LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
+"""Where ``tidings mcp login`` listens for the authorization server's redirect by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class MCPOAuth:
+    """How tidings gets an OAuth 2.1 token for an HTTP server (the ``mcp`` SDK's OAuth client).
+
+    ``grant``: ``authorization_code`` (a person authorizes tidings once, with ``tidings mcp
+    login``; the tokens are then refreshed as they expire) or ``client_credentials`` (a
+    service account: ``client_id`` with ``client_secret``, or with ``private_key``, a PEM key
+    that signs a JWT assertion with ``signing_algorithm``). Without ``client_id`` the
+    authorization code client registers itself (dynamic client registration), or names
+    itself by ``client_metadata_url`` (a client ID metadata document) where the server takes
+    one. ``scopes``: the scopes a client_credentials token is asked for (the authorization
+    code grant asks for those the server names). ``issuer``: the authorization server the
+    credentials belong to (they are sent nowhere else). ``redirect_uri``: where the server
+    sends the person back (a loopback URL that ``tidings mcp login`` listens on).
+
+    ``headless`` follows the authorization URL without a browser and reads the code from the
+    redirect: only for a test authorization server that approves at once (CI, the
+    conformance suite); a real one shows a person a page.
+    """
+
+    grant: str = "authorization_code"
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    private_key: str | None = field(default=None, repr=False)
+    signing_algorithm: str = "RS256"
+    scopes: tuple[str, ...] = ()
+    issuer: str | None = None
+    redirect_uri: str = LOOPBACK_REDIRECT
+    client_metadata_url: str | None = None
+    headless: bool = False
+
+    def __post_init__(self) -> None:
+        if self.grant not in OAUTH_GRANTS:
+            raise InvalidInputError(f"oauth grant must be one of {', '.join(OAUTH_GRANTS)}, "
+                                    f"got {self.grant!r}")
+        if self.grant == "client_credentials" and not (
+                self.client_id and (self.client_secret or self.private_key)):
+            raise InvalidInputError("the client_credentials grant needs client_id, and "
+                                    "client_secret or private_key")
+        for what in ("redirect_uri", "issuer", "client_metadata_url"):
+            value = getattr(self, what)
+            if value is not None and not value.startswith(("http://", "https://")):
+                raise InvalidInputError(f"oauth {what} must be an http(s) URL, got {value!r}")
+        object.__setattr__(self, "scopes", tuple(self.scopes))
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -23,6 +73,11 @@ class MCPServer:
     each tool call, ``connect_timeout`` each connection (start and listing); a lost
     connection is tried again after a capped, jittered backoff from ``reconnect_base`` to
     ``reconnect_cap``.
+
+    ``sampling`` is what a server's request for a model completion gets: ``refuse`` (a clean
+    MCP error), ``ask`` (a person of the calling conversation decides, then its model answers;
+    the default) or ``allow`` (its model answers at once). ``roots`` are the directories the
+    server is told it may work in (paths or ``file://`` URIs; none: it is told of none).
     """
 
     name: str
@@ -37,6 +92,9 @@ class MCPServer:
     reconnect_cap: timedelta
     task_ttl: timedelta
     task_poll: timedelta
+    sampling: str
+    roots: tuple[str, ...]
+    oauth: MCPOAuth | None
 
     def __init__(
         self, name: str, *, command: str | Sequence[str] | None = None,
@@ -49,6 +107,8 @@ class MCPServer:
         reconnect_cap: timedelta = timedelta(seconds=30),
         task_ttl: timedelta = timedelta(days=1),
         task_poll: timedelta = timedelta(seconds=5),
+        sampling: str = "ask", roots: Sequence[str | Path] = (),
+        oauth: MCPOAuth | None = None,
     ) -> None:
         if not isinstance(name, str) or _SERVER_NAME.fullmatch(name) is None:
             raise InvalidInputError(
@@ -66,6 +126,12 @@ class MCPServer:
                             ("task_poll", task_poll)):
             if value <= timedelta(0):
                 raise InvalidInputError(f"MCP server {name!r}: {what} must be positive")
+        if sampling not in SAMPLING_POLICIES:
+            raise InvalidInputError(
+                f"MCP server {name!r}: sampling must be one of {', '.join(SAMPLING_POLICIES)}, "
+                f"got {sampling!r}")
+        if oauth is not None and url is None:
+            raise InvalidInputError(f"MCP server {name!r}: oauth is for a url server")
         if reconnect_cap < reconnect_base:
             raise InvalidInputError(
                 f"MCP server {name!r}: reconnect_cap must be at least reconnect_base")
@@ -82,6 +148,9 @@ class MCPServer:
         set_(self, "reconnect_cap", reconnect_cap)
         set_(self, "task_ttl", task_ttl)
         set_(self, "task_poll", task_poll)
+        set_(self, "sampling", sampling)
+        set_(self, "roots", tuple(_root_uri(name, root) for root in roots))
+        set_(self, "oauth", oauth)
 
     @property
     def transport(self) -> str:
@@ -89,4 +158,15 @@ class MCPServer:
         return "http" if self.url else "stdio"
 
 
-__all__ = ("MCPServer",)
+def _root_uri(name: str, root: str | Path) -> str:
+    """A root as the ``file://`` URI a server is told: a path (made absolute) or such a URI."""
+    text = str(root)
+    if text.startswith("file://"):
+        return text
+    if "://" in text:
+        raise InvalidInputError(f"MCP server {name!r}: a root is a path or a file:// URI, "
+                                f"got {text!r}")
+    return Path(text).expanduser().absolute().as_uri()
+
+
+__all__ = ("OAUTH_GRANTS", "SAMPLING_POLICIES", "MCPOAuth", "MCPServer")

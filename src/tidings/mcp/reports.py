@@ -13,7 +13,10 @@ events the runtime writes (never an input, so no turn starts for them):
   in each conversation told of the outage (by that event, or by a failed call meanwhile).
 
 What a process saw is what it says: another process of a cluster runs its own connection to
-the server, and reports its own; a process that ends forgets whom it told.
+the server, and reports its own. Whom an outage was told is kept in the database
+(``mcp_outage_told``), written in the commit that told it: the next connection made to the
+server -- by this process, or by a process started after this one stopped or was killed --
+tells each of them ``connected`` once, in the commit that forgets it.
 
 No SDK here: the turns import this module, and importing tidings stays quick.
 """
@@ -25,11 +28,12 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from tidings.conversations import Conversations
-from tidings.errors import TidingsError
+from tidings.errors import TidingsError, UnknownConversationError
+from tidings.store import Row, Tx
 from tidings.transcript import ConversationTx
 
 log = logging.getLogger("tidings.mcp")
@@ -53,7 +57,8 @@ SERVER_FAILURES = frozenset({UNAVAILABLE, TIMEOUT})
 answer, like a result the server marks as an error."""
 
 REMEMBERED = 1_024
-"""Conversations a connection remembers as concerned (the most recent callers)."""
+"""Conversations a connection remembers as concerned (the most recent callers); also how many
+of those told of an outage are read from the database at once."""
 
 
 def record_call_failure(cx: ConversationTx, run_id: str, call_id: str, tool: str,
@@ -67,19 +72,29 @@ def record_call_failure(cx: ConversationTx, run_id: str, call_id: str, tool: str
         "run_public_id": run_id, "call_id": call_id, "tool": tool, "server": server,
         "error": error, "reason": str(meta.get("reason", "")),
     }, run_id)
+    if error == UNAVAILABLE:  # (a call that timed out found the server there)
+        _told(cx, server)
+
+
+def _told(cx: ConversationTx, server: str) -> None:
+    """The conversation heard, in this commit, that ``server`` is not there."""
+    cx.tx.execute("tell_mcp_outage", server=server, conversation_id=cx.conversation_id,
+                  now_us=cx.now_us)
 
 
 class StatusReports:
     """One server's concerned conversations, and the ``mcp_server_status`` events written to
-    them when its connection breaks and when it is back."""
+    them when its connection breaks and when it is back.
+
+    Who called the server since it connected is remembered here (the most recent
+    :data:`REMEMBERED`); who was told of its outage is kept in the database, so that a process
+    started after one stopped mid-outage tells them the server is back."""
 
     def __init__(self, server: str, conversations: Conversations | None) -> None:
         self.server = server
         self._conversations = conversations
         self._callers: OrderedDict[str, None] = OrderedDict()
         """Who called the server since it last connected, most recent last."""
-        self._told: OrderedDict[str, None] = OrderedDict()
-        """Who knows of the current outage: told ``disconnected``, or a call failed."""
         self.skipped: dict[str, str] = {}
         """The server's tools not offered at its last connection, and why."""
         self._heard_skipped: OrderedDict[tuple[str, str, str], None] = OrderedDict()
@@ -100,16 +115,18 @@ class StatusReports:
                                                   "reason": why}, MCP_TOOL_SKIPPED)
 
     async def refused(self, status: int, reason: str) -> None:
-        """The server refused tidings' credentials: each conversation concerned is told once,
-        with what to do (``mcp_server_status`` ``unauthorized`` or ``forbidden``)."""
-        told = [c for c in dict.fromkeys((*self._callers, *self._told))  # each one once
-                if c not in self._refused_told]
-        for conversation_id in told:
+        """The server refused tidings' credentials: each conversation concerned (a caller, or
+        one told of the outage) is told once, with what to do (``mcp_server_status``
+        ``unauthorized`` or ``forbidden``), and hears ``connected`` once it is let in."""
+        data = {"server": self.server, "status": "unauthorized" if status == 401 else "forbidden",
+                "http_status": status, "reason": reason}
+        callers = list(self._callers)
+        told = [c async for c in self._told() if c not in self._callers]
+        for conversation_id in (*callers, *told):
+            if conversation_id in self._refused_told:
+                continue
             _remember(self._refused_told, conversation_id)
-            _remember(self._told, conversation_id)
-        await self._write(told, {"server": self.server,
-                                 "status": "unauthorized" if status == 401 else "forbidden",
-                                 "http_status": status, "reason": reason})
+            await self._write([conversation_id], data, told_outage=True)
 
     def progress_of(self, ids: _CallIds | None, tool: str, alive: asyncio.Event) -> Progress:
         """The progress callback of one call: each notification is a sign of life (``alive``)
@@ -117,37 +134,86 @@ class StatusReports:
         return Progress(self, ids, tool, alive)
 
     def called(self, conversation_id: str, *, failed: bool) -> None:
-        """A conversation called the server; ``failed``: it was not connected (a call that
-        timed out found it there, and is a caller's)."""
-        _remember(self._told if failed else self._callers, conversation_id)
+        """A conversation called the server; ``failed``: it was not connected -- the turn's
+        commit, which says so in the feed (:func:`record_call_failure`), keeps that it was
+        told of the outage (a call that timed out found it there, and is a caller's)."""
+        if not failed:
+            _remember(self._callers, conversation_id)
 
     async def disconnected(self, reason: str) -> None:
         callers, self._callers = list(self._callers), OrderedDict()
-        for conversation_id in callers:
-            _remember(self._told, conversation_id)
         await self._write(callers, {"server": self.server, "status": "disconnected",
-                                    "reason": reason})
+                                    "reason": reason}, told_outage=True)
 
     async def connected(self, connections: int) -> None:
-        told, self._told = list(self._told), OrderedDict()
+        """Each conversation told of the outage, by any process, hears it is back: once, in
+        the commit that forgets it was told."""
         self._refused_told.clear()
-        await self._write(told, {"server": self.server, "status": "connected",
-                                 "connections": connections})
+        data = {"server": self.server, "status": "connected", "connections": connections}
+        async for conversation_id in self._told():
+            await self._tell_back(conversation_id, data)
+
+    async def _told(self) -> AsyncIterator[str]:
+        """The conversations told of the outage, a page of :data:`REMEMBERED` at a time."""
+        if self._conversations is None:
+            return
+        store, after = self._conversations.store, ""
+
+        def page(tx: Tx) -> list[Row]:
+            return tx.all("mcp_outage_told", server=self.server, after=after, limit=REMEMBERED)
+
+        while True:
+            rows = await store.read(page)
+            for row in rows:
+                yield row["conversation_id"]
+            if len(rows) < REMEMBERED:
+                return
+            after = rows[-1]["conversation_id"]
+
+    async def _tell_back(self, conversation_id: str, data: dict[str, Any]) -> None:
+        assert self._conversations is not None
+
+        def tell(cx: ConversationTx) -> None:
+            # Another process that connected first may have told it already.
+            if cx.tx.one("forget_mcp_outage_told", server=self.server,
+                         conversation_id=conversation_id) is not None:
+                cx.record_event(MCP_SERVER_STATUS, data)
+
+        try:
+            await self._conversations.change(conversation_id, tell)
+        except UnknownConversationError:  # deleted since: no one to tell, nothing to keep
+            await self._conversations.store.transact_query(
+                "forget_mcp_outage_told", route=conversation_id, server=self.server,
+                conversation_id=conversation_id)
+        except Exception as exc:  # kept: told at the next connection
+            self._failed(conversation_id, MCP_SERVER_STATUS, exc)
 
     async def _write(self, conversation_ids: list[str], data: dict[str, Any],
-                     kind: str = MCP_SERVER_STATUS, run_id: str | None = None) -> None:
+                     kind: str = MCP_SERVER_STATUS, run_id: str | None = None, *,
+                     told_outage: bool = False) -> None:
+        """Journal ``kind`` in each conversation; ``told_outage``: each is then one told of
+        the outage, in the same commit."""
         if self._conversations is None:
             return
         for conversation_id in conversation_ids:
+            def write(cx: ConversationTx) -> None:
+                cx.record_event(kind, data, run_id)
+                if told_outage:
+                    _told(cx, self.server)
+
             try:
-                await self._conversations.change(conversation_id, lambda cx: cx.record_event(
-                    kind, data, run_id))
-            except TidingsError as exc:  # gone, or the store cannot write now: the log says it
-                log.warning("MCP server %s: the feed of %s was not told %s: %s",
-                            self.server, conversation_id, kind, exc.message)
-            except Exception:  # a report never stops the connection from being made again
-                log.exception("MCP server %s: the feed of %s was not told %s",
-                              self.server, conversation_id, kind)
+                await self._conversations.change(conversation_id, write)
+            except Exception as exc:
+                self._failed(conversation_id, kind, exc)
+
+    def _failed(self, conversation_id: str, kind: str, exc: Exception) -> None:
+        """A report never stops the connection from being made again: the log says it."""
+        if isinstance(exc, TidingsError):  # gone, or the store cannot write now
+            log.warning("MCP server %s: the feed of %s was not told %s: %s",
+                        self.server, conversation_id, kind, exc.message)
+        else:
+            log.error("MCP server %s: the feed of %s was not told %s", self.server,
+                      conversation_id, kind, exc_info=exc)
 
 
 class _CallIds(Protocol):

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from tidings.clock import wait_set
+from tidings.mcp.asking import Asker
 from tidings.policy import backoff
 from tidings.tasks import journal
 from tidings.tasks.capture import CaptureBuffer
@@ -189,6 +191,8 @@ class MCPTasks:
         try:
             end = await self._until_ended(task)
             await self.background.record_end(task.conversation_id, task.task_key, end)
+            await self._connections[task.server].asking.task_ended(task.conversation_id,
+                                                                   task.task_key)
         except asyncio.CancelledError:
             raise  # the runtime is closing: the next one follows the task again
         except Exception:
@@ -210,6 +214,9 @@ class MCPTasks:
                     return await self._end(connection, task, now)
                 refusals = unreachable = 0
                 delay = now.poll
+                if now.status == "input_required" and now.state is not None:
+                    await self._answer(connection, task, now.state, wake)
+                    continue
             except TaskUnknownError as exc:
                 log.warning("MCP server %s no longer knows task %s (task %s): lost: %s",
                             task.server, task.mcp_task_id, task.task_key, exc)
@@ -225,8 +232,30 @@ class MCPTasks:
                 unreachable += 1  # the connection is retried by its own loop; ask again then
                 delay = backoff(unreachable, self._rng, base=_RETRY_BASE, cap=_RETRY_CAP)
             wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay.total_seconds())
+            await wait_set(wake, delay.total_seconds())
+
+    async def _answer(self, connection: MCPConnection, task: Followed, state: RemoteTask,
+                      wake: asyncio.Event) -> None:
+        """The task waits for input: a person of its conversation is asked (once, however
+        often this is tried), and the answer sent. A wake (the task changed: cancelled, say)
+        stops the wait; the task is asked about again, and the same question still waits."""
+        asker = Asker(task.conversation_id, f"mcp:{task.server}:task:{task.mcp_task_id}",
+                      task_id=task.task_key, alive=asyncio.Event())
+        wake.clear()
+        answering = asyncio.ensure_future(connection.answer_task(state, asker))
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({answering, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            if not answering.done():
+                answering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answering
+        if not answering.cancelled() and answering.exception() is not None:
+            log.warning("MCP server %s: the input task %s waits for was not sent: %s",
+                        task.server, task.mcp_task_id, answering.exception())
+            await asyncio.sleep(_RETRY_BASE.total_seconds())
 
     async def _end(self, connection: MCPConnection, task: Followed, now: RemoteStatus
                    ) -> TaskEnd:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -64,6 +64,9 @@ Wire = Literal["core", "extension"]
 """How a server runs tools as tasks: core tasks (2025-11-25) or the tasks extension."""
 
 _MIN_POLL = timedelta(milliseconds=20)
+
+Answer = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+"""Answers a task's input requests (``inputRequests``, by key): what ``tasks/update`` sends."""
 
 
 class _Raw(Result):
@@ -157,9 +160,11 @@ class TasksExtension(ClientExtension):
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, on_status: Callable[[str], None], poll: timedelta) -> None:
+    def __init__(self, on_status: Callable[[str], None], poll: timedelta,
+                 answer: Answer | None = None) -> None:
         self._on_status = on_status
         self._poll = poll
+        self._answer = answer
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._to_the_end,
@@ -177,7 +182,7 @@ class TasksExtension(ClientExtension):
 
     async def _to_the_end(self, created: CreatedTask, context: ClaimContext) -> CallToolResult:
         return await drive(context.session, created.task(), "extension", self._poll,
-                           read_timeout_s=context.read_timeout_seconds)
+                           read_timeout_s=context.read_timeout_seconds, answer=self._answer)
 
 
 def poll_interval(task: TaskState, cap: timedelta) -> timedelta:
@@ -189,13 +194,23 @@ def poll_interval(task: TaskState, cap: timedelta) -> timedelta:
 
 
 async def drive(session: ClientSession, task: TaskState, wire: Wire, poll: timedelta, *,
-                read_timeout_s: float | None) -> CallToolResult:
+                read_timeout_s: float | None, answer: Answer | None = None) -> CallToolResult:
     """Follow ``task`` to its end and return its call's result (a failed or cancelled task is
-    an error result). A caller that stops waiting (cancelled, or its deadline passed) has the
-    server cancel the task, so nothing runs on that nobody will read."""
+    an error result). A task that waits for input is answered: on the extension, its input
+    requests by ``answer`` and ``tasks/update``; on core tasks, ``tasks/result``, during which
+    the server asks (the session's callbacks answer). A caller that stops waiting (cancelled,
+    or its deadline passed) has the server cancel the task, so nothing runs on that nobody
+    will read."""
     try:
         while not task.ended:
-            await anyio.sleep(poll_interval(task, poll).total_seconds())
+            if task.status == "input_required" and wire == "core":
+                return await outcome(session, task, wire, read_timeout_s=read_timeout_s)
+            if task.status == "input_required" and task.input_requests and answer is not None:
+                responses = await answer(task.task_id, task.input_requests)
+                await update_task(session, task.task_id, responses,
+                                  read_timeout_s=read_timeout_s)
+            else:
+                await anyio.sleep(poll_interval(task, poll).total_seconds())
             task = await get_task(session, task.task_id, read_timeout_s=read_timeout_s)
         return await outcome(session, task, wire, read_timeout_s=read_timeout_s)
     except BaseException:
@@ -266,6 +281,13 @@ async def outcome(session: ClientSession, task: TaskState, wire: Wire, *,
     return CallToolResult.model_validate(raw.data())
 
 
+async def update_task(session: ClientSession, task_id: str, responses: Mapping[str, Any], *,
+                      read_timeout_s: float | None) -> None:
+    """``tasks/update`` (the extension): the answers to a task's input requests."""
+    await raw_request(session, {"method": "tasks/update", "params": {
+        "taskId": task_id, "inputResponses": dict(responses)}}, read_timeout_s=read_timeout_s)
+
+
 async def cancel_task(session: ClientSession, task_id: str, *,
                       read_timeout_s: float | None) -> None:
     """``tasks/cancel``: ask the server to stop its task."""
@@ -299,5 +321,5 @@ def _error_result(text: str) -> CallToolResult:
 __all__ = (
     "STATUS_NOTIFICATIONS", "TASKS_EXTENSION", "TERMINAL", "CreatedTask", "TaskState",
     "TasksExtension", "Wire", "call_as_task", "cancel_task", "drive", "get_task", "outcome",
-    "poll_interval", "raw_request", "task_from", "task_support", "wire_of",
+    "poll_interval", "raw_request", "task_from", "task_support", "update_task", "wire_of",
 )

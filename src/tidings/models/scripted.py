@@ -13,11 +13,12 @@ length with ``chunk_delay`` seconds between them (an answer that takes a while t
 A reply with both ``text`` and ``error`` streams its text and then fails (a model that breaks
 off mid-answer).
 
-Rules load from JSON, so the command line and the HTTP service can use them::
+Rules load from JSON, so the command line and the HTTP service can use them (docs/models.md
+describes every condition and reply key)::
 
     {"name": "scripted",
      "rules": [{"when": {"text_contains": "sleep"},
-                "reply": {"tool_calls": [{"name": "shell", "arguments": {"cmd": "sleep 1"}}]}},
+                "reply": {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 1"}}]}},
                {"when": {"tool_result": "shell"}, "reply": {"text": "It finished."}}],
      "default": {"echo": true}}
 

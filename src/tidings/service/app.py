@@ -12,6 +12,10 @@ runtime's lifetime is the caller's. Three small ASGI layers wrap the routes:
 - :class:`Guard` turns any exception no handler knew into a 500 problem that names nothing
   internal (the exception is logged, not sent).
 
+Inside them, :class:`~tidings.service.quick.QuickPost` answers a plainly right post of an
+input without the framework's routing (the most-made request; anything else goes on to the
+routes).
+
 :class:`Server` is uvicorn's server that also ends the app's open event feeds when it shuts
 down (a feed never ends by itself), and :func:`serve` runs one until it is stopped.
 """
@@ -32,8 +36,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
 from tidings.runtime import Runtime
-from tidings.service import console, observability, problems, routes
+from tidings.service import a2a, agui, console, observability, problems, routes
 from tidings.service.auth import Authenticator
+from tidings.service.jwt_bearer import JWTBearer
+from tidings.service.quick import QuickPost, QuickRoutes
 from tidings.service.sse import Feeds
 
 log = logging.getLogger("tidings.service")
@@ -224,6 +230,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_ping: timedelta = timedelta(seconds=15),
     with_console: bool = True,
+    jwt: JWTBearer | None = None,
 ) -> FastAPI:
     """The HTTP service over a started ``runtime``.
 
@@ -231,11 +238,12 @@ def create_app(
     opens); ``operator_tokens`` reach every conversation, the views across them and the
     metrics. Every route but ``/health`` and ``/openapi.json`` needs a token. ``with_console``
     serves the operator console at ``/console/`` (a page that holds no data: it signs in with
-    a token and uses these routes).
+    a token and uses these routes). ``jwt``: an identity provider's JWT bearer tokens are
+    accepted too, each naming its principal (see :class:`~tidings.service.JWTBearer`).
     """
     return build_app(runtime, tokens=tokens, operator_tokens=operator_tokens,
                      max_body_bytes=max_body_bytes, feed_ping=feed_ping,
-                     with_console=with_console)
+                     with_console=with_console, jwt=jwt)
 
 
 def build_app(
@@ -246,6 +254,7 @@ def build_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     feed_ping: timedelta = timedelta(seconds=15),
     with_console: bool = False,
+    jwt: JWTBearer | None = None,
 ) -> FastAPI:
     """:func:`create_app`, its runtime possibly not there yet (``app.state.runtime`` is None
     until it is set): meanwhile every route answers 503 ``instance_not_running``. The console
@@ -260,17 +269,22 @@ def build_app(
             "transcript, runs, tasks, results, signals, and an event feed over Server-Sent "
             "Events. Errors are RFC 9457 problem documents with a stable `code`."
         ),
-        docs_url=None,
+        docs_url="/docs",  # the API's interactive docs, from /openapi.json
         redoc_url=None,
     )
     app.state.runtime = runtime
-    app.state.authenticator = Authenticator(tokens, operator_tokens)
+    app.state.authenticator = Authenticator(tokens, operator_tokens, jwt)
     app.state.feeds = Feeds(ping=feed_ping)
     problems.install(app)
     app.include_router(routes.router)
     app.include_router(observability.router)
+    agents = a2a.mount(app)  # the A2A agents: their cards, JSON-RPC and HTTP+JSON routes
+    agui.mount(app)  # the AG-UI endpoint
     if with_console:
         app.include_router(console.router())
+    # Matched before the route table (which holds them too); the innermost layers.
+    app.add_middleware(QuickRoutes, routes=agents, prefixes=a2a.PREFIXES)
+    app.add_middleware(QuickPost)  # the body is read and bounded by then
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(StrictTarget)  # before the body is read
     app.add_middleware(Guard)  # added last: the outermost layer

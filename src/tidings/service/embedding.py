@@ -5,7 +5,7 @@ where you like, give your app its :meth:`lifespan`, and the runtime opens when y
 and closes when it shuts down::
 
     agent = Embedding(lambda: tidings.open("sqlite:///agent.db", models=[model]),
-                      tokens={"secret-a": "alice"})
+                      tokens={"alice": "secret-a"})
     app = FastAPI(lifespan=agent.lifespan)
     app.mount("/agent", agent.app)
 
@@ -32,9 +32,36 @@ from fastapi import FastAPI
 from tidings.errors import InstanceNotRunningError
 from tidings.runtime import Runtime
 from tidings.service.app import DEFAULT_MAX_BODY_BYTES, build_app, feeds_of
+from tidings.service.jwt_bearer import JWTBearer
 
 RuntimeOpener = Callable[[], AbstractAsyncContextManager[Runtime]]
 """What opens the runtime and closes it on exit: ``lambda: tidings.open(url, ...)``."""
+
+
+MIN_TOKEN_CHARS = 8
+"""A bearer token shorter than this is refused: it is a guess away, and a mapping whose
+"tokens" are this short is most likely a principal's name written in the token's place."""
+
+
+def by_token(tokens: Mapping[str, str]) -> dict[str, str]:
+    """``{principal: token}`` turned round for the service (``{token: principal}``); refuses
+    a mapping written the other way round, naming how to write it."""
+    found: dict[str, str] = {}
+    for principal, token in tokens.items():
+        if not principal or not token:
+            raise ValueError("tokens maps principals to their bearer tokens: neither may be "
+                             "empty")
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"tokens maps each principal to its bearer token, as the command line's "
+                f"--token alice=secret does; {principal!r}: {token!r} gives a token of "
+                f"{len(token)} characters (at least {MIN_TOKEN_CHARS}). If {token!r} is the "
+                f"principal, write it the other way round: tokens={{{token!r}: {principal!r}}}")
+        if found.get(token, principal) != principal:
+            raise ValueError(f"one token names two principals: {found[token]!r} and "
+                             f"{principal!r}")
+        found[token] = principal
+    return found
 
 
 class Embedding:
@@ -42,8 +69,12 @@ class Embedding:
 
     ``open_runtime`` is called once per start of the lifespan; the runtime it yields is served
     until the lifespan ends, then closed by leaving its context (running turns commit as
-    stopped, background processes end, MCP servers stop). ``tokens`` and the rest are those of
-    :func:`~tidings.service.create_app`.
+    stopped, background processes end, MCP servers stop).
+
+    ``tokens`` maps each principal to its bearer token, the way round the command line writes
+    it (``--token alice=secret-a`` is ``tokens={"alice": "secret-a"}``); a token has at least
+    :data:`MIN_TOKEN_CHARS` characters, so the reverse mapping is refused with how to write it.
+    The rest are those of :func:`~tidings.service.create_app`.
     """
 
     def __init__(
@@ -54,10 +85,13 @@ class Embedding:
         operator_tokens: Collection[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         feed_ping: timedelta = timedelta(seconds=15),
+        jwt: JWTBearer | None = None,
     ) -> None:
         self._open_runtime = open_runtime
-        self.app: FastAPI = build_app(None, tokens=tokens, operator_tokens=operator_tokens,
-                                      max_body_bytes=max_body_bytes, feed_ping=feed_ping)
+        self.app: FastAPI = build_app(None, tokens=by_token(tokens),
+                                      operator_tokens=operator_tokens,
+                                      max_body_bytes=max_body_bytes, feed_ping=feed_ping,
+                                      jwt=jwt)
         """The tidings routes (``/v1/...``, ``/health``, ``/metrics``, ``/openapi.json``), to
         mount: ``app.mount("/agent", embedding.app)``."""
         self._runtime: Runtime | None = None
@@ -105,4 +139,4 @@ class Embedding:
                 feeds.close()
 
 
-__all__ = ("Embedding", "RuntimeOpener")
+__all__ = ("MIN_TOKEN_CHARS", "Embedding", "RuntimeOpener", "by_token")

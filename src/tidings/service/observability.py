@@ -30,6 +30,8 @@ from tidings.service.schemas import (
     Health,
     InstanceList,
     InstanceOut,
+    PushDeadLetterList,
+    PushDeadLetterOut,
     QueueStatsOut,
     SessionOut,
     Unlock,
@@ -92,6 +94,7 @@ async def unlock(body: Unlock, runtime: RuntimeDep, _: Operator) -> Health:
 )
 async def metrics(runtime: RuntimeDep, _: Operator) -> PlainTextResponse:
     stats = await runtime.signal_stats()
+    push = await runtime.push_deliveries.stats()
     gauges = [
         Gauge("tidings_signal_backlog", "Unacknowledged signal deliveries.", stats.backlog),
         Gauge("tidings_signal_oldest_age_seconds",
@@ -101,6 +104,10 @@ async def metrics(runtime: RuntimeDep, _: Operator) -> PlainTextResponse:
               stats.retried),
         Gauge("tidings_dead_letters", "Deliveries that will not be retried.",
               stats.dead_letters),
+        Gauge("tidings_push_pending", "A2A push notifications not yet delivered.",
+              push.pending),
+        Gauge("tidings_push_dead_letters",
+              "A2A push notifications that will not be retried.", push.dead_letters),
         Gauge("tidings_running_tasks", "Background processes running in this instance.",
               len(runtime.supervisor.running())),
     ]
@@ -121,6 +128,16 @@ async def dead_letters(
 ) -> DeadLetterList:
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in
                                  await runtime.dead_letters(limit=limit)])
+
+
+@router.get("/v1/push-dead-letters", response_model=PushDeadLetterList, responses=OPERATOR,
+            tags=["signals"],
+            summary="A2A push notifications that failed for good, oldest first (operator token)")
+async def push_dead_letters(
+    runtime: RuntimeDep, _: Operator, limit: Limit = 100,
+) -> PushDeadLetterList:
+    letters = await runtime.push_deliveries.dead_letters(limit=limit)
+    return PushDeadLetterList(items=[PushDeadLetterOut.of(d) for d in letters])
 
 
 @router.get("/v1/dead-letters/{delivery_id}", response_model=DeadLetterDetailOut,

@@ -34,6 +34,7 @@ RunId = Annotated[str, _id("A run id.")]
 TaskKey = Annotated[str, _id("A task key.")]
 ResultId = Annotated[str, _id("A result id.")]
 ApprovalId = Annotated[str, _id("An approval id.")]
+QuestionId = Annotated[str, _id("A question id.")]
 
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_INT64, description="A delivery id.")]
 
@@ -51,7 +52,7 @@ Offset = Annotated[int, Query(ge=0, le=MAX_INT64, description="The first byte of
 LimitBytes = Annotated[int | None, Query(ge=4, le=1024 * 1024,
                                          description="At most this many bytes of text.")]
 StatusFilter = Annotated[str, Query(alias="status", max_length=16, pattern=r"^[a-z_]*$",
-                                    description="Only approvals in this status; empty: all.")]
+                                    description="Only those in this status; empty: all.")]
 Order = Annotated[Literal["oldest", "newest"], Query(
     description="oldest: by id, the oldest first (the default); newest: the newest first.")]
 MAX_WAIT_S = 300

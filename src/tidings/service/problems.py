@@ -45,11 +45,14 @@ from tidings.errors import (
     InvalidInputError,
     MasterKeyError,
     ModelError,
+    ModelSampleError,
     NotDeadLetterError,
     OperationSettledError,
     OriginNotAllowedError,
     PairingViolationError,
     PayloadTooLargeError,
+    PrivateTargetError,
+    QuestionDecidedError,
     ReadOnlyDatabaseError,
     ResultCorruptError,
     RuntimeLockedError,
@@ -62,13 +65,17 @@ from tidings.errors import (
     UnknownApprovalError,
     UnknownConversationError,
     UnknownDeadLetterError,
+    UnknownInputError,
     UnknownModelOrToolError,
     UnknownOperationError,
     UnknownProfileError,
+    UnknownPushConfigError,
+    UnknownQuestionError,
     UnknownResultError,
     UnknownRunError,
     UnknownTaskError,
 )
+from tidings.service.fields import readable
 
 log = logging.getLogger("tidings.service")
 
@@ -93,13 +100,18 @@ STATUS: Mapping[type[TidingsError], int] = {
     UnknownResultError: 404,
     UnknownOperationError: 404,
     UnknownApprovalError: 404,
+    UnknownQuestionError: 404,
     UnknownDeadLetterError: 404,
+    UnknownInputError: 404,
+    UnknownPushConfigError: 404,
+    PrivateTargetError: 422,  # a webhook URL the operator does not allow
     # the state of the thing refuses the request
     ConversationClosedError: 409,
     CompactionRefusedError: 409,
     StaleLeaseError: 409,
     OperationSettledError: 409,
     ApprovalDecidedError: 409,
+    QuestionDecidedError: 409,
     NotDeadLetterError: 409,
     PairingViolationError: 409,
     SlotLostError: 409,
@@ -122,6 +134,7 @@ STATUS: Mapping[type[TidingsError], int] = {
     # faults that retrying will not mend
     ResultCorruptError: 500,
     ModelError: 502,
+    ModelSampleError: 502,  # a tool's sampling, answered in the call: never a route's
 }
 """The HTTP status of every :class:`TidingsError` subclass, listed one by one."""
 
@@ -273,7 +286,7 @@ def from_validation(exc: RequestValidationError) -> Problem:
         return problem(422, "origin_not_allowed",
                        f"{', '.join(spoofed)}: stamped by the kernel; callers may not supply it",
                        errors=errors)
-    where = "; ".join(f"{'.'.join(map(str, e.loc))}: {e.msg}" for e in errors[:5])
+    where = "; ".join(readable(raw, exc.body)[:5])
     return problem(422, "invalid_input", where or "the request is invalid", errors=errors)
 
 
@@ -287,16 +300,20 @@ def from_http(exc: StarletteHTTPException) -> Problem:
     return problem(exc.status_code, "http_error", str(exc.detail))
 
 
+def error_response(method: str, path: str, exc: TidingsError) -> JSONResponse:
+    """The problem document a library error makes (logged when it is the service's fault)."""
+    body = from_error(exc)
+    if body.status >= 500:
+        log.warning("%s %s: %s (%s)", method, path, exc.code, exc.message)
+    return problem_response(body)
+
+
 def install(app: FastAPI) -> None:
     """Answer every refusal of ``app`` with a problem document."""
 
     async def on_tidings(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, TidingsError)
-        body = from_error(exc)
-        if body.status >= 500:
-            log.warning("%s %s: %s (%s)", request.method, request.url.path, exc.code,
-                        exc.message)
-        return problem_response(body)
+        return error_response(request.method, request.url.path, exc)
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPProblem)
@@ -346,6 +363,7 @@ __all__ = (
     "HTTPProblem",
     "Problem",
     "documented",
+    "error_response",
     "from_error",
     "install",
     "internal_error",

@@ -9,7 +9,8 @@ principal opens one.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Request, Response, status
@@ -33,6 +34,7 @@ from tidings.service.params import (
     Offset,
     OptionalAfterSeq,
     Order,
+    QuestionId,
     ResultId,
     RunId,
     StatusFilter,
@@ -64,6 +66,10 @@ from tidings.service.schemas import (
     InputList,
     InputOut,
     MessageOut,
+    ProfileChange,
+    QuestionAnswer,
+    QuestionList,
+    QuestionOut,
     QueueStatsOut,
     RestartAccepted,
     RestartCreate,
@@ -79,7 +85,7 @@ from tidings.service.schemas import (
     TaskPage,
     Transcript,
 )
-from tidings.types import Author, AuthorKind, Origin
+from tidings.types import Answer, Author, AuthorKind, Origin
 
 
 # The dependencies are coroutines: FastAPI runs a plain function in a worker thread, a hop
@@ -146,12 +152,31 @@ async def get_conversation(
     return ConversationOut.of(await runtime.conversation(conversation_id, owner=owner))
 
 
-@router.post("/{conversation_id}/archive", response_model=ConversationOut, responses=WRITE,
-             summary="Archive: no more callers' input; the kernel's mail still runs")
-async def archive_conversation(
-    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
+def _status_route(verb: Literal["archive", "unarchive"], summary: str) -> None:
+    """``POST /{conversation_id}/{verb}``: the runtime's method of that name."""
+
+    async def change(
+        conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
+    ) -> ConversationOut:
+        act = runtime.archive if verb == "archive" else runtime.unarchive
+        return ConversationOut.of(await act(conversation_id, owner=owner))
+
+    router.post(f"/{{conversation_id}}/{verb}", response_model=ConversationOut, responses=WRITE,
+                summary=summary, name=f"{verb}_conversation")(change)
+
+
+_status_route("archive", "Archive: no more callers' input; the kernel's mail still runs")
+_status_route("unarchive", "Undo an archive: callers' input is taken again")
+
+
+@router.put("/{conversation_id}/profile", response_model=ConversationOut, responses=WRITE,
+            summary="Change the conversation's profile (checked as at create; the next turn "
+                    "uses it)")
+async def change_profile(
+    conversation_id: ConversationId, body: ProfileChange, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
-    return ConversationOut.of(await runtime.archive(conversation_id, owner=owner))
+    profile = body.profile if isinstance(body.profile, str) else body.profile.to_profile()
+    return ConversationOut.of(await runtime.set_profile(conversation_id, profile, owner=owner))
 
 
 @router.delete("/{conversation_id}", response_model=ConversationOut, responses=WRITE,
@@ -180,20 +205,31 @@ async def post_input(
     conversation_id: ConversationId, body: InputCreate, runtime: RuntimeDep, owner: Scope,
     actor: Actor, request: Request, feeds: FeedsDep, wait: WaitSeconds = None,
 ) -> Response:
-    accepted = await runtime.post(
-        conversation_id, body.content, origin=Origin.PERSON, delivery_mode=body.delivery_mode,
-        meta=body.meta, idempotency_key=body.idempotency_key, owner=owner,
-        # A principal's input is its own; an operator's is recorded as the operator's.
-        authored_by=None if owner is not None else Author(AuthorKind.HUMAN, actor, actor),
-    )
-    if wait is None:
-        return _json(InputOut.of(accepted), status.HTTP_202_ACCEPTED)
-
-    async def leaving() -> bool:
+    async def leaving(_answer: Answer) -> bool:
         """The server is shutting down, or the client left: answer as it stands."""
         return feeds.closing or await request.is_disconnected()
 
-    answer = await runtime.answers.wait(accepted, wait, until=leaving)
+    return await posted(runtime, conversation_id, body, owner, actor, wait, leaving)
+
+
+async def posted(runtime: Runtime, conversation_id: str, body: InputCreate, owner: str | None,
+                 actor: str, wait: float | None,
+                 leaving: Callable[[Answer], Awaitable[bool]]) -> Response:
+    """A person's input posted -- the input, or with ``wait`` its answer -- as the response
+    (the route's and :mod:`tidings.service.quick`'s). ``leaving``: whether to stop waiting."""
+    # A principal's input is its own; an operator's is recorded as the operator's.
+    author = None if owner is not None else Author(AuthorKind.HUMAN, actor, actor)
+    if wait is None:
+        accepted = await runtime.post(
+            conversation_id, body.content, origin=Origin.PERSON,
+            delivery_mode=body.delivery_mode, meta=body.meta,
+            idempotency_key=body.idempotency_key, owner=owner, authored_by=author)
+        return _json(InputOut.of(accepted), status.HTTP_202_ACCEPTED)
+    # The library's own waiting post: its wait reads nothing until the conversation changes.
+    answer = await runtime.post(
+        conversation_id, body.content, wait=True, timeout=wait, until=leaving,
+        origin=Origin.PERSON, delivery_mode=body.delivery_mode, meta=body.meta,
+        idempotency_key=body.idempotency_key, owner=owner, authored_by=author)
     return _json(AnswerOut.of(answer), status.HTTP_200_OK)
 
 
@@ -251,7 +287,7 @@ async def compact(
 
 @router.post("/{conversation_id}/runs/{run_id}/stop", response_model=RunStopped,
              responses=WRITE,
-             summary="Stop a source run, running or completed: no more mail for it (M14)")
+             summary="Stop a run, running or finished: no more child replies or notices for it")
 async def stop_run(
     conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Scope
 ) -> RunStopped:
@@ -260,7 +296,7 @@ async def stop_run(
 
 
 @router.get("/{conversation_id}/children", response_model=ChildRequestList, responses=READ,
-            summary="The requests this conversation opened in its children (M16)")
+            summary="The requests this conversation opened in its children")
 async def children(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     limit: Limit = 100,
@@ -271,7 +307,7 @@ async def children(
 
 @router.post("/{conversation_id}/children/{task_key}/cancel", response_model=ChildCancelled,
              responses=WRITE,
-             summary="Cancel a spawn or send: its reply is owed to no one, in cascade (M16)")
+             summary="Cancel a spawn or send: no one waits for its reply any more, down the tree")
 async def cancel_child(
     conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Scope
 ) -> ChildCancelled:
@@ -298,7 +334,7 @@ async def retry_run(
 
 @router.post("/{conversation_id}/restart", status_code=status.HTTP_202_ACCEPTED,
              response_model=RestartAccepted, responses=WRITE,
-             summary="Restart the runtime: accepted now, completed by the next instance (L2)")
+             summary="Restart the runtime: accepted now, completed by the next instance")
 async def restart(
     conversation_id: ConversationId, body: RestartCreate, runtime: RuntimeDep, owner: Scope
 ) -> RestartAccepted:
@@ -333,6 +369,34 @@ async def decide(
     decided = await runtime.decide(conversation_id, approval_id, approve=body.approve,
                                    decided_by=actor, owner=owner)
     return ApprovalOut.of(decided)
+
+
+# -- questions ---------------------------------------------------------------------------------
+
+
+@router.get("/{conversation_id}/questions", response_model=QuestionList, responses=READ,
+            summary="Questions the conversation's MCP servers asked its people, newest first")
+async def list_questions(
+    conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
+    status_filter: StatusFilter = "",
+    limit: Limit = 100,
+) -> QuestionList:
+    questions = await runtime.questions_of(conversation_id, owner=owner, status=status_filter,
+                                           limit=limit)
+    return QuestionList(questions=[QuestionOut.of(q) for q in questions])
+
+
+@router.post("/{conversation_id}/questions/{question_id}/answer",
+             response_model=QuestionOut, responses=WRITE,
+             summary="Answer a question (once: accept with content that fits its schema, "
+                     "decline or cancel; repeating it changes nothing)")
+async def answer_question(
+    conversation_id: ConversationId, question_id: QuestionId, body: QuestionAnswer,
+    runtime: RuntimeDep, owner: Scope, actor: Actor,
+) -> QuestionOut:
+    answered = await runtime.answer(conversation_id, question_id, action=body.action,
+                                    content=body.content, decided_by=actor, owner=owner)
+    return QuestionOut.of(answered)
 
 
 # -- transcript and runs -----------------------------------------------------------------------

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from tidings.errors import InvalidInputError
-from tidings.mcp import MCPServer
+from tidings.mcp import MCPOAuth, MCPServer
 from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
-from tidings.settings.schema import MCPTable, ModelTable, ProfileTable
+from tidings.settings.schema import MCPOAuthTable, MCPTable, ModelTable, ProfileTable
 from tidings.tools.registry import Tool
 from tidings.types import Profile
 
@@ -31,7 +31,8 @@ class MCPServerSpec:
     """An MCP server the file declares: a subprocess (``command`` and ``args``) or a ``url``.
 
     ``env`` and ``headers`` hold the values read from the environment where the file wrote
-    ``${NAME}``. The MCP runtime builds its servers from these.
+    ``${NAME}``, as do ``oauth``'s client_id, client_secret and private_key. The MCP runtime
+    builds its servers from these.
     """
 
     name: str
@@ -41,11 +42,15 @@ class MCPServerSpec:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    sampling: str = "ask"
+    roots: tuple[str, ...] = ()
+    oauth: MCPOAuth | None = None
 
     def server(self) -> MCPServer:
         """The runtime's declaration of this server."""
         return MCPServer(self.name, command=self.command, args=self.args, env=dict(self.env),
-                         cwd=self.cwd, url=self.url, headers=dict(self.headers))
+                         cwd=self.cwd, url=self.url, headers=dict(self.headers),
+                         sampling=self.sampling, roots=self.roots, oauth=self.oauth)
 
 
 def _secret(environ: Mapping[str, str], name: str, alias: str, fail: Fail,
@@ -179,9 +184,29 @@ def build_mcp(name: str, table: MCPTable, *, base: Path, environ: Mapping[str, s
     if isinstance(command, list):
         command, args = command[0], [*command[1:], *args]
     cwd = None if table.cwd is None else str(base / table.cwd)
+    oauth = None if table.oauth is None else _oauth(
+        table.oauth, expand({k: v for k in ("client_id", "client_secret", "private_key")
+                             if (v := getattr(table.oauth, k)) is not None}, "oauth"),
+        fail=fail, key=("mcp", name, "oauth"))
     return MCPServerSpec(name=name, command=command, args=tuple(args),
                          env=expand(table.env, "env"), cwd=cwd, url=table.url,
-                         headers=expand(table.headers, "headers"))
+                         headers=expand(table.headers, "headers"), sampling=table.sampling,
+                         roots=tuple(table.roots), oauth=oauth)
+
+
+def _oauth(table: MCPOAuthTable, secrets: Mapping[str, str], *, fail: Fail,
+           key: tuple[str, ...]) -> MCPOAuth:
+    """The declaration's OAuth, its secrets read from the environment."""
+    options: dict[str, Any] = {
+        "grant": table.grant, "signing_algorithm": table.signing_algorithm,
+        "scopes": tuple(table.scopes), "issuer": table.issuer,
+        "client_metadata_url": table.client_metadata_url, **secrets}
+    if table.redirect_uri is not None:
+        options["redirect_uri"] = table.redirect_uri
+    try:
+        return MCPOAuth(**options)
+    except InvalidInputError as exc:
+        fail(key, exc.message)
 
 
 __all__ = ("MCPServerSpec", "build_mcp", "build_model", "build_profile", "import_tool")

@@ -55,6 +55,18 @@ def line_of(lines: Mapping[tuple[str, ...], int], path: Sequence[str]) -> int | 
     return None
 
 
+def item_line(text: str, start: int, item: str) -> int:
+    """The line of the string ``item`` in the array whose key is on line ``start`` (an array
+    may span lines); ``start`` when it is not found there."""
+    quoted = re.compile(rf"""(["']){re.escape(item)}\1""")
+    for number, line in enumerate(text.splitlines()[start - 1:], start=start):
+        if number > start and (_HEADER.match(line) or _KEY.match(line)):
+            break
+        if quoted.search(line):
+            return number
+    return start
+
+
 def present_path(data: Any, loc: Sequence[str | int]) -> tuple[str, ...]:
     """The part of a pydantic error location that names keys of ``data`` (and one unknown key
     at its end), without the union tags pydantic adds."""
@@ -73,4 +85,4 @@ def present_path(data: Any, loc: Sequence[str | int]) -> tuple[str, ...]:
     return tuple(path)
 
 
-__all__ = ("key_lines", "line_of", "present_path")
+__all__ = ("item_line", "key_lines", "line_of", "present_path")

@@ -47,6 +47,17 @@ class RuntimeTable(_Table):
         return self
 
 
+class JWTTable(_Table):
+    """``[serve.jwt]``: an identity provider's JWT bearer tokens, accepted beside the static
+    ones: signed by a key of ``jwks`` (an http(s) URL, or a JWKS file beside this one), issued
+    by ``issuer``, for ``audience``; the principal is the ``principal_claim``."""
+
+    jwks: str = Field(min_length=1)
+    issuer: str = Field(min_length=1)
+    audience: str | None = Field(default=None, min_length=1)
+    principal_claim: str = Field(default="sub", min_length=1)
+
+
 class ServeTable(_Table):
     """``[serve]``: what ``tidings serve`` listens on and whom it lets in."""
 
@@ -58,8 +69,21 @@ class ServeTable(_Table):
     """The environment variable holding operator tokens, comma-separated."""
     access_log: bool | None = None
     """A log line per HTTP request (off unless asked for)."""
+    jwt: JWTTable | None = None
 
     _env = field_validator("tokens_env", "operator_tokens_env")(env_name)
+
+
+class PushTable(_Table):
+    """``[push]``: A2A push notifications (webhooks) -- their attempts and their targets."""
+
+    allow_private: bool = False
+    """Whether webhooks may target loopback, private and link-local addresses (off unless
+    asked for: a webhook is a request this server makes for a caller)."""
+    max_attempts: int = Field(default=8, ge=1, le=100)
+    backoff_seconds: float = Field(default=1.0, gt=0, le=3600)
+    backoff_cap_seconds: float = Field(default=300.0, gt=0, le=86400)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
 
 class RuleTable(_Table):
@@ -149,6 +173,26 @@ class ProfileTable(_Table):
         return [self.model] if self.model is not None else list(self.models or ())
 
 
+class MCPOAuthTable(_Table):
+    """``[mcp.<name>.oauth]``: OAuth 2.1 for an HTTP server (see ``tidings.MCPOAuth``).
+
+    ``client_id``, ``client_secret`` and ``private_key`` may be written ``${NAME}``: read from
+    the environment.
+    """
+
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    client_id: str | None = None
+    client_secret: str | None = None
+    private_key: str | None = None
+    """A PEM private key that signs the client's JWT assertion (client_credentials)."""
+    signing_algorithm: str = "RS256"
+    scopes: list[str] = Field(default_factory=list)
+    issuer: str | None = None
+    redirect_uri: str | None = None
+    """Where ``tidings mcp login`` listens for the code (default: the declaration's)."""
+    client_metadata_url: str | None = None
+
+
 class MCPTable(_Table):
     """``[mcp.<name>]``: an MCP server, a subprocess (``command``) or an HTTP ``url``.
 
@@ -161,13 +205,19 @@ class MCPTable(_Table):
     cwd: str | None = None
     url: str | None = Field(default=None, min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+    sampling: Literal["refuse", "ask", "allow"] = "ask"
+    """A server's request for a model completion: refused, asked of a person, or allowed."""
+    roots: list[str] = Field(default_factory=list)
+    """The directories the server is told it may work in (paths or file:// URIs)."""
+    oauth: MCPOAuthTable | None = None
+    """OAuth 2.1 for a url server: its tokens are kept sealed under the master key."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPTable:
         if (self.command is None) == (self.url is None):
             raise ValueError("an MCP server needs command (a subprocess) or url, not both")
-        if self.command is not None and (self.headers):
-            raise ValueError("headers are for a url server")
+        if self.command is not None and (self.headers or self.oauth is not None):
+            raise ValueError("headers and oauth are for a url server")
         if self.url is not None and (self.args or self.env or self.cwd is not None):
             raise ValueError("args, env and cwd are for a command server")
         if self.command == [] or self.command == "":
@@ -175,16 +225,37 @@ class MCPTable(_Table):
         return self
 
 
+class AgentTable(_Table):
+    """``[agents.<name>]``: a remote A2A agent a ``spawn`` may delegate to (``agent: name``)."""
+
+    url: str = Field(min_length=1)
+    """Where it is: its Agent Card is read from ``<url>/.well-known/agent-card.json``."""
+    token_env: str | None = None
+    """The environment variable holding its bearer token (never the token itself)."""
+    poll_seconds: float = Field(default=1.0, gt=0)
+    """How often its task is asked about while it works."""
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    subscribe: bool = True
+    """Whether its tasks are also watched by ``SubscribeToTask`` where its card says it
+    streams (the end seen at once); polling stays the rule either way."""
+    push_url: str | None = Field(default=None, min_length=1)
+    """Where the agent reaches this server (``https://tidings.example.com``): its tasks' news is
+    pushed there, each push a hint that has the task asked about at once."""
+
+
 class ConfigFile(_Table):
     """The whole file. ``tools`` sits at the top, before any table."""
 
     runtime: RuntimeTable = Field(default_factory=RuntimeTable)
     serve: ServeTable = Field(default_factory=ServeTable)
+    push: PushTable = Field(default_factory=PushTable)
     tools: list[str] = Field(default_factory=list)
     """Python tools by import path, ``package.module:name``."""
     models: dict[str, ModelTable] = Field(default_factory=dict)
     profiles: dict[str, ProfileTable] = Field(default_factory=dict)
     mcp: dict[str, MCPTable] = Field(default_factory=dict)
+    agents: dict[str, AgentTable] = Field(default_factory=dict)
 
 
-__all__ = ("ConfigFile", "MCPTable", "ModelTable", "ProfileTable", "RuntimeTable", "ServeTable")
+__all__ = ("AgentTable", "ConfigFile", "JWTTable", "MCPTable", "ModelTable", "ProfileTable",
+           "RuntimeTable", "ServeTable")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings.errors import InvalidInputError
 from tidings.store.base import Row, Store, Tx
-from tidings.store.postgres import PostgresStore
 from tidings.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from tidings.store.postgres import PostgresStore
 
 __all__ = ("PostgresStore", "Row", "SqliteStore", "Store", "Tx", "open_store")
 
@@ -19,6 +21,8 @@ async def open_store(url: str, **options: Any) -> Store:
     ``sqlite:////absolute/path.db`` or a plain file path opens SQLite.
     """
     if url.startswith(("postgresql://", "postgres://")):
+        from tidings.store.postgres import PostgresStore
+
         return await PostgresStore.open(url, **options)
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite:///")
@@ -30,3 +34,13 @@ async def open_store(url: str, **options: Any) -> Store:
             f"unsupported database URL {url!r}: use sqlite:///path or postgresql://"
         )
     return await SqliteStore.open(url, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # psycopg is imported when PostgreSQL is used: a third of a second of every start
+    # (the command line's too) that a SQLite runtime never needs.
+    if name == "PostgresStore":
+        from tidings.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

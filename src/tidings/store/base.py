@@ -103,6 +103,9 @@ class Tx(ABC):
 
     def execute(self, query: str, **params: Any) -> int:
         """Run a named query; the number of rows its last statement changed."""
+        return self._execute(query, params)
+
+    def _execute(self, query: str, params: dict[str, Any]) -> int:
         count = 0
         bound = self._bind(params)
         for statement in self._statements(query):
@@ -124,7 +127,7 @@ class Tx(ABC):
         before the transaction commits. With ``expect``, it must change exactly that many rows, or
         ``mismatch()`` is raised -- at the latest when the unit ends, so the unit rolls back.
         """
-        count = self.execute(query, **params)
+        count = self._execute(query, params)  # the caller's own dict: no copy of it
         if expect is not None and count != expect:
             raise (mismatch or _mismatch(query, expect, count))()
 
@@ -318,8 +321,10 @@ class Store(ABC):
         ``durable=False`` is for a unit whose effect may be lost to a power failure or a crash
         of the database server, and only that: a claim made on its own, whose lost lease leaves
         its signals ready as before, while whatever its holder commits durably later makes the
-        claim durable first, or finds no lease. Such a unit may be answered once its commit is
-        visible, before the disk has it; a group with any durable unit in it commits durably.
+        claim durable first, or finds no lease; or a webhook's acknowledgement, whose loss sends
+        the notification once more (at least once, its id the same). Such a unit may be
+        answered once its commit is visible, before the disk has it; a group with any durable
+        unit in it commits durably.
 
         A unit may run more than once before it commits (a transient error, or another unit of
         the same group failing, runs it again in a fresh transaction), so it must only touch the

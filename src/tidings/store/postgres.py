@@ -149,6 +149,12 @@ class PostgresStore(Store):
         """Units of work in those transactions (a bench figure)."""
         return self._writer.units_committed
 
+    @property
+    def round_trips(self) -> int:
+        """The times the writers waited for the server's answer (a statement, or a pipeline up
+        to its sync), over all their units: a bench figure, per unit over ``units_committed``."""
+        return self._writer.round_trips
+
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod

@@ -125,17 +125,20 @@ class Batch:
     """What a writer's group still has to send: statements whose answers nobody needs (and the
     group's ``BEGIN``). They go to the server with the next statement whose answer is needed,
     or with ``COMMIT``, in one pipeline: one round trip. With nothing queued, a statement goes
-    alone, outside pipeline mode (cheaper in the client for the same round trip)."""
+    alone, outside pipeline mode (cheaper in the client for the same round trip).
+    ``round_trips`` counts the sends: each waits once for the server's answer."""
 
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self._conn = conn
         self.queued: list[_Later] = [(("BEGIN",), {}, None, None)]
+        self.round_trips = 0
 
     def send(
         self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False
     ) -> tuple[psycopg.Cursor[Row], list[_Check]]:
         """Send what is queued and ``statement``; its cursor, answered, and the row counts of
         the queued statements still to check."""
+        self.round_trips += 1
         if not self.queued:
             return self._conn.execute(statement, params, binary=binary), []
         queued, self.queued = self.queued, []
@@ -153,7 +156,10 @@ class PostgresTx(Tx):
     """Statements whose answers a unit does not need wait in ``_later`` and go to the server
     together, in one pipeline (one round trip), before the next statement that needs an
     answer or at the end of the unit. In a writer's group (``batch=``) they wait longer: until
-    the next statement whose answer is needed, or the group's ``COMMIT``."""
+    the next statement whose answer is needed, or the group's ``COMMIT``.
+
+    ``round_trips`` counts the times it waited for the server's answer itself (a statement, a
+    pipeline); in a writer's group the :class:`Batch` counts them instead."""
 
     refuses_nul = True  # PostgreSQL's text cannot hold NUL: refused as bad input, not a 503
 
@@ -172,14 +178,17 @@ class PostgresTx(Tx):
         # envelopes) arrives as bytes instead of twice its size in hex.
         self._binary = binary
         self._batch = batch
+        self.round_trips = 0
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
+        self.round_trips += 1
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
         if self._batch is None:
             self.flush()
+            self.round_trips += 1
             cursor = self._conn.execute(statement, params, binary=self._binary)
         else:  # what the group queued, this unit's writes and this statement: a round trip
             self._batch.queued += self._later
@@ -214,6 +223,7 @@ class PostgresTx(Tx):
                 _, checks = self._batch.send("SELECT 1")
                 _check(checks)
             return
+        self.round_trips += 1  # one statement, or one pipeline
         if len(later) == 1 and len(later[0][0]) == 1:
             (statement,), params, expect, mismatch = later[0]
             checks = [(self._conn.execute(statement, params), expect, mismatch)]

@@ -73,10 +73,13 @@ def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
     return conn.closed or not sqlstate or sqlstate[:2] == "08" or sqlstate[:3] == "57P"
 
 
-def _rollback(conn: psycopg.Connection[Row]) -> None:
+def _rollback(conn: psycopg.Connection[Row]) -> int:
+    """Roll back what is open; the round trips that took (0 on a closed connection)."""
+    if conn.closed:
+        return 0
     with contextlib.suppress(psycopg.Error):
-        if not conn.closed:
-            conn.execute("ROLLBACK")
+        conn.execute("ROLLBACK")
+    return 1
 
 
 def _spoke_while_idle(conn: psycopg.Connection[Row]) -> bool:
@@ -93,7 +96,10 @@ class GroupWriter:
     """The writer threads of one store and the queues that feed them.
 
     ``groups_committed`` and ``units_committed`` count the transactions that committed and the
-    units of work in them (bench figures). After :meth:`stop` every queued unit has its answer.
+    units of work in them, ``round_trips`` the times a writer waited for the server's answer
+    (a statement, or a pipeline up to its sync; ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` when
+    sent alone; failed and retried attempts too; connecting and psycopg's own preparation of a
+    statement not counted): bench figures. After :meth:`stop` every queued unit has its answer.
     """
 
     def __init__(
@@ -117,12 +123,17 @@ class GroupWriter:
         self._next = 0
         self._threads = [
             threading.Thread(
-                target=self._loop, args=(jobs,), name=f"tidings-pg-writer-{n}", daemon=True
+                target=self._loop, args=(jobs, n), name=f"tidings-pg-writer-{n}", daemon=True
             )
             for n, jobs in enumerate(self._queues)
         ]
         self.groups_committed = 0
         self.units_committed = 0
+        self._round_trips = [0] * writers  # a writer thread adds to its own only: no lock
+
+    @property
+    def round_trips(self) -> int:
+        return sum(self._round_trips)
 
     def start(self) -> None:
         for thread in self._threads:
@@ -145,13 +156,13 @@ class GroupWriter:
             if thread.is_alive():
                 await asyncio.to_thread(thread.join)
 
-    def _loop(self, jobs: queue.SimpleQueue[Job | object]) -> None:
+    def _loop(self, jobs: queue.SimpleQueue[Job | object], writer: int) -> None:
         conn: psycopg.Connection[Row] | None = None
         try:
             while True:
                 group, stop = next_group(jobs, self._max_group)
                 if group:
-                    conn = self._run_group(conn, group)
+                    conn = self._run_group(conn, group, writer)
                     settle(group)
                 if stop:
                     return
@@ -160,7 +171,7 @@ class GroupWriter:
                 conn.close()
 
     def _run_group(
-        self, conn: psycopg.Connection[Row] | None, group: list[Job]
+        self, conn: psycopg.Connection[Row] | None, group: list[Job], writer: int
     ) -> psycopg.Connection[Row] | None:
         """Commit every unit of ``group`` it can; give each of the others its error."""
         pending = list(group)
@@ -179,12 +190,13 @@ class GroupWriter:
             try:
                 lone = pending[0]
                 if len(pending) == 1 and lone.statement is not None:
+                    self._round_trips[writer] += 1
                     lone.result = fetch(conn.execute(lone.statement, lone.params))
                     return conn
                 if carefully:
-                    failed = self._attempt(conn, pending)
+                    failed = self._attempt(conn, pending, writer)
                 else:
-                    outcome = self._attempt_pipelined(conn, pending)
+                    outcome = self._attempt_pipelined(conn, pending, writer)
                     if outcome is _CAREFULLY:
                         # A statement failed inside the pipeline: what followed it there was
                         # skipped, statements the driver took as prepared among them. The
@@ -199,7 +211,7 @@ class GroupWriter:
                     job.error = CommitOutcomeUnknownError(str(unknown.__cause__))
                 return conn
             except psycopg.Error as exc:  # BEGIN, COMMIT or an autocommit statement failed
-                _rollback(conn)
+                self._round_trips[writer] += _rollback(conn)
                 sqlstate = getattr(exc, "sqlstate", None) or ""
                 autocommitted = len(pending) == 1 and pending[0].statement is not None
                 if autocommitted and sqlstate not in TRANSIENT and transient(exc):
@@ -218,7 +230,7 @@ class GroupWriter:
                 committed(pending, self._wakeups, self._feed)
                 return conn
             job, error = failed
-            _rollback(conn)
+            self._round_trips[writer] += _rollback(conn)
             if isinstance(error, psycopg.Error) and transient(error) and retries < RETRIES:
                 retries += 1
                 continue
@@ -227,9 +239,10 @@ class GroupWriter:
         return conn
 
     def _attempt(
-        self, conn: psycopg.Connection[Row], pending: list[Job]
+        self, conn: psycopg.Connection[Row], pending: list[Job], writer: int
     ) -> tuple[Job, BaseException] | None:
         """Run every unit in one transaction and commit; the first unit that failed, if any."""
+        self._round_trips[writer] += 1
         conn.execute("BEGIN")
         for job in pending:
             tx = PostgresTx(self._queries, conn)
@@ -238,8 +251,11 @@ class GroupWriter:
                 tx.flush()
             except BaseException as exc:  # the unit's caller gets it
                 return job, exc
+            finally:
+                self._round_trips[writer] += tx.round_trips
             job.took(tx)
         try:
+            self._round_trips[writer] += 1
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             if _lost(conn, exc):
@@ -248,7 +264,7 @@ class GroupWriter:
         return None
 
     def _attempt_pipelined(
-        self, conn: psycopg.Connection[Row], pending: list[Job]
+        self, conn: psycopg.Connection[Row], pending: list[Job], writer: int
     ) -> tuple[Job, BaseException] | object | None:
         """Run every unit in one transaction, its statements batched, and commit: None once
         committed; the unit that raised and its exception when one raised on its own (not a
@@ -278,6 +294,7 @@ class GroupWriter:
                 batch.send("COMMIT")
             except psycopg.Error as exc:
                 error = exc
+        self._round_trips[writer] += batch.round_trips
         if error is None:
             return None
         if isinstance(error, psycopg.Error):

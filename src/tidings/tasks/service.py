@@ -18,7 +18,6 @@ with no second envelope, state or notice -- so a retry after a commit whose outc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import secrets
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Protocol
 
-from tidings.clock import Clock
+from tidings.clock import Clock, wait_set
 from tidings.errors import (
     CorruptDatabaseError,
     IntegrityViolationError,
@@ -395,8 +394,7 @@ class BackgroundTasks:
                 ).total_seconds()
                 log.warning("could not record the end of task %s (attempt %d): %s; trying "
                             "again in %.2f s", task_key, attempt, exc, delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), delay)
+                await wait_set(self._closing, delay)
             except Exception:
                 log.exception("could not record the end of task %s", task_key)
                 return False

@@ -11,12 +11,17 @@ from tidings.results import Results
 from tidings.store import Store
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
-from tidings.tools.children import CancelChild, child_tools
+from tidings.tools.children import CancelChild, RemoteChildren, child_tools
 from tidings.tools.registry import ToolContext, ToolRegistry
 from tidings.tools.restart import restart_tool
 from tidings.tools.shell import shell_tool
 from tidings.tools.tasks import task_tools
 from tidings.types import Operation
+
+BUILTIN_TOOLS = ("shell", "task_status", "wait", "task_output", "tool_result_get",
+                 "tool_result_list", "restart", "spawn", "send", "cancel")
+"""The names of the tools every runtime offers (a profile may name them without declaring
+them); a test holds this list to what :func:`register_builtins` registers."""
 
 
 class RequestRestart(Protocol):
@@ -31,7 +36,7 @@ class RequestRestart(Protocol):
 def register_builtins(
     registry: ToolRegistry, *, store: Store, supervisor: Supervisor, tasks: BackgroundTasks,
     results: Callable[[], Results | None], restart: RequestRestart, relay: ChildRelay,
-    cancel_child: CancelChild,
+    cancel_child: CancelChild, remote: RemoteChildren | None = None,
 ) -> None:
     """Register each built-in tool whose name the registry does not hold yet."""
 
@@ -43,9 +48,10 @@ def register_builtins(
         )
 
     for builtin in (shell_tool(supervisor, tasks), *task_tools(store, results),
-                    restart_tool(restart_from_tool), *child_tools(relay, cancel_child)):
+                    restart_tool(restart_from_tool),
+                    *child_tools(relay, cancel_child, remote)):
         if builtin.name not in registry:
             registry.register(builtin)
 
 
-__all__ = ("register_builtins",)
+__all__ = ("BUILTIN_TOOLS", "register_builtins")

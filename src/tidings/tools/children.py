@@ -6,17 +6,34 @@ mail (origin ``child``) in a supplementary turn of the parent -- except the firs
 turn-owned spawn (``lifetime: "turn"``, or a ``wait_s``), which the spawning turn receives
 before its reply is final: in the spawn's own result when it comes within the wait, else in a
 synthesis round (M16).
+
+``spawn`` with ``agent`` (when the runtime declares remote agents) delegates to a remote A2A
+agent instead (P5): the child is the same kind of child -- its reply comes from the remote
+task rather than a local conversation -- and ``send`` to it continues the remote exchange
+(answering the agent's question when it asked one).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.errors import InvalidInputError
 from tidings.mail.relay import Cancelled, ChildRelay, ChildRequest, render
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
+
+
+class RemoteChildren(Protocol):
+    """The remote agents a spawn may delegate to (P5; :mod:`tidings.agents` gives them)."""
+
+    def names(self) -> tuple[str, ...]: ...
+
+    async def spawn(self, context: ToolContext, agent: str, brief: str, *, title: str = "",
+                    turn_owned: bool = False) -> ChildRequest: ...
+
+    async def send(self, context: ToolContext, child_id: str, message: str
+                   ) -> ChildRequest | None: ...
 
 MAX_SPAWN_WAIT_S = 60.0
 
@@ -66,7 +83,19 @@ CancelChild = Callable[[str, str], Awaitable[list[Cancelled]]]
 """Cancels a request a parent opened, in cascade: ``(parent_id, task_key) -> cancelled``."""
 
 
-def child_tools(relay: ChildRelay, cancel_child: CancelChild) -> tuple[Tool, Tool, Tool]:
+def spawn_parameters(agents: tuple[str, ...]) -> Mapping[str, Any]:
+    """``spawn``'s parameters: with ``agent`` when remote agents are declared."""
+    if not agents:
+        return SPAWN_PARAMETERS
+    agent = {"type": "string", "enum": list(agents),
+             "description": "Delegate to this remote agent instead of a new local "
+                            "conversation."}
+    return {**SPAWN_PARAMETERS,
+            "properties": {**SPAWN_PARAMETERS["properties"], "agent": agent}}
+
+
+def child_tools(relay: ChildRelay, cancel_child: CancelChild,
+                remote: RemoteChildren | None = None) -> tuple[Tool, Tool, Tool]:
     async def _owned(request: ChildRequest, wait_s: float) -> ToolOutput:
         """A turn-owned spawn: its first report is shown now if it comes within the wait (and
         is consumed with this result), else the turn receives it before its reply is final.
@@ -96,10 +125,18 @@ def child_tools(relay: ChildRelay, cancel_child: CancelChild) -> tuple[Tool, Too
                 or not 0 <= wait_s <= MAX_SPAWN_WAIT_S:
             raise InvalidInputError(f"wait_s must be between 0 and {MAX_SPAWN_WAIT_S:.0f}")
         turn_owned = lifetime == "turn" or wait_s > 0
-        request = await relay.spawn(
-            context.conversation_id, context.run_id, context.call_id, brief,
-            title=title if isinstance(title, str) else "", turn_owned=turn_owned,
-        )
+        agent = arguments.get("agent")
+        if agent is not None:
+            if remote is None or agent not in remote.names():
+                raise InvalidInputError(f"no remote agent is named {agent!r}")
+            request = await remote.spawn(
+                context, agent, brief, title=title if isinstance(title, str) else "",
+                turn_owned=turn_owned)
+        else:
+            request = await relay.spawn(
+                context.conversation_id, context.run_id, context.call_id, brief,
+                title=title if isinstance(title, str) else "", turn_owned=turn_owned,
+            )
         if turn_owned:
             return await _owned(request, float(wait_s))
         return ToolOutput(
@@ -110,10 +147,11 @@ def child_tools(relay: ChildRelay, cancel_child: CancelChild) -> tuple[Tool, Too
         )
 
     async def send(context: ToolContext, arguments: Mapping[str, Any]) -> ToolOutput:
-        request = await relay.send(
-            context.conversation_id, _text(arguments, "conversation"), context.run_id,
-            context.call_id, _text(arguments, "message"),
-        )
+        child, message = _text(arguments, "conversation"), _text(arguments, "message")
+        request = None if remote is None else await remote.send(context, child, message)
+        if request is None:
+            request = await relay.send(context.conversation_id, child, context.run_id,
+                                       context.call_id, message)
         return ToolOutput(
             f"sent to {request.child_conversation_id} (task {request.task_key}); its reply "
             "will come back to you as a task_result",
@@ -132,8 +170,9 @@ def child_tools(relay: ChildRelay, cancel_child: CancelChild) -> tuple[Tool, Too
         }))
 
     return (
-        Tool("spawn", "Delegate to a new child conversation with a brief.", spawn,
-             parameters=SPAWN_PARAMETERS),
+        Tool("spawn", "Delegate to a new child conversation with a brief"
+             + (" (or to a remote agent)." if remote is not None and remote.names() else "."),
+             spawn, parameters=spawn_parameters(() if remote is None else remote.names())),
         Tool("send", "Ask a child conversation you spawned again.", send,
              parameters=SEND_PARAMETERS),
         Tool("cancel", "Cancel a spawn or send whose reply you no longer want (and whatever "

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from tidings.errors import InvalidInputError
-from tidings.models.base import ToolSpec
+from tidings.models.base import ModelReply, ModelRequest, ToolSpec
 from tidings.tasks.service import StartedTask
 from tidings.tasks.spawn import ProcessSpec
 from tidings.types import ToolContext as CallIds
@@ -36,6 +36,11 @@ class TaskStarter(Protocol):
     ) -> StartedTask: ...
 
 
+Sampler = Callable[[ModelRequest], Awaitable[ModelReply]]
+"""Asks the calling conversation's models (in the profile's order), its spend counted on the
+run: how a tool has the conversation's model answer something (an MCP server's sampling)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext(CallIds):
     """Who is calling a tool (the conversation, the run, the model's call id) and, in a turn, a
@@ -47,6 +52,8 @@ class ToolContext(CallIds):
     background: bool = False
     """The profile asks for this call in the background (its ``background`` list): a tool that
     can run as a background task does (an MCP server's tool, when the server runs tasks)."""
+    sample: Sampler | None = field(default=None, compare=False, repr=False)
+    """The conversation's models, asked by the tool during its call (in a turn)."""
 
     async def start_task(
         self, command: str | Sequence[str], *, lifetime: str = "conversation",

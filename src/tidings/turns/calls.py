@@ -9,7 +9,14 @@ from dataclasses import replace
 
 from tidings.errors import TidingsError
 from tidings.models.base import ToolCall
-from tidings.tools.registry import TOOL_RESULT_LIMIT, TaskStarter, Tool, ToolContext, ToolOutput
+from tidings.tools.registry import (
+    TOOL_RESULT_LIMIT,
+    Sampler,
+    TaskStarter,
+    Tool,
+    ToolContext,
+    ToolOutput,
+)
 from tidings.tracing import Tracing
 from tidings.turns import spans
 from tidings.turns.plan import TurnPlan
@@ -19,15 +26,16 @@ log = logging.getLogger("tidings.turns")
 
 async def execute(
     plan: TurnPlan, offered: Sequence[Tool], call: ToolCall, tracing: Tracing,
-    tasks: TaskStarter | None = None,
+    tasks: TaskStarter | None = None, sample: Sampler | None = None,
 ) -> ToolOutput:
     """Run ``call`` on the tool offered under its name; an error, or a result past
     ``TOOL_RESULT_LIMIT`` bytes (cut, and said so), is what the model reads. The call is a
     span, current while the tool runs: what the tool starts (a background task) is its child.
-    ``tasks`` is how the tool's context starts a background task."""
+    ``tasks`` is how the tool's context starts a background task, ``sample`` how it asks the
+    conversation's models."""
     with spans.tool_call(tracing, plan, call) as span:
         context = ToolContext(plan.conversation_id, plan.run_id, call.call_id, tasks=tasks,
-                              background=call.name in plan.profile.background)
+                              background=call.name in plan.profile.background, sample=sample)
         output = await _run(offered, call, context)
         if context.started and "task_key" not in output.meta:
             # The result that commits names the task, as the shell tool's does: the turn

@@ -21,6 +21,7 @@ from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply
 from tidings.outbox import Outbox
+from tidings.questions import expire_run_questions
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
 from tidings.turns.fallback import model_failures
@@ -139,6 +140,7 @@ class TurnEnding:
             )
             if self.approvals is not None:
                 self.approvals.expire_run(cx, plan.run_id)
+            expire_run_questions(cx, plan.run_id)
             if failure.status is not RunStatus.NEEDS_ATTENTION:
                 # The parent is told how its request ended; a run that needs attention may
                 # still answer it after a retry.

@@ -164,7 +164,8 @@ class Fallback:
                         asyncio.timeout(to_us(cfg.model_timeout) / 1e6),
                     ):
                         reply = await model.complete(
-                            replace(request, model=name),
+                            # The request is immutable: shared when it names the model already.
+                            request if request.model == name else replace(request, model=name),
                             on_delta=None if draft is None else draft.append,
                         )
                         spans.model_replied(span, reply)

@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from tidings.approvals import Approvals
 from tidings.clock import Clock
+from tidings.errors import ModelSampleError
 from tidings.feed import FeedHub
 from tidings.mail import queue
 from tidings.mail.door import Door
@@ -257,20 +258,17 @@ class TurnRunner:
         if plan.notice is not None:
             messages.append(PromptMessage("user", plan.notice, meta=dict(plan.notice_meta)))
         facts = runtime_facts(plan.lease.deliveries) if plan.lease is not None else None
-        request = ModelRequest(
-            model=profile.model,
-            system=profile.system,
-            tools=tuple(t.spec for t in offered),
-            messages=(),
-            suffix=(facts.content,) if facts is not None else (),
-        )
+        tools = tuple(t.spec for t in offered)
+        suffix = (facts.content,) if facts is not None else ()
         while True:
             if progress.steps >= self.config.max_steps:
                 raise TurnFailed(RunStatus.FAILED, "max_steps_exceeded", [])
             progress.steps += 1
-            reply = await self._call_model(
-                replace(request, messages=tuple(messages)), profile, progress, plan=plan
+            request = ModelRequest(
+                model=profile.model, system=profile.system, tools=tools,
+                messages=tuple(messages), suffix=suffix,
             )
+            reply = await self._call_model(request, profile, progress, plan=plan)
             if not reply.tool_calls:
                 if progress.turn_tasks or progress.turn_children:
                     # The reply is not final while its turn-lifetime tasks or its turn-owned
@@ -295,7 +293,8 @@ class TurnRunner:
             messages.append(PromptMessage("assistant", reply.text, tool_calls=tuple(calls)))
             obligations = self.obligations
             outputs = list(await asyncio.gather(*(
-                execute(plan, offered, call, self.tracing, obligations.tasks)
+                execute(plan, offered, call, self.tracing, obligations.tasks,
+                        functools.partial(self._sample, profile=profile, progress=progress))
                 if call.call_id not in held
                 else obligations.execute_approved(plan, progress, offered, call,
                                                   held[call.call_id])
@@ -325,6 +324,17 @@ class TurnRunner:
         (B1): sealed when the reply is in (it commits next), discarded when the call failed.
         """
         return await self.fallback.call(request, profile, progress, plan)
+
+    async def _sample(self, request: ModelRequest, *, profile: Profile,
+                      progress: TurnProgress) -> ModelReply:
+        """A tool's request for a completion (an MCP server's sampling), answered by the
+        profile's models as a step is, its spend counted on the run; no draft reaches the
+        feed. Every model failing is a :class:`~tidings.errors.TidingsError`."""
+        try:
+            return await self.fallback.call(replace(request, model=profile.models[0]), profile,
+                                            progress)
+        except TurnFailed as failed:
+            raise ModelSampleError(failed.code) from None
 
     # -- commits ------------------------------------------------------------------------------
 

@@ -80,6 +80,11 @@ def router() -> APIRouter:
         media = next(m for ext, m in MEDIA_TYPES.items() if name.endswith(ext))
         return Response(body, media_type=media, headers=HEADERS)
 
+    @console.get("/")
+    async def root() -> RedirectResponse:
+        # The site's root leads to the console (the API is under /v1, its docs at /docs).
+        return RedirectResponse("console/", status_code=307, headers=HEADERS)
+
     @console.get(PREFIX)
     async def bare() -> RedirectResponse:
         # The page's links are relative to /console/ (so it works under a mount prefix too).

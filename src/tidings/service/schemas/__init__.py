@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tidings.approvals import Approval
 from tidings.conversations import ConversationSummary
+from tidings.questions import Question
 from tidings.service.schemas.background import CancelledRequestOut as CancelledRequestOut
 from tidings.service.schemas.background import ChildCancelled as ChildCancelled
 from tidings.service.schemas.background import ChildRequestList as ChildRequestList
@@ -30,6 +31,8 @@ from tidings.service.schemas.operator import DeadLetterDetailOut as DeadLetterDe
 from tidings.service.schemas.operator import DeadLetterSettledOut as DeadLetterSettledOut
 from tidings.service.schemas.operator import InstanceList as InstanceList
 from tidings.service.schemas.operator import InstanceOut as InstanceOut
+from tidings.service.schemas.operator import PushDeadLetterList as PushDeadLetterList
+from tidings.service.schemas.operator import PushDeadLetterOut as PushDeadLetterOut
 from tidings.service.schemas.operator import SessionOut as SessionOut
 from tidings.types import (
     Answer,
@@ -64,7 +67,8 @@ class ProfileBody(_Request):
     approval_mode: Literal["never", "always", "writes"] = "never"
     system: str | None = Field(default=None, description="The system prompt.")
     automatic_tools: Literal["read_only", "all"] = Field(
-        default="read_only", description="The tools automatic turns get (L4)."
+        default="read_only", description="The tools turns nobody asked for get (a woken "
+        "turn, a child's reply): read_only or all."
     )
     background: list[str] = Field(
         default_factory=list, description="Tools (of tools) called as background tasks where "
@@ -84,6 +88,14 @@ class ConversationCreate(_Request):
     title: str = ""
 
 
+class ProfileChange(_Request):
+    """A conversation's new profile: checked as at create; the next turn uses it."""
+
+    profile: ProfileBody | str = Field(
+        description="The agent's profile, or the name of a profile the service was given."
+    )
+
+
 class InputCreate(_Request):
     """A person's input. Its origin is always ``person``; the kernel's fields are refused."""
 
@@ -99,6 +111,14 @@ class Decision(_Request):
     """A person's decision on a held tool call."""
 
     approve: bool
+
+
+class QuestionAnswer(_Request):
+    """A person's answer to a question an MCP server asked: ``accept`` with ``content`` that
+    fits the question's schema, ``decline`` or ``cancel``."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
 
 
 class RetryCreate(_Request):
@@ -404,7 +424,7 @@ class DeadLetterList(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "locked"] = Field(
-        description="locked: booted locked, waiting for the master key (L1)."
+        description="locked: started locked, waiting for the master key."
     )
     instance_id: str
 
@@ -444,8 +464,46 @@ class ApprovalList(BaseModel):
     approvals: list[ApprovalOut]
 
 
+class QuestionOut(BaseModel):
+    """A question an MCP server asked a person of the conversation, and its answer."""
+
+    question_id: str
+    conversation_id: str
+    run_id: str | None = Field(description="The run whose call waits on it (a call's).")
+    task_key: str | None = Field(description="The background task that asked (a task's).")
+    asker: str = Field(description="Who asks: mcp:<server>.")
+    kind: Literal["elicitation", "sampling"] = Field(description=(
+        "elicitation: the server asks for what requested_schema describes; sampling: the "
+        "server asks for the conversation's model to answer (accept lets it)."))
+    message: str
+    requested_schema: dict[str, Any]
+    status: Literal["pending", "accepted", "declined", "cancelled", "expired"]
+    answer: dict[str, Any] | None
+    decided_by: str | None
+    requested_at_us: int
+    expires_at_us: int
+    decided_at_us: int | None
+    delivered_at_us: int | None = Field(description="When the answer reached the server.")
+
+    @classmethod
+    def of(cls, q: Question) -> QuestionOut:
+        return cls(
+            question_id=q.question_id, conversation_id=q.conversation_id, run_id=q.run_id,
+            task_key=q.task_id, asker=q.asker, kind=q.kind,  # type: ignore[arg-type]
+            message=q.message, requested_schema=q.requested_schema,
+            status=q.status,  # type: ignore[arg-type]
+            answer=q.answer, decided_by=q.decided_by, requested_at_us=q.requested_at_us,
+            expires_at_us=q.expires_at_us, decided_at_us=q.decided_at_us,
+            delivered_at_us=q.delivered_at_us,
+        )
+
+
+class QuestionList(BaseModel):
+    questions: list[QuestionOut]
+
+
 class RestartAccepted(BaseModel):
-    """A restart is accepted, not completed: the next instance completes it (L2)."""
+    """A restart is accepted, not completed: the next instance completes it."""
 
     operation_id: str
     status: Literal["accepted"] = "accepted"

@@ -11,7 +11,7 @@ from tidings.tasks.journal import TaskRecord
 
 
 class ChildRequestOut(BaseModel):
-    """A request this conversation opened in a child (a spawn or a send) and its fate (M16)."""
+    """A request this conversation opened in a child (a spawn or a send) and its fate."""
 
     request_id: str
     task_key: str
@@ -23,6 +23,16 @@ class ChildRequestOut(BaseModel):
     relayed: bool = Field(description="Relayed as child mail, or consumed in its run.")
     owner_run: str | None = Field(description="A turn-owned spawn: the run it settles in.")
     consumed_in_run: str | None
+    agent: str | None = Field(
+        default=None, description="A remote child: the remote A2A agent answering it "
+        "(its child conversation is only its handle); null for a local child.")
+    remote_task_id: str | None = Field(
+        default=None, description="A remote child: the agent's task, once the brief was "
+        "answered.")
+    remote_state: str | None = Field(
+        default=None, description="A remote child: its task's A2A state as last seen "
+        "(submitted, working, input-required, completed, failed, canceled, rejected; unknown "
+        "when lost).")
 
     @classmethod
     def of(cls, r: ChildRequest) -> ChildRequestOut:
@@ -30,7 +40,8 @@ class ChildRequestOut(BaseModel):
             request_id=r.request_id, task_key=r.task_key, kind=r.kind,
             child_conversation_id=r.child_conversation_id, run_public_id=r.run_public_id,
             state=r.state, reply_status=r.reply_status, relayed=r.relayed,
-            owner_run=r.owner_run, consumed_in_run=r.consumed_in_run,
+            owner_run=r.owner_run, consumed_in_run=r.consumed_in_run, agent=r.agent,
+            remote_task_id=r.remote_task_id, remote_state=r.remote_state,
         )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from tidings.dead_letters import DeadLetterDetail, Settled
 from tidings.instances import InstanceRecord
+from tidings.push import PushDeadLetter
 
 
 class DeadLetterDetailOut(BaseModel):
@@ -91,3 +92,33 @@ class SessionOut(BaseModel):
     models: list[str] = Field(description="The models a profile may name.")
     tools: list[str] = Field(description="The tools a profile may offer.")
     profiles: list[str] = Field(description="Named profiles a conversation may be opened with.")
+
+
+class PushDeadLetterOut(BaseModel):
+    """An A2A push notification that failed for good; nothing replays it."""
+
+    delivery_id: int
+    notification_id: str = Field(description="The id every attempt carried "
+                                             "(X-A2A-Notification-Id).")
+    task_id: str
+    owner: str
+    config_id: str
+    context_id: str
+    event_seq: int
+    event_type: str
+    attempts: int
+    failure_code: str
+    published_at_us: int
+    settled_at_us: int
+
+    @classmethod
+    def of(cls, d: PushDeadLetter) -> PushDeadLetterOut:
+        return cls(delivery_id=d.delivery_id, notification_id=f"{d.task_id}.{d.event_seq}",
+                   task_id=d.task_id, owner=d.owner, config_id=d.config_id,
+                   context_id=d.conversation_id, event_seq=d.event_seq,
+                   event_type=d.event_type, attempts=d.attempts, failure_code=d.failure_code,
+                   published_at_us=d.published_at_us, settled_at_us=d.settled_at_us)
+
+
+class PushDeadLetterList(BaseModel):
+    items: list[PushDeadLetterOut]

@@ -1,12 +1,14 @@
-// One conversation: its run at a glance, the held calls waiting for a decision, the live
-// transcript, a composer (queue or steer), and what it does in the background.
+// One conversation: its run at a glance, the questions its MCP servers ask and the held calls
+// waiting for a decision, the live transcript, a composer (queue or steer), and what it does
+// in the background.
 
 import { ApiError, get, post, session } from './api.js';
 import {
-  badge, button, confirmButton, debounce, h, json, replace, short,
+  badge, button, confirmButton, debounce, failureWords, h, idCopy, json, replace,
 } from './dom.js';
 import { follow } from './feed.js';
 import { TranscriptView } from './transcript.js';
+import { questionsView } from './questions.js';
 import { childrenPanel, runsPanel, signalsPanel, tasksPanel } from './background.js';
 
 const FINAL = new Set(['completed', 'failed', 'needs_attention', 'stopped']);
@@ -26,15 +28,17 @@ export function conversationView(conversationId, context) {
   context.main.dataset.ready = '';
   replace(context.main, h('p', { class: 'muted' }, 'Loading…'));
 
-  const runStatus = h('span', { id: 'run-status' }, badge('idle'));
+  const runStatus = h('span', { id: 'run-status' }, h('span', { class: 'muted' }, 'none yet'));
   const runNote = h('span', { class: 'failure', id: 'run-note' });
   const feedState = h('span', { class: 'feed-state', id: 'feed-state' }, 'connecting');
   const conversationStatus = h('span', { id: 'conversation-status' });
   const approvals = h('section', { class: 'approvals', id: 'approvals' });
   const transcript = new TranscriptView();
+  const questions = questionsView(path, context);
   const panels = {
     runs: { label: 'Runs', render: () => runsPanel(conversationId, context, session.who.models) },
-    tasks: { label: 'Tasks', render: () => tasksPanel(conversationId, context) },
+    tasks: { label: 'Tasks',
+      render: () => tasksPanel(conversationId, context, transcript.progress) },
     children: { label: 'Children', render: () => childrenPanel(conversationId) },
     signals: { label: 'Signals', render: () => signalsPanel(conversationId) },
   };
@@ -42,14 +46,24 @@ export function conversationView(conversationId, context) {
   const panelBody = h('div', { class: 'panel-body', id: 'panel-body' });
   const tabs = h('div', { class: 'tabs', role: 'tablist' });
   let newestRun = null;
+  let drawnPanel = ''; // what the panel shows, serialised to compare a refresh with
 
   async function refreshPanel() {
     if (stopped) return;
+    const which = shown;
     try {
-      const content = await panels[shown].render();
+      const content = await panels[which].render();
+      // Another tab was chosen meanwhile: this one's answer is not drawn over it.
+      if (stopped || which !== shown) return;
       const open = [...panelBody.querySelectorAll('details[open], .output pre')].length;
-      // An output page someone is reading is not swept away by a refresh.
-      if (!(shown === 'tasks' && open)) replace(panelBody, content);
+      // An output page someone is reading is not swept away by a refresh, and a panel that
+      // reads as it did is left as it is (a button just pressed keeps its word).
+      const now = new XMLSerializer().serializeToString(content); // read, never written back
+      const same = panelBody.dataset.panel === which && now === drawnPanel;
+      if (!(shown === 'tasks' && open) && !same) {
+        replace(panelBody, content);
+        drawnPanel = now;
+      }
       panelBody.dataset.panel = shown;
     } catch (error) {
       if (!stopped) context.failed(error);
@@ -61,6 +75,7 @@ export function conversationView(conversationId, context) {
       shown = key;
       showTabs();
       replace(panelBody, h('p', { class: 'muted' }, 'Loading…'));
+      drawnPanel = '';
       refreshPanel();
     }, { role: 'tab', id: `tab-${key}`, class: key === shown ? 'here' : '',
       'aria-selected': key === shown ? 'true' : 'false' })));
@@ -73,7 +88,7 @@ export function conversationView(conversationId, context) {
       replace(approvals, items.length ? h('h2', {}, 'Waiting for your decision') : null,
         items.map((a) => h('div', { class: 'approval', dataset: { approval: a.approval_id } },
           h('div', {}, 'The model wants to call ', h('strong', {}, a.tool_name), ' (run ',
-            short(a.run_id), ')'),
+            idCopy(a.run_id), ')'),
           h('pre', { class: 'arguments' }, json(a.arguments)),
           h('div', { class: 'actions' },
             button('Approve', () => decide(a, true), { class: 'approve' }),
@@ -97,13 +112,16 @@ export function conversationView(conversationId, context) {
   const later = {
     panel: debounce(refreshPanel, 250),
     approvals: debounce(refreshApprovals, 100),
+    questions: debounce(() => { if (!stopped) questions.refresh(); }, 100),
   };
 
   function glance(runId, status, data) {
     newestRun = { runId, status };
     replace(runStatus, badge(status));
     runStatus.dataset.status = status;
-    runNote.textContent = data.failure_code ? ` ${data.failure_code}` : '';
+    // The reason in words, and only when it says more than the status ("stopped" once).
+    runNote.textContent = failureWords(data.failure_code, status);
+    runNote.title = data.failure_code || '';
     retry.hidden = !(status === 'failed' || status === 'needs_attention');
     stopTurn.hidden = FINAL.has(status);
   }
@@ -116,6 +134,13 @@ export function conversationView(conversationId, context) {
         glance(event.run_id || data.run_public_id, data.status, data);
         later.panel();
         later.approvals();
+        if (FINAL.has(data.status)) later.questions(); // its calls' questions expired
+        break;
+      case 'question_asked': case 'question_answered':
+        later.questions();
+        break;
+      case 'mcp_progress':
+        if (shown === 'tasks') later.panel();
         break;
       case 'approval_requested': case 'approval_decided': case 'approval_applied':
         later.approvals();
@@ -206,6 +231,7 @@ export function conversationView(conversationId, context) {
     }
     if (stopped) return;
     replace(conversationStatus, badge(conversation.status));
+    transcript.owner = conversation.owner; // whose words are the person's
     const usage = conversation.usage;
     showTabs();
     replace(context.main, h('section', { class: 'conversation', id: 'conversation',
@@ -213,19 +239,22 @@ export function conversationView(conversationId, context) {
     h('div', { class: 'heading' },
       h('div', {},
         h('h1', {}, conversation.title || '(untitled)'),
-        h('div', { class: 'id' }, conversationId, ' · owner ', conversation.owner, ' · model ',
+        h('div', { class: 'id' }, idCopy(conversationId, h('span', { class: 'full-id' },
+          conversationId)), ' · owner ', conversation.owner, ' · model ',
           conversation.profile.model,
           conversation.profile.tools.length ? ' · tools ' + conversation.profile.tools.join(', ')
             : '',
           usage && usage.model_calls ? ` · ${usage.input_tokens} tokens in, ${
             usage.output_tokens} out` : '')),
-      h('div', { class: 'glance' }, conversationStatus, ' run ', runStatus, runNote, ' ',
+      h('div', { class: 'glance' }, conversationStatus, h('span', { class: 'muted' },
+        'newest run'), runStatus, runNote, ' ',
         feedState, ' ', retry, stopTurn, archive())),
     h('div', { class: 'columns' },
-      h('div', { class: 'left' }, approvals, transcript.el,
+      h('div', { class: 'left' }, questions.el, approvals, transcript.el,
         session.who.principal || session.who.operator ? composer(conversation) : null),
       h('aside', { class: 'right' }, tabs, panelBody))));
     context.main.dataset.ready = 'conversation';
+    questions.refresh();
     refreshApprovals();
     refreshPanel();
     feed = follow(conversationId, {

@@ -47,6 +47,40 @@ export function badge(status) {
   return h('span', { class: 'badge s-' + word.replace(/[^a-z_]/g, '') }, word.replace(/_/g, ' '));
 }
 
+// Why a run ended, in words (the code itself stays in the element's tooltip). Nothing when
+// the code only repeats the status ("stopped").
+const FAILURES = {
+  stopped: 'stopped by a person',
+  shutdown: 'the server shut down during the turn',
+  interrupted: 'the server stopped during the turn',
+  cancelled: 'cancelled',
+  model_permanent: 'the model refused the request',
+  model_retryable: 'the model failed',
+  model_unavailable: 'no model could answer',
+  model_retries_exhausted: 'the model kept failing: its retries are spent',
+  max_steps_exceeded: 'too many steps in one turn',
+  history_exceeds_fit: 'the history no longer fits the model\'s window',
+  turn_failed: 'the turn failed',
+};
+
+export function failureWords(code, status) {
+  if (!code || code === status) return '';
+  return FAILURES[code] || String(code).replace(/_/g, ' ');
+}
+
+// What started a run, in words.
+const TRIGGERS = {
+  person: 'for a person',
+  agent: 'for another agent',
+  mail: 'for a notice or a reply',
+  wake: 'woken by the runtime',
+  goal: 'for its goal',
+};
+
+export function triggerWords(trigger) {
+  return TRIGGERS[trigger] || String(trigger || '').replace(/_/g, ' ');
+}
+
 export function ago(us) {
   if (us === null || us === undefined) return '—';
   const seconds = Math.max(0, (Date.now() * 1000 - us) / 1e6);
@@ -72,6 +106,53 @@ export function duration(ms) {
 export function short(id) {
   const text = String(id || '');
   return text.length > 18 ? text.slice(0, 9) + '…' + text.slice(-6) : text;
+}
+
+// Puts text in the clipboard: the Clipboard API where the page may use it, else the older
+// copy command over a hidden text box (a page served over plain http to another host).
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // refused (no permission, the page not focused): try the older way
+    }
+  }
+  const box = h('textarea', { class: 'copy-source', readonly: true, 'aria-hidden': 'true' });
+  box.value = text;
+  document.body.append(box);
+  box.select();
+  let done = false;
+  try {
+    done = document.execCommand('copy');
+  } catch {
+    done = false;
+  }
+  box.remove();
+  return done;
+}
+
+// An id as the page shows it (in short, or as `shown`), with a button that copies it whole.
+// The whole id is also the element's tooltip.
+export function idCopy(id, shown) {
+  const full = String(id || '');
+  const copy = h('button', { type: 'button', class: 'copy', title: 'Copy ' + full,
+    'aria-label': 'copy ' + full, dataset: { copy: full } }, 'copy');
+  copy.addEventListener('click', async (event) => {
+    event.preventDefault();
+    event.stopPropagation();
+    const done = await copyText(full);
+    copy.textContent = done ? 'copied' : 'select it';
+    copy.classList.toggle('copied', done);
+    setTimeout(() => {
+      copy.textContent = 'copy';
+      copy.classList.remove('copied');
+    }, 1500);
+  });
+  return h('span', { class: 'id-copy', dataset: { id: full } },
+    shown === undefined ? h('code', { class: 'short-id', title: full }, short(full)) : shown,
+    copy);
 }
 
 export function json(value) {

@@ -2,7 +2,10 @@
 // with status, last activity and the newest run; a form to open one.
 
 import { get, post, session } from './api.js';
-import { ago, badge, conversationRoute, h, link, replace, short, table } from './dom.js';
+import {
+  ago, badge, conversationRoute, h, idCopy, link, replace, short, table,
+} from './dom.js';
+import { Family } from './family.js';
 
 const PAGE = 100;
 const REFRESH_MS = 3000;
@@ -55,22 +58,92 @@ function openById() {
   return form;
 }
 
-function row(item, operator) {
+// What the list calls a conversation's status: archived (or deleted), else what its newest run
+// is doing, else idle.
+function statusOf(item) {
   const run = item.run;
-  const status = item.status !== 'active' ? item.status
+  return item.status !== 'active' ? item.status
     : run && ['queued', 'running', 'awaiting_approval'].includes(run.status) ? run.status
       : 'idle';
-  return h('tr', { dataset: { conversation: item.conversation_id } },
-    h('td', {}, link(conversationRoute(item.conversation_id),
-      item.title || '(untitled)'), h('div', { class: 'id' }, item.conversation_id)),
+}
+
+// A conversation's row; a child's is drawn under its parent's, set in by its depth. A child
+// whose parent is not shown says whose child it is.
+function row({ item, depth, parent }, operator) {
+  const run = item.run;
+  const dataset = { conversation: item.conversation_id, status: statusOf(item),
+    depth: String(depth) };
+  if (parent) dataset.parent = parent;
+  return h('tr', { class: depth ? 'child-row' : '', dataset },
+    h('td', { class: `name depth-${Math.min(depth, 4)}` },
+      depth ? h('span', { class: 'branch', 'aria-hidden': 'true' }, '↳ ') : null,
+      link(conversationRoute(item.conversation_id), item.title || '(untitled)'),
+      h('div', { class: 'id' }, idCopy(item.conversation_id)),
+      parent && !depth ? h('div', { class: 'id' }, 'opened by ',
+        idCopy(parent, link(conversationRoute(parent), short(parent)))) : null),
     operator ? h('td', {}, item.owner) : null,
-    h('td', {}, badge(status)),
+    h('td', {}, badge(statusOf(item))),
     h('td', {}, run ? badge(run.status) : h('span', { class: 'muted' }, 'no run yet'),
-      run ? h('div', { class: 'id' }, short(run.run_id), run.model ? ' · ' + run.model : '')
+      run ? h('div', { class: 'id' }, idCopy(run.run_id), run.model ? ' · ' + run.model : '')
         : null),
     h('td', { title: new Date(item.last_activity_us / 1000).toLocaleString() },
       ago(item.last_activity_us)),
     h('td', {}, item.profile.model));
+}
+
+// The words a search finds a conversation by: its title, id, owner, model and newest run.
+function searchable(item) {
+  return [item.title, item.conversation_id, item.owner, item.profile.model,
+    item.run ? item.run.run_id : '', item.run ? item.run.model : '']
+    .join('\n').toLowerCase();
+}
+
+const STATUS_ORDER = ['running', 'queued', 'awaiting_approval', 'idle', 'archived',
+  'tombstoned'];
+
+// The search box and the status filter: they narrow what is loaded (Show older loads more).
+function filters(onChange) {
+  const search = h('input', { type: 'search', id: 'search', name: 'search',
+    placeholder: 'search by title, id, owner or model', 'aria-label': 'search conversations',
+    spellcheck: 'false', autocomplete: 'off' });
+  const status = h('select', { id: 'status-filter', 'aria-label': 'show conversations that are' },
+    h('option', { value: '' }, 'every status'));
+  const count = h('span', { class: 'count', id: 'shown-count' });
+  search.addEventListener('input', onChange);
+  status.addEventListener('change', onChange);
+  let offered = '';
+  return {
+    el: h('div', { class: 'filters', id: 'filters' }, search, status, count),
+    // The statuses the loaded conversations have, each with how many: the choices.
+    offer(items) {
+      const counts = new Map();
+      for (const item of items) counts.set(statusOf(item), (counts.get(statusOf(item)) || 0) + 1);
+      const kinds = [...counts.keys()].sort((a, b) => {
+        const [x, y] = [STATUS_ORDER.indexOf(a), STATUS_ORDER.indexOf(b)];
+        return (x < 0 ? 99 : x) - (y < 0 ? 99 : y) || a.localeCompare(b);
+      });
+      if (status.value && !counts.has(status.value)) kinds.push(status.value);
+      const now = JSON.stringify(kinds.map((k) => [k, counts.get(k) || 0]));
+      if (now === offered) return; // an open choice is not redrawn under the pointer
+      offered = now;
+      const chosen = status.value;
+      replace(status, h('option', { value: '' }, 'every status'),
+        kinds.map((k) => h('option', { value: k }, `${k.replace(/_/g, ' ')} (${
+          counts.get(k) || 0})`)));
+      status.value = chosen;
+    },
+    keep(item) {
+      const words = search.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+      const text = searchable(item);
+      return (!status.value || statusOf(item) === status.value)
+        && words.every((word) => text.includes(word));
+    },
+    get key() { return [search.value, status.value]; },
+    said(shown, loaded) {
+      count.textContent = shown === loaded ? `${loaded} shown`
+        : `${shown} of the ${loaded} loaded`;
+    },
+  };
 }
 
 export function conversationList(context) {
@@ -78,33 +151,38 @@ export function conversationList(context) {
   const me = session.who;
   const body = h('div', { class: 'list-body' });
   const more = h('div', { class: 'more' });
+  const narrow = filters(() => render());
+  const family = new Family();
   const view = h('section', { class: 'conversations', id: 'conversations' },
     h('div', { class: 'heading' },
       h('h1', {}, operator ? 'Every conversation' : 'Your conversations'),
       openById()),
     me.principal ? createForm(context) : null,
-    body, more);
+    narrow.el, body, more);
   replace(context.main, view);
   let items = [];
   let next = null;
   let stopped = false;
-  let first = true;
+  let marked = false;
   let drawn = '';
 
   function render() {
-    const now = JSON.stringify([items, next]);
+    const now = JSON.stringify([items, next, narrow.key, family.version]);
     if (now === drawn) return; // unchanged: nothing is redrawn under the reader's pointer
     drawn = now;
+    narrow.offer(items);
+    const shown = items.filter((item) => narrow.keep(item));
+    narrow.said(shown.length, items.length);
     const headings = ['Conversation', operator ? 'Owner' : null, 'Status', 'Newest run',
       'Last activity', 'Model'].filter(Boolean);
-    replace(body, table(headings, items.map((item) => row(item, operator)),
-      'No conversations yet.'));
+    replace(body, table(headings, family.arrange(shown).map((placed) => row(placed, operator)),
+      items.length ? 'No conversation loaded matches; Show older looks further back.'
+        : 'No conversations yet.'));
     replace(more, next ? h('button', { type: 'button', id: 'more', onclick: loadMore },
       'Show older') : null);
-    if (first) {
-      first = false;
-      performance.mark('tidings-list-ready');
-      context.main.dataset.ready = 'list';
+    if (!marked) {
+      marked = true;
+      performance.mark('tidings-list-ready'); // the list is on screen
     }
   }
 
@@ -115,6 +193,9 @@ export function conversationList(context) {
     items = [...page.items, ...older];
     if (!older.length) next = page.next_after;
     render();
+    await family.learn(items);
+    render();
+    if (!stopped) context.main.dataset.ready = 'list'; // drawn as a tree too
   }
 
   async function loadMore() {
@@ -124,6 +205,8 @@ export function conversationList(context) {
         encodeURIComponent(next)}`);
       items = [...items, ...page.items];
       next = page.next_after;
+      render();
+      await family.learn(items);
       render();
     } catch (error) {
       context.failed(error);

@@ -68,6 +68,17 @@ export function noticeSummary(content) {
   return fold(content);
 }
 
+function amount(value) {
+  return typeof value === 'number' ? String(Math.round(value * 100) / 100) : String(value);
+}
+
+// A call's progress in words: "3/10 — message" (the server's message, as text).
+export function progressWords(data) {
+  const done = amount(data.progress) + (data.total === null || data.total === undefined ? ''
+    : '/' + amount(data.total));
+  return data.message ? `${done} — ${data.message}` : done;
+}
+
 function time(us) {
   return h('time', { class: 'at' }, new Date(us / 1000).toLocaleTimeString());
 }
@@ -87,9 +98,12 @@ export class TranscriptView {
     // transcript with its answer); the answers being written; the inputs still waiting.
     this.el = h('div', { class: 'transcript', id: 'transcript' },
       this.messages, this.reading, this.drafts, this.pending);
-    this.calls = new Map(); // call_id -> { details, result, state }
+    this.calls = new Map(); // call_id -> { details, result, state, bar }
+    this.progress = new Map(); // call_id -> the newest mcp_progress data of a running call
     this.draftsByKey = new Map(); // `${run}:${step}` -> { el, text: Text }
     this.pendingById = new Map(); // input_id -> element
+    this.authors = new Map(); // input_id -> authored_by, as its input_accepted said
+    this.owner = null; // the conversation's owner: a person's words by anyone else are marked
     this.lastSeq = 0;
   }
 
@@ -120,6 +134,7 @@ export class TranscriptView {
         if (FINAL.has(data.status)) this.dropRun(event.run_id || data.run_public_id);
         else if (data.status === 'running') this.read(data.inputs || []);
         break;
+      case 'mcp_progress': this.progressed(data); break;
       case 'context_compacted': this.line('The history was compacted.', event.at_us); break;
       case 'context_trimmed':
         this.line('The history sent to the model was cut to fit its window.', event.at_us);
@@ -174,15 +189,35 @@ export class TranscriptView {
 
   // -- inputs waiting to be read ---------------------------------------------------------------
 
+  // Who wrote a person's input: the owner ('person'), or someone else who posted into the
+  // conversation -- an operator -- named as such. An input posted without an author (through
+  // the library, as "person") is the owner's.
+  author(inputId) {
+    const by = this.authors.get(inputId);
+    if (!by || !this.owner || !by.display_name || by.handle === this.owner) return null;
+    return by.handle;
+  }
+
+  personHeader(inputId, ...rest) {
+    const other = this.author(inputId);
+    return h('header', {}, h('span', { class: 'who' }, other || 'person'),
+      other ? h('span', { class: 'aside' }, `posted by ${other === 'operator' ? 'an operator'
+        : other}, not by the owner (${this.owner})`) : null,
+      ...rest);
+  }
+
   accepted(data, at) {
+    if (data.authored_by) this.authors.set(data.input_id, data.authored_by);
     if (this.pendingById.has(data.input_id)) return;
     const runtime = Boolean(data.by_runtime);
-    const el = h('article', { class: 'msg pending-input ' + (runtime ? 'runtime' : 'person'),
-      dataset: { input: data.input_id } },
-    h('header', {}, h('span', { class: 'who' }, runtime ? 'runtime' : 'person'),
-      h('span', { class: 'kind' }, runtime ? (NOTICE_KINDS[data.origin] || 'notice') + ', waiting'
-        : (data.delivery_mode === 'steer' ? 'steering, waiting' : 'waiting for a turn')),
-      time(at)),
+    const other = !runtime && this.author(data.input_id);
+    const kind = h('span', { class: 'kind' }, runtime
+      ? (NOTICE_KINDS[data.origin] || 'notice') + ', waiting'
+      : (data.delivery_mode === 'steer' ? 'steering, waiting' : 'waiting for a turn'));
+    const el = h('article', { class: 'msg pending-input ' + (runtime ? 'runtime' : 'person')
+      + (other ? ' by-other' : ''), dataset: { input: data.input_id } },
+    runtime ? h('header', {}, h('span', { class: 'who' }, 'runtime'), kind, time(at))
+      : this.personHeader(data.input_id, kind, time(at)),
     h('div', { class: 'text' }, data.content === undefined ? '' : String(data.content)));
     this.pendingById.set(data.input_id, el);
     this.pending.append(el);
@@ -244,9 +279,11 @@ export class TranscriptView {
         h('pre', { class: 'text' }, m.content)));
     }
     if (m.role === 'user') {
-      return h('article', { class: 'msg person', dataset: { seq: m.seq } },
-        h('header', {}, h('span', { class: 'who' }, 'person'), time(at)),
-        h('div', { class: 'text' }, m.content));
+      const other = this.author(m.input_id);
+      return h('article', { class: 'msg person' + (other ? ' by-other' : ''),
+        dataset: other ? { seq: m.seq, author: other } : { seq: m.seq } },
+      this.personHeader(m.input_id, time(at)),
+      h('div', { class: 'text' }, m.content));
     }
     const el = h('article', { class: 'msg assistant', dataset: { seq: m.seq, run: m.run_id } },
       h('header', {}, h('span', { class: 'who' }, 'assistant'), time(at)));
@@ -255,17 +292,33 @@ export class TranscriptView {
     return el;
   }
 
+  // A running MCP call's progress, on its call: a bar (when the server gave a total) and the
+  // server's words.
+  progressed(data) {
+    this.progress.set(data.call_id, data);
+    const call = this.calls.get(data.call_id);
+    if (!call || call.details.classList.contains('answered')) return;
+    call.state.textContent = progressWords(data);
+    call.state.dataset.progress = String(data.progress);
+    if (typeof data.total === 'number' && data.total > 0) {
+      call.bar.max = data.total;
+      call.bar.value = Math.min(data.progress, data.total);
+      call.bar.hidden = false;
+    }
+  }
+
   call(call) {
     const state = h('span', { class: 'tool-state' }, 'waiting for its result');
+    const bar = h('progress', { class: 'call-progress', hidden: true });
     const result = h('pre', { class: 'result' }, '');
     const details = h('details', { class: 'tool', dataset: { call: call.call_id } },
       h('summary', {}, h('span', { class: 'tool-name' }, call.name), ' ',
-        h('span', { class: 'args' }, preview(call.arguments)), ' ', state),
+        h('span', { class: 'args' }, preview(call.arguments)), ' ', bar, ' ', state),
       h('div', { class: 'tool-body' },
         h('div', { class: 'label' }, 'arguments'),
         h('pre', { class: 'arguments' }, JSON.stringify(call.arguments, null, 2)),
         h('div', { class: 'label' }, 'result'), result));
-    this.calls.set(call.call_id, { details, result, state });
+    this.calls.set(call.call_id, { details, result, state, bar });
     return details;
   }
 
@@ -278,6 +331,8 @@ export class TranscriptView {
     }
     call.result.textContent = m.content;
     call.state.textContent = 'answered ' + new Date(at / 1000).toLocaleTimeString();
+    call.bar.hidden = true;
+    this.progress.delete(m.tool_call_id);
     call.details.classList.add('answered');
   }
 }

@@ -469,6 +469,12 @@ SELECT * FROM messages
  WHERE conversation_id = :conversation_id AND seq > :after_seq
  ORDER BY seq LIMIT :limit;
 
+-- run_transcript --
+-- One run's messages, in order (an A2A task's history).
+SELECT * FROM messages
+ WHERE run_id = :run_id AND conversation_id = :conversation_id AND seq > :after_seq
+ ORDER BY seq LIMIT :limit;
+
 -- events_after --
 SELECT * FROM events
  WHERE conversation_id = :conversation_id AND seq > :after_seq
@@ -767,8 +773,11 @@ SELECT request_id FROM child_requests
  LIMIT 1;
 
 -- child_requests_of_parent --
-SELECT c.*, o.owner_run, o.consumed_in_run FROM child_requests c
+-- With each remote child's agent, remote task and its last known state (P5).
+SELECT c.*, o.owner_run, o.consumed_in_run, r.agent, r.remote_task_id, r.remote_state
+  FROM child_requests c
   LEFT JOIN turn_owned_requests o ON o.request_id = c.request_id
+  LEFT JOIN remote_children r ON r.request_id = c.request_id
  WHERE c.parent_conversation_id = :parent_conversation_id
  ORDER BY c.created_at_us, c.request_id
  LIMIT :limit;
@@ -836,3 +845,310 @@ SELECT content FROM messages
    AND role = 'assistant' AND tool_calls IS NULL
  ORDER BY seq DESC
  LIMIT 1;
+
+-- ============================================================================================
+-- Questions (B15): what an MCP server asks a person, decided once
+-- ============================================================================================
+
+-- insert_question --
+-- The same question asked again (its ask_key: a call's or a task's request) is the one row.
+INSERT INTO questions (question_id, conversation_id, run_id, task_id, asker, kind, ask_key,
+                       message, requested_schema, status, requested_at_us, expires_at_us)
+VALUES (:question_id, :conversation_id, :run_id, :task_id, :asker, :kind, :ask_key, :message,
+        :requested_schema, 'pending', :now_us, :expires_at_us)
+ON CONFLICT (ask_key) DO NOTHING;
+
+-- get_question --
+SELECT * FROM questions WHERE question_id = :question_id;
+
+-- question_by_key --
+SELECT * FROM questions WHERE ask_key = :ask_key;
+
+-- decide_question --
+-- Only a pending question is decided: a decision is never overwritten.
+UPDATE questions SET status = :status, answer = :answer, decided_by = :decided_by,
+                     decided_at_us = :now_us
+ WHERE question_id = :question_id AND status = 'pending'
+RETURNING question_id;
+
+-- deliver_question --
+-- The answer reached the one who asked (once).
+UPDATE questions SET delivered_at_us = :now_us
+ WHERE question_id = :question_id AND delivered_at_us IS NULL AND status <> 'pending';
+
+-- expire_due_questions --
+UPDATE questions SET status = 'expired', decided_at_us = :now_us
+ WHERE status = 'pending' AND expires_at_us <= :now_us
+RETURNING question_id, conversation_id, run_id;
+
+-- expire_run_questions --
+-- The run that waits on them ended: no answer can reach its call any more.
+UPDATE questions SET status = 'expired', decided_at_us = :now_us
+ WHERE run_id = :run_id AND status = 'pending'
+RETURNING question_id, conversation_id;
+
+-- expire_task_questions --
+-- The task that asked ended (or was lost, or cancelled).
+UPDATE questions SET status = 'expired', decided_at_us = :now_us
+ WHERE task_id = :task_id AND status = 'pending'
+RETURNING question_id, conversation_id;
+
+-- conversation_questions --
+SELECT * FROM questions
+ WHERE conversation_id = :conversation_id AND (:status = '' OR status = :status)
+ ORDER BY requested_at_us DESC, question_id DESC
+ LIMIT :limit;
+
+-- ============================================================================================
+-- MCP outages (B4): who was told a server is not there, to be told once it is back
+-- ============================================================================================
+
+-- tell_mcp_outage --
+-- A conversation heard the server is not there (``disconnected``, a refusal, or a call that
+-- failed for it), in the commit that told it. Told again, it keeps the first time.
+INSERT INTO mcp_outage_told (server, conversation_id, told_at_us)
+VALUES (:server, :conversation_id, :now_us)
+ON CONFLICT (server, conversation_id) DO NOTHING;
+
+-- mcp_outage_told --
+-- One page of the conversations told of the server's outage, by id after ``after``.
+SELECT conversation_id FROM mcp_outage_told
+ WHERE server = :server AND conversation_id > :after
+ ORDER BY conversation_id
+ LIMIT :limit;
+
+-- forget_mcp_outage_told --
+-- The conversation hears the server is back: whoever deletes the row tells it, once.
+DELETE FROM mcp_outage_told WHERE server = :server AND conversation_id = :conversation_id
+RETURNING conversation_id;
+
+-- ============================================================================================
+-- OAuth for MCP servers over HTTP: each server's tokens and client registration, sealed under
+-- the master key by tidings/mcp/oauth.py (the columns never hold them in the clear)
+-- ============================================================================================
+
+-- mcp_oauth_get --
+SELECT server, url, tokens, client_info, updated_at_us FROM mcp_oauth WHERE server = :server;
+
+-- mcp_oauth_put_tokens --
+-- Kept for the server's URL: a row written for another URL loses its registration with it.
+INSERT INTO mcp_oauth (server, url, tokens, client_info, updated_at_us)
+VALUES (:server, :url, :tokens, NULL, :now_us)
+ON CONFLICT (server) DO UPDATE
+   SET tokens = excluded.tokens, updated_at_us = excluded.updated_at_us,
+       client_info = CASE WHEN mcp_oauth.url = excluded.url THEN mcp_oauth.client_info END,
+       url = excluded.url;
+
+-- mcp_oauth_put_client --
+INSERT INTO mcp_oauth (server, url, tokens, client_info, updated_at_us)
+VALUES (:server, :url, NULL, :client_info, :now_us)
+ON CONFLICT (server) DO UPDATE
+   SET client_info = excluded.client_info, updated_at_us = excluded.updated_at_us,
+       tokens = CASE WHEN mcp_oauth.url = excluded.url THEN mcp_oauth.tokens END,
+       url = excluded.url;
+
+-- mcp_oauth_forget --
+DELETE FROM mcp_oauth WHERE server = :server;
+
+-- ============================================================================================
+-- A2A push-notification configs (P1): what a principal asked to be told of a task, kept for
+-- the delivery worker (P3)
+-- ============================================================================================
+
+-- put_push_config --
+-- Create, or replace the one of the same id: A2A's create is an upsert by config id.
+INSERT INTO a2a_push_configs (task_id, owner, config_id, conversation_id, url, token,
+                              auth_scheme, auth_credentials, created_at_us)
+VALUES (:task_id, :owner, :config_id, :conversation_id, :url, :token, :auth_scheme,
+        :auth_credentials, :now_us)
+ON CONFLICT (task_id, owner, config_id) DO UPDATE
+   SET url = excluded.url, token = excluded.token, auth_scheme = excluded.auth_scheme,
+       auth_credentials = excluded.auth_credentials;
+
+-- push_config --
+SELECT * FROM a2a_push_configs
+ WHERE task_id = :task_id AND owner = :owner AND config_id = :config_id;
+
+-- push_configs_of_task --
+-- One page of a principal's configs for a task, by id after ``after``.
+SELECT * FROM a2a_push_configs
+ WHERE task_id = :task_id AND owner = :owner AND config_id > :after
+ ORDER BY config_id
+ LIMIT :limit;
+
+-- push_configs_to_deliver --
+-- Every config of a task, whoever registered it: what a delivery reads (P3).
+SELECT * FROM a2a_push_configs WHERE task_id = :task_id ORDER BY owner, config_id;
+
+-- delete_push_config --
+DELETE FROM a2a_push_configs
+ WHERE task_id = :task_id AND owner = :owner AND config_id = :config_id
+RETURNING config_id;
+
+-- ============================================================================================
+-- Remote children (P5)
+-- ============================================================================================
+
+-- insert_remote_child --
+-- Written with the child request, before anything is sent: the ids the message will carry.
+INSERT INTO remote_children (request_id, agent, message_id, context_id, message, remote_task_id,
+                             instance_id, created_at_us)
+VALUES (:request_id, :agent, :message_id, :context_id, :message, :remote_task_id, :instance_id,
+        :now_us);
+
+-- insert_remote_child_hook --
+-- The token the agent is given to push the request's news with, written with the request.
+INSERT INTO remote_child_hooks (request_id, token) VALUES (:request_id, :token);
+
+-- remote_child_sent --
+-- The agent answered the message: its task (and the context it is in), recorded once.
+UPDATE remote_children
+   SET remote_task_id = :remote_task_id, remote_state = :remote_state, sent_at_us = :now_us,
+       context_id = :context_id
+ WHERE request_id = :request_id AND sent_at_us IS NULL;
+
+-- remote_child_own_context --
+-- The agent refused the context chosen for the message (it opens its own contexts): written
+-- before the message goes without one, so that a crash in between is never taken for "not sent".
+UPDATE remote_children SET context_id = ''
+ WHERE request_id = :request_id AND sent_at_us IS NULL;
+
+-- remote_child_state --
+-- The remote task's state as last seen, while it is followed (for whoever looks).
+UPDATE remote_children SET remote_state = :remote_state
+ WHERE request_id = :request_id AND ended_at_us IS NULL;
+
+-- end_remote_child --
+-- The remote task was followed to its end (or cancelled): nothing more to follow.
+UPDATE remote_children SET ended_at_us = :now_us, remote_state = :remote_state
+ WHERE request_id = :request_id AND ended_at_us IS NULL;
+
+-- remote_child_hook --
+-- What a push hint is checked against: the token the agent was given.
+SELECT token FROM remote_child_hooks WHERE request_id = :request_id;
+
+-- remote_child --
+SELECT r.*, c.state, c.kind, c.input_id, c.parent_conversation_id, c.child_conversation_id,
+       c.task_key, h.token AS hook_token
+  FROM remote_children r JOIN child_requests c ON c.request_id = r.request_id
+  LEFT JOIN remote_child_hooks h ON h.request_id = r.request_id
+ WHERE r.request_id = :request_id;
+
+-- last_remote_child_of --
+-- A remote child conversation's newest request (a send continues its context, or its task).
+SELECT r.*, c.state, c.input_id, c.parent_conversation_id, c.child_conversation_id, c.task_key
+  FROM remote_children r JOIN child_requests c ON c.request_id = r.request_id
+ WHERE c.child_conversation_id = :child_conversation_id
+ ORDER BY r.created_at_us DESC, r.request_id DESC
+ LIMIT 1;
+
+-- followed_remote_children --
+-- The remote tasks an instance follows, to their end or their cancel.
+SELECT request_id, agent, instance_id FROM remote_children
+ WHERE instance_id = :instance_id AND ended_at_us IS NULL
+ ORDER BY created_at_us;
+
+-- orphaned_remote_children --
+-- Remote tasks followed by an instance that is gone: the work runs on at the agent.
+SELECT r.request_id, r.agent, r.instance_id
+  FROM remote_children r JOIN instances i ON i.instance_id = r.instance_id
+ WHERE r.ended_at_us IS NULL AND r.instance_id <> :instance_id
+   AND (i.stopped_at_us IS NOT NULL OR i.reconciled_at_us IS NOT NULL)
+ ORDER BY r.created_at_us
+ LIMIT :limit;
+
+-- adopt_remote_child --
+-- A live instance takes over following a remote task; only one can (the row names the gone one).
+UPDATE remote_children SET instance_id = :instance_id
+ WHERE request_id = :request_id AND instance_id = :gone_instance_id AND ended_at_us IS NULL;
+
+-- ============================================================================================
+-- A2A push deliveries (P3): written by the trigger of migration 0019 with the journal event
+-- ============================================================================================
+
+-- claim_push_deliveries --
+-- The head of each config's queue (its oldest pending delivery), when due and its config is
+-- still there, leased: in order per config, never two of one config at once. A leased row's
+-- claimable_at_us is its lease's deadline, so an attempt that died is due again after it. The
+-- state and due time are checked again under the row's lock: two claimers lease it once.
+UPDATE a2a_push_deliveries
+   SET state = 'leased', lease_token = :token, lease_deadline_us = :deadline_us,
+       claimable_at_us = :deadline_us, attempts = attempts + 1
+ WHERE delivery_id IN (
+        SELECT d.delivery_id FROM a2a_push_deliveries d
+          JOIN a2a_push_configs c
+            ON c.task_id = d.task_id AND c.owner = d.owner AND c.config_id = d.config_id
+         WHERE d.state IN ('ready', 'leased') AND d.claimable_at_us <= :now_us
+           AND NOT EXISTS (
+                SELECT 1 FROM a2a_push_deliveries e
+                 WHERE e.task_id = d.task_id AND e.owner = d.owner
+                   AND e.config_id = d.config_id AND e.state IN ('ready', 'leased')
+                   AND e.delivery_id < d.delivery_id)
+         ORDER BY d.delivery_id
+         LIMIT :limit)
+   AND state IN ('ready', 'leased') AND claimable_at_us <= :now_us
+RETURNING *;
+
+-- push_targets --
+-- The configs the claimed deliveries go to, as they stand now (a replaced URL or token is
+-- used from the next attempt on).
+SELECT c.* FROM a2a_push_configs c
+ WHERE EXISTS (SELECT 1 FROM a2a_push_deliveries d
+                WHERE d.lease_token = :token AND d.task_id = c.task_id AND d.owner = c.owner
+                  AND d.config_id = c.config_id);
+
+-- ack_push_delivery --
+UPDATE a2a_push_deliveries
+   SET state = 'delivered', lease_token = NULL, lease_deadline_us = NULL,
+       settled_at_us = :now_us, failure_code = NULL
+ WHERE delivery_id = :delivery_id AND lease_token = :token AND state = 'leased'
+RETURNING delivery_id;
+
+-- release_push_delivery --
+-- A failed attempt: back to ready after its backoff, or dead_letter (settled) past the budget.
+UPDATE a2a_push_deliveries
+   SET state = CAST(:state AS text), lease_token = NULL, lease_deadline_us = NULL,
+       claimable_at_us = :claimable_at_us, failure_code = :failure_code,
+       settled_at_us = CASE WHEN CAST(:state AS text) = 'dead_letter' THEN :now_us END
+ WHERE delivery_id = :delivery_id AND lease_token = :token AND state = 'leased'
+RETURNING delivery_id, state;
+
+-- void_push_deliveries --
+-- A deleted config sends nothing more: its pending deliveries go with it (an attempt in
+-- flight then finds no row to settle).
+DELETE FROM a2a_push_deliveries
+ WHERE task_id = :task_id AND owner = :owner AND config_id = :config_id
+   AND state IN ('ready', 'leased');
+
+-- push_watched_conversations --
+-- The conversations whose journal can publish a push notification (they have a config).
+SELECT DISTINCT conversation_id FROM a2a_push_configs;
+
+-- next_push_due --
+SELECT min(claimable_at_us) AS due FROM a2a_push_deliveries WHERE state IN ('ready', 'leased');
+
+-- push_dead_letters --
+SELECT delivery_id, task_id, owner, config_id, conversation_id, event_seq, event_type,
+       attempts, failure_code, published_at_us, settled_at_us
+  FROM a2a_push_deliveries
+ WHERE state = 'dead_letter' AND delivery_id > :after
+ ORDER BY delivery_id
+ LIMIT :limit;
+
+-- push_stats --
+SELECT count(*) FILTER (WHERE state IN ('ready', 'leased')) AS pending,
+       count(*) FILTER (WHERE state = 'leased') AS leased,
+       count(*) FILTER (WHERE state = 'dead_letter') AS dead_letters,
+       count(*) FILTER (WHERE state = 'delivered') AS delivered,
+       min(CASE WHEN state IN ('ready', 'leased') THEN published_at_us END) AS oldest_pending_us
+  FROM a2a_push_deliveries;
+
+-- purge_push_delivered --
+DELETE FROM a2a_push_deliveries
+ WHERE delivery_id IN (SELECT delivery_id FROM a2a_push_deliveries
+                        WHERE state = 'delivered' AND settled_at_us < :before_us
+                        LIMIT :limit);
+
+-- push_deliveries_of_task --
+-- Diagnostics and tests: a task's deliveries, in order.
+SELECT * FROM a2a_push_deliveries WHERE task_id = :task_id ORDER BY delivery_id;

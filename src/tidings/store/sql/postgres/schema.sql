@@ -193,6 +193,9 @@ CREATE TABLE IF NOT EXISTS messages (
     PRIMARY KEY (conversation_id, seq)
 );
 
+-- An A2A task's history is its run's messages.
+CREATE INDEX IF NOT EXISTS messages_run ON messages (run_id, seq);
+
 -- One row per tool call an assistant message made; result_seq stays NULL while it is open.
 -- While any call of a conversation is open, only results may be appended (strict pairing).
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -362,3 +365,183 @@ CREATE TABLE IF NOT EXISTS turn_owned_requests (
 );
 
 CREATE INDEX IF NOT EXISTS turn_owned_requests_owner ON turn_owned_requests (owner_run);
+
+-- Questions (B15): what an MCP server asks a person, held until a person decides it once.
+CREATE TABLE IF NOT EXISTS questions (
+    question_id text PRIMARY KEY,
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    run_id text,
+    task_id text,
+    asker text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('elicitation', 'sampling')),
+    ask_key text NOT NULL UNIQUE,
+    message text NOT NULL,
+    requested_schema text NOT NULL,
+    status text NOT NULL
+        CHECK (status IN ('pending', 'accepted', 'declined', 'cancelled', 'expired')),
+    answer text,
+    decided_by text,
+    requested_at_us bigint NOT NULL,
+    expires_at_us bigint NOT NULL,
+    decided_at_us bigint,
+    delivered_at_us bigint
+);
+
+CREATE INDEX IF NOT EXISTS questions_conversation
+    ON questions (conversation_id, requested_at_us);
+CREATE INDEX IF NOT EXISTS questions_pending
+    ON questions (expires_at_us) WHERE status = 'pending';
+
+-- OAuth 2.1 for MCP servers over HTTP (B18): tokens and client registration, sealed.
+CREATE TABLE IF NOT EXISTS mcp_oauth (
+    server text PRIMARY KEY,
+    url text NOT NULL,
+    tokens text,
+    client_info text,
+    updated_at_us bigint NOT NULL
+);
+
+-- Who was told of an MCP server's outage (B4), kept across a process's stop.
+CREATE TABLE IF NOT EXISTS mcp_outage_told (
+    server text NOT NULL,
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    told_at_us bigint NOT NULL,
+    PRIMARY KEY (server, conversation_id)
+);
+
+-- A2A push-notification configs (P1), per task (the input a message made) and principal.
+CREATE TABLE IF NOT EXISTS a2a_push_configs (
+    task_id text NOT NULL,
+    owner text NOT NULL,
+    config_id text NOT NULL,
+    conversation_id text NOT NULL REFERENCES conversations (conversation_id),
+    url text NOT NULL,
+    token text NOT NULL,
+    auth_scheme text NOT NULL,
+    auth_credentials text NOT NULL,
+    created_at_us bigint NOT NULL,
+    PRIMARY KEY (task_id, owner, config_id)
+);
+
+-- Remote children (P5): child requests a remote A2A agent answers, and its task.
+CREATE TABLE IF NOT EXISTS remote_children (
+    request_id text PRIMARY KEY REFERENCES child_requests (request_id),
+    agent text NOT NULL,
+    message_id text NOT NULL UNIQUE,
+    context_id text NOT NULL,
+    message text NOT NULL,
+    remote_task_id text,
+    remote_state text,
+    instance_id text NOT NULL,
+    created_at_us bigint NOT NULL,
+    sent_at_us bigint,
+    ended_at_us bigint
+);
+
+CREATE INDEX IF NOT EXISTS remote_children_followed
+    ON remote_children (instance_id) WHERE ended_at_us IS NULL;
+
+-- The tokens remote agents push a remote child's news with (P5, migration 0021).
+CREATE TABLE IF NOT EXISTS remote_child_hooks (
+    request_id text PRIMARY KEY REFERENCES remote_children (request_id),
+    token text NOT NULL
+);
+
+-- A2A push notifications (P3): one delivery per (journal event, config of a task it concerns),
+-- written by the trigger in the unit that commits the event (see migration 0019).
+CREATE INDEX IF NOT EXISTS a2a_push_configs_conversation
+    ON a2a_push_configs (conversation_id);
+
+CREATE TABLE IF NOT EXISTS a2a_push_deliveries (
+    delivery_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id text NOT NULL,
+    owner text NOT NULL,
+    config_id text NOT NULL,
+    conversation_id text NOT NULL,
+    event_seq bigint NOT NULL,
+    event_type text NOT NULL,
+    run_id text,
+    data text NOT NULL,
+    state text NOT NULL CHECK (state IN ('ready', 'leased', 'delivered', 'dead_letter')),
+    attempts integer NOT NULL DEFAULT 0,
+    claimable_at_us bigint NOT NULL,
+    lease_token text,
+    lease_deadline_us bigint,
+    failure_code text,
+    published_at_us bigint NOT NULL,
+    settled_at_us bigint,
+    UNIQUE (task_id, owner, config_id, event_seq)
+);
+
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_pending
+    ON a2a_push_deliveries (task_id, owner, config_id, delivery_id)
+    WHERE state IN ('ready', 'leased');
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_due
+    ON a2a_push_deliveries (claimable_at_us) WHERE state IN ('ready', 'leased');
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_dead
+    ON a2a_push_deliveries (delivery_id) WHERE state = 'dead_letter';
+
+CREATE OR REPLACE FUNCTION a2a_push_publish() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
+                                     event_type, run_id, data, state, attempts,
+                                     claimable_at_us, published_at_us)
+    SELECT c.task_id, c.owner, c.config_id, NEW.conversation_id, NEW.seq, NEW.type, NEW.run_id,
+           NEW.data, 'ready', 0, NEW.at_us, NEW.at_us
+      FROM a2a_push_configs c LEFT JOIN inputs i ON i.input_id = c.task_id
+     WHERE c.conversation_id = NEW.conversation_id
+       AND ((NEW.run_id IS NOT NULL AND i.run_id = NEW.run_id)
+            OR c.task_id IN (SELECT jsonb_array_elements_text(
+                                 CASE WHEN jsonb_typeof(NEW.data::jsonb -> 'inputs') = 'array'
+                                      THEN NEW.data::jsonb -> 'inputs' ELSE '[]' END))
+            OR c.task_id IN (SELECT jsonb_array_elements_text(
+                                 CASE WHEN jsonb_typeof(NEW.data::jsonb -> 'input_ids') = 'array'
+                                      THEN NEW.data::jsonb -> 'input_ids' ELSE '[]' END)))
+    ON CONFLICT DO NOTHING
+    ; RETURN NULL
+; END $$;
+
+CREATE OR REPLACE TRIGGER a2a_push_publish
+    AFTER INSERT ON events FOR EACH ROW
+    WHEN (NEW.type IN ('turn_status', 'question_asked', 'input_cancelled'))
+    EXECUTE FUNCTION a2a_push_publish();
+
+-- A2A later answers (P2): a kernel mail input after the run it answers ended is a new task;
+-- the configs of that run's tasks are copied to it and announce it (see migration 0020).
+CREATE OR REPLACE FUNCTION a2a_push_later_answer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO a2a_push_configs (task_id, owner, config_id, conversation_id, url, token,
+                                  auth_scheme, auth_credentials, created_at_us)
+    SELECT NEW.data::jsonb ->> 'input_id', c.owner, c.config_id, c.conversation_id,
+           c.url, c.token, c.auth_scheme, c.auth_credentials, NEW.at_us
+      FROM a2a_push_configs c JOIN inputs i ON i.input_id = c.task_id
+      JOIN runs r ON r.run_id = i.run_id
+     WHERE c.conversation_id = NEW.conversation_id
+       AND r.status NOT IN ('queued', 'running')
+       AND r.run_id IN (
+           SELECT t.run_id FROM inputs m
+             JOIN tasks t ON t.conversation_id = m.conversation_id AND t.task_key = m.task_key
+            WHERE m.input_id = NEW.data::jsonb ->> 'input_id'
+           UNION
+           SELECT q.run_public_id FROM inputs m
+             JOIN child_requests q ON q.parent_conversation_id = m.conversation_id
+                                  AND q.task_key = m.task_key
+            WHERE m.input_id = NEW.data::jsonb ->> 'input_id')
+    ON CONFLICT DO NOTHING
+    ; INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
+                                       event_type, run_id, data, state, attempts,
+                                       claimable_at_us, published_at_us)
+    SELECT c.task_id, c.owner, c.config_id, NEW.conversation_id, NEW.seq, NEW.type, NULL,
+           NEW.data, 'ready', 0, NEW.at_us, NEW.at_us
+      FROM a2a_push_configs c
+     WHERE c.conversation_id = NEW.conversation_id
+       AND c.task_id = NEW.data::jsonb ->> 'input_id'
+    ON CONFLICT DO NOTHING
+    ; RETURN NULL
+; END $$;
+
+CREATE OR REPLACE TRIGGER a2a_push_later_answer
+    AFTER INSERT ON events FOR EACH ROW
+    WHEN (NEW.type = 'input_accepted'
+          AND (NEW.data::jsonb ->> 'origin') IN ('task_result', 'child'))
+    EXECUTE FUNCTION a2a_push_later_answer();

@@ -206,6 +206,9 @@ CREATE TABLE IF NOT EXISTS messages (
     PRIMARY KEY (conversation_id, seq)
 );
 
+-- An A2A task's history is its run's messages.
+CREATE INDEX IF NOT EXISTS messages_run ON messages (run_id, seq);
+
 -- One row per tool call an assistant message made; result_seq stays NULL while it is open.
 -- While any call of a conversation is open, only results may be appended (strict pairing).
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -372,3 +375,171 @@ CREATE TABLE IF NOT EXISTS turn_owned_requests (
 );
 
 CREATE INDEX IF NOT EXISTS turn_owned_requests_owner ON turn_owned_requests (owner_run);
+
+-- Questions (B15): what an MCP server asks a person, held until a person decides it once.
+CREATE TABLE IF NOT EXISTS questions (
+    question_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+    run_id TEXT,
+    task_id TEXT,
+    asker TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('elicitation', 'sampling')),
+    ask_key TEXT NOT NULL UNIQUE,
+    message TEXT NOT NULL,
+    requested_schema TEXT NOT NULL,
+    status TEXT NOT NULL
+        CHECK (status IN ('pending', 'accepted', 'declined', 'cancelled', 'expired')),
+    answer TEXT,
+    decided_by TEXT,
+    requested_at_us INTEGER NOT NULL,
+    expires_at_us INTEGER NOT NULL,
+    decided_at_us INTEGER,
+    delivered_at_us INTEGER
+);
+
+CREATE INDEX IF NOT EXISTS questions_conversation
+    ON questions (conversation_id, requested_at_us);
+CREATE INDEX IF NOT EXISTS questions_pending
+    ON questions (expires_at_us) WHERE status = 'pending';
+
+-- OAuth 2.1 for MCP servers over HTTP (B18): tokens and client registration, sealed.
+CREATE TABLE IF NOT EXISTS mcp_oauth (
+    server TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    tokens TEXT,
+    client_info TEXT,
+    updated_at_us INTEGER NOT NULL
+);
+
+-- Who was told of an MCP server's outage (B4), kept across a process's stop.
+CREATE TABLE IF NOT EXISTS mcp_outage_told (
+    server TEXT NOT NULL,
+    conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+    told_at_us INTEGER NOT NULL,
+    PRIMARY KEY (server, conversation_id)
+);
+
+-- A2A push-notification configs (P1), per task (the input a message made) and principal.
+CREATE TABLE IF NOT EXISTS a2a_push_configs (
+    task_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+    url TEXT NOT NULL,
+    token TEXT NOT NULL,
+    auth_scheme TEXT NOT NULL,
+    auth_credentials TEXT NOT NULL,
+    created_at_us INTEGER NOT NULL,
+    PRIMARY KEY (task_id, owner, config_id)
+);
+
+-- Remote children (P5): child requests a remote A2A agent answers, and its task.
+CREATE TABLE IF NOT EXISTS remote_children (
+    request_id TEXT PRIMARY KEY REFERENCES child_requests (request_id),
+    agent TEXT NOT NULL,
+    message_id TEXT NOT NULL UNIQUE,
+    context_id TEXT NOT NULL,
+    message TEXT NOT NULL,
+    remote_task_id TEXT,
+    remote_state TEXT,
+    instance_id TEXT NOT NULL,
+    created_at_us INTEGER NOT NULL,
+    sent_at_us INTEGER,
+    ended_at_us INTEGER
+);
+
+CREATE INDEX IF NOT EXISTS remote_children_followed
+    ON remote_children (instance_id) WHERE ended_at_us IS NULL;
+
+-- The tokens remote agents push a remote child's news with (P5, migration 0021).
+CREATE TABLE IF NOT EXISTS remote_child_hooks (
+    request_id TEXT PRIMARY KEY REFERENCES remote_children (request_id),
+    token TEXT NOT NULL
+);
+
+-- A2A push notifications (P3): one delivery per (journal event, config of a task it concerns),
+-- written by the trigger in the unit that commits the event (see migration 0019).
+CREATE INDEX IF NOT EXISTS a2a_push_configs_conversation
+    ON a2a_push_configs (conversation_id);
+
+CREATE TABLE IF NOT EXISTS a2a_push_deliveries (
+    delivery_id INTEGER PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    event_seq INTEGER NOT NULL,
+    event_type TEXT NOT NULL,
+    run_id TEXT,
+    data TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'delivered', 'dead_letter')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    claimable_at_us INTEGER NOT NULL,
+    lease_token TEXT,
+    lease_deadline_us INTEGER,
+    failure_code TEXT,
+    published_at_us INTEGER NOT NULL,
+    settled_at_us INTEGER,
+    UNIQUE (task_id, owner, config_id, event_seq)
+);
+
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_pending
+    ON a2a_push_deliveries (task_id, owner, config_id, delivery_id)
+    WHERE state IN ('ready', 'leased');
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_due
+    ON a2a_push_deliveries (claimable_at_us) WHERE state IN ('ready', 'leased');
+CREATE INDEX IF NOT EXISTS a2a_push_deliveries_dead
+    ON a2a_push_deliveries (delivery_id) WHERE state = 'dead_letter';
+
+CREATE TRIGGER IF NOT EXISTS a2a_push_publish
+AFTER INSERT ON events
+WHEN NEW.type IN ('turn_status', 'question_asked', 'input_cancelled')
+BEGIN
+    INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
+                                     event_type, run_id, data, state, attempts,
+                                     claimable_at_us, published_at_us)
+    SELECT c.task_id, c.owner, c.config_id, NEW.conversation_id, NEW.seq, NEW.type, NEW.run_id,
+           NEW.data, 'ready', 0, NEW.at_us, NEW.at_us
+      FROM a2a_push_configs c LEFT JOIN inputs i ON i.input_id = c.task_id
+     WHERE c.conversation_id = NEW.conversation_id
+       AND ((NEW.run_id IS NOT NULL AND i.run_id = NEW.run_id)
+            OR c.task_id IN (SELECT value FROM json_each(NEW.data, '$.inputs'))
+            OR c.task_id IN (SELECT value FROM json_each(NEW.data, '$.input_ids')))
+    ON CONFLICT DO NOTHING;
+END;
+
+-- A2A later answers (P2): a kernel mail input after the run it answers ended is a new task;
+-- the configs of that run's tasks are copied to it and announce it (see migration 0020).
+CREATE TRIGGER IF NOT EXISTS a2a_push_later_answer
+AFTER INSERT ON events
+WHEN NEW.type = 'input_accepted'
+     AND json_extract(NEW.data, '$.origin') IN ('task_result', 'child')
+BEGIN
+    INSERT INTO a2a_push_configs (task_id, owner, config_id, conversation_id, url, token,
+                                  auth_scheme, auth_credentials, created_at_us)
+    SELECT json_extract(NEW.data, '$.input_id'), c.owner, c.config_id, c.conversation_id,
+           c.url, c.token, c.auth_scheme, c.auth_credentials, NEW.at_us
+      FROM a2a_push_configs c JOIN inputs i ON i.input_id = c.task_id
+      JOIN runs r ON r.run_id = i.run_id
+     WHERE c.conversation_id = NEW.conversation_id
+       AND r.status NOT IN ('queued', 'running')
+       AND r.run_id IN (
+           SELECT t.run_id FROM inputs m
+             JOIN tasks t ON t.conversation_id = m.conversation_id AND t.task_key = m.task_key
+            WHERE m.input_id = json_extract(NEW.data, '$.input_id')
+           UNION
+           SELECT q.run_public_id FROM inputs m
+             JOIN child_requests q ON q.parent_conversation_id = m.conversation_id
+                                  AND q.task_key = m.task_key
+            WHERE m.input_id = json_extract(NEW.data, '$.input_id'))
+    ON CONFLICT DO NOTHING;
+    INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
+                                     event_type, run_id, data, state, attempts,
+                                     claimable_at_us, published_at_us)
+    SELECT c.task_id, c.owner, c.config_id, NEW.conversation_id, NEW.seq, NEW.type, NULL,
+           NEW.data, 'ready', 0, NEW.at_us, NEW.at_us
+      FROM a2a_push_configs c
+     WHERE c.conversation_id = NEW.conversation_id
+       AND c.task_id = json_extract(NEW.data, '$.input_id')
+    ON CONFLICT DO NOTHING;
+END;
