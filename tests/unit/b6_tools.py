@@ -20,3 +20,13 @@ weather = Tool(
 )
 
 NOT_A_TOOL = 42
+
+
+async def forecast(city: str, days: int = 1) -> str:
+    """The forecast for a city."""
+    return f"{days} days of sun in {city}"
+
+
+def spread(*cities: str) -> str:
+    """No keyword names its cities: it cannot be a tool."""
+    return ", ".join(cities)

@@ -255,6 +255,23 @@ def test_b6_a_bad_tool_import_path_is_refused_with_the_reason(
     assert expected in str(error)
 
 
+def test_b6_a_plain_typed_function_loads_as_a_tool(tmp_path: Path) -> None:
+    path = write(tmp_path, 'tools = ["tests.unit.b6_tools:forecast"]\n')
+    (loaded,) = load_settings(path, environ={}).tools
+    assert loaded.name == "forecast"
+    assert loaded.description == "The forecast for a city."
+    assert loaded.parameters["required"] == ["city"]
+    assert set(loaded.parameters["properties"]) == {"city", "days"}
+
+
+def test_b6_a_function_that_cannot_be_a_tool_is_refused_at_its_key(tmp_path: Path) -> None:
+    path = write(tmp_path, '# my tools\ntools = ["tests.unit.b6_tools:spread"]\n')
+    error = refused(path)
+    assert (error.line, error.key) == (2, "tools")
+    assert "'tests.unit.b6_tools:spread' cannot be a tool" in str(error)
+    assert "*args" in str(error)
+
+
 def test_b6_a_profile_naming_an_unknown_model_alias_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, '[models.echo]\nprovider = "scripted"\n\n[profiles.p]\n'
                            'models = ["echo", "gpt-4o"]\n')

@@ -29,10 +29,12 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tidings.clock import wait_set
-from tidings.mcp.asking import Asker
+from tidings.mcp.asking import Asker, Asking
+from tidings.mcp.declaration import MCPServer
+from tidings.mcp.wire import TaskState as RemoteTask
 from tidings.policy import backoff
 from tidings.tasks import journal
 from tidings.tasks.capture import CaptureBuffer
@@ -41,10 +43,6 @@ from tidings.tasks.service import BackgroundTasks, TaskEnd
 from tidings.tools.registry import ToolContext, ToolOutput
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId
-
-if TYPE_CHECKING:
-    from tidings.mcp.connection import MCPConnection
-    from tidings.mcp.wire import TaskState as RemoteTask
 
 log = logging.getLogger("tidings.mcp")
 
@@ -65,6 +63,26 @@ class ServerUnreachableError(Exception):
 
 class TaskRefusedError(Exception):
     """The server answered a protocol error about the task."""
+
+
+class TaskServer(Protocol):
+    """What following a task needs of its server's connection
+    (:class:`~tidings.mcp.connection.MCPConnection` is one)."""
+
+    server: MCPServer
+    asking: Asking
+
+    async def until_up(self) -> None: ...
+
+    async def start_task(self, tool: str, arguments: Mapping[str, Any]) -> str | ToolOutput: ...
+
+    async def task_status(self, mcp_task_id: str) -> RemoteStatus: ...
+
+    async def task_output(self, state: RemoteTask, tool: str) -> ToolOutput: ...
+
+    async def answer_task(self, state: RemoteTask, asker: Asker) -> None: ...
+
+    async def cancel_task(self, mcp_task_id: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +115,7 @@ class Followed:
 class MCPTasks:
     """Follows the MCP tasks of this runtime, each to its end; a component of its lifetime."""
 
-    def __init__(self, background: BackgroundTasks, connections: Mapping[str, MCPConnection],
+    def __init__(self, background: BackgroundTasks, connections: Mapping[str, TaskServer],
                  *, rng: random.Random | None = None) -> None:
         self.background = background
         self._connections = connections
@@ -122,7 +140,7 @@ class MCPTasks:
 
     # -- starting -----------------------------------------------------------------------------
 
-    async def start(self, context: ToolContext, connection: MCPConnection, tool: str,
+    async def start(self, context: ToolContext, connection: TaskServer, tool: str,
                     arguments: Mapping[str, Any]) -> ToolOutput:
         """Make the call as a task of ``connection``'s server and journal it; the model reads
         its task key. A server that answers the call at once gives its result, as a call in
@@ -154,7 +172,7 @@ class MCPTasks:
                   "mcp_tool": tool, "mcp_task_id": started},
         )
 
-    def _drop(self, connection: MCPConnection, done: asyncio.Future[str | ToolOutput]) -> None:
+    def _drop(self, connection: TaskServer, done: asyncio.Future[str | ToolOutput]) -> None:
         if done.cancelled() or done.exception() is not None:
             return
         started = done.result()
@@ -234,7 +252,7 @@ class MCPTasks:
             wake.clear()
             await wait_set(wake, delay.total_seconds())
 
-    async def _answer(self, connection: MCPConnection, task: Followed, state: RemoteTask,
+    async def _answer(self, connection: TaskServer, task: Followed, state: RemoteTask,
                       wake: asyncio.Event) -> None:
         """The task waits for input: a person of its conversation is asked (once, however
         often this is tried), and the answer sent. A wake (the task changed: cancelled, say)
@@ -257,7 +275,7 @@ class MCPTasks:
                         task.server, task.mcp_task_id, answering.exception())
             await asyncio.sleep(_RETRY_BASE.total_seconds())
 
-    async def _end(self, connection: MCPConnection, task: Followed, now: RemoteStatus
+    async def _end(self, connection: TaskServer, task: Followed, now: RemoteStatus
                    ) -> TaskEnd:
         if now.status == "cancelled":
             return _said(TaskState.KILLED, now.message or "the MCP server cancelled the task")
@@ -292,14 +310,14 @@ class MCPTasks:
             assert task.mcp_task_id is not None
             self._spawn_cancel(self._connections[task.mcp_server], task.mcp_task_id)
 
-    def _spawn_cancel(self, connection: MCPConnection, mcp_task_id: str) -> None:
+    def _spawn_cancel(self, connection: TaskServer, mcp_task_id: str) -> None:
         if self._stopping:
             return
         cancel = asyncio.create_task(self._cancel_one(connection, mcp_task_id))
         self._cancels.add(cancel)
         cancel.add_done_callback(self._cancels.discard)
 
-    async def _cancel_one(self, connection: MCPConnection, mcp_task_id: str) -> None:
+    async def _cancel_one(self, connection: TaskServer, mcp_task_id: str) -> None:
         name = connection.server.name
         try:
             async with asyncio.timeout(connection.server.timeout.total_seconds()):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
@@ -19,6 +19,7 @@ from tidings.models.base import Model
 from tidings.models.scripted import ScriptedModel
 from tidings.settings.schema import MCPOAuthTable, MCPTable, ModelTable, ProfileTable
 from tidings.tools.registry import Tool
+from tidings.tools.typed import tool
 from tidings.types import Profile
 
 
@@ -139,22 +140,11 @@ def import_tool(spec: str, *, base: Path, fail: Fail, key: tuple[str, ...]) -> T
     if isinstance(found, Tool):
         return found
     if callable(found):
-        return function_tool(found, spec=spec, fail=fail, key=key)
+        try:  # a plain function, through @tidings.tool (its signature and type hints)
+            return tool(found)
+        except (TypeError, ValueError) as exc:
+            fail(key, f"{spec!r} cannot be a tool: {exc}")
     fail(key, f"{spec!r} is a {type(found).__name__}, not a tool or a function")
-
-
-def function_tool(function: Callable[..., Any], *, spec: str, fail: Fail,
-                  key: tuple[str, ...]) -> Tool:
-    """A plain function as a tool, through the ``@tidings.tool`` decorator when this build has
-    it (it reads the signature and type hints); without it, only :class:`Tool` objects load."""
-    decorator = getattr(importlib.import_module("tidings"), "tool", None)
-    if decorator is None:
-        fail(key, f"{spec!r} is a plain function: this build loads Tool objects only "
-             "(make a tidings.Tool of it)")
-    made = decorator(function)
-    if not isinstance(made, Tool):
-        fail(key, f"{spec!r}: @tidings.tool did not make a Tool of it")
-    return made
 
 
 def build_profile(table: ProfileTable) -> Profile:
