@@ -81,9 +81,9 @@ from harness import (
 from rich.console import Console
 from rich.table import Table
 
-from tidings.coordinator import CoordinatorConfig
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.transcript import ConversationTx
 from tidings.types import Profile, StartKind
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from tidings.agents import RemoteAgent
 from tidings.clock import Clock, ManualClock, SystemClock
 from tidings.conversations import Conversations
-from tidings.coordinator import Coordinator, CoordinatorConfig
 from tidings.errors import (
     ApprovalDecidedError,
     BacklogFullError,
@@ -66,6 +65,7 @@ from tidings.results import (
     ResultsConfig,
 )
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import Coordinator, CoordinatorConfig
 from tidings.settings import MCPServerSpec, Settings, load_settings
 from tidings.settings import open as open
 from tidings.store import SqliteStore, Store, Tx, open_store

@@ -29,7 +29,6 @@ from tidings.approvals import Approval, Approvals
 from tidings.clock import Clock, SystemClock
 from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
-from tidings.coordinator import Coordinator
 from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
 from tidings.instances import Instance
@@ -48,9 +47,10 @@ from tidings.outbox import Outbox
 from tidings.push import PushConfigs, PushDeliveries, Webhooks
 from tidings.questions import Question, Questions
 from tidings.results import MasterKey, Results
-from tidings.settling import settle
+from tidings.scheduler.coordinator import Coordinator
+from tidings.scheduler.settling import settle
+from tidings.scheduler.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.store import Store, open_store
-from tidings.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
@@ -571,7 +571,7 @@ class Runtime(BackgroundViews):
         return await self.conversations.list_owned(owner, after=after, limit=limit)
 
     async def settle(self, conversation_id: str) -> list[Run]:
-        """Wait until the conversation is settled (see :mod:`tidings.settling`): nothing
+        """Wait until the conversation is settled (see :mod:`tidings.scheduler.settling`): nothing
         pending or running here, or what runs there waits for a person. Returns the runs that
         are ``awaiting_approval`` then (empty when the conversation settled).
 

@@ -58,10 +58,10 @@ from tidings import (
     ToolContext,
     Tx,
 )
-from tidings.coordinator import CoordinatorConfig
 from tidings.models.base import DeltaCallback
 from tidings.outbox import OutboxConfig
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"

@@ -23,7 +23,6 @@ from typing import Any
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import Waiter
-from tidings.coordinator import CoordinatorConfig
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -34,6 +33,7 @@ from tidings.models.base import (
 )
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.tools.registry import Tool, ToolContext
 from tidings.types import (

@@ -15,12 +15,12 @@ from tests.scenarios.test_retry import FAST, Switchable
 from tests.scenarios.test_tasks import MODEL as TASK_MODEL
 from tests.scenarios.test_tasks import notes, wait_for_runs
 from tests.waiting import eventually
-from tidings.coordinator import CoordinatorConfig
 from tidings.errors import InvalidInputError
 from tidings.mail.door import DoorConfig
 from tidings.models.base import ModelErrorKind
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.transcript import ConversationTx
 from tidings.types import Origin, Profile, RunStatus, StartKind
 

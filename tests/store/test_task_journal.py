@@ -18,7 +18,7 @@ from tidings.conversations import Conversations
 from tidings.mail import queue
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
-from tidings.slot import recover_interrupted
+from tidings.scheduler.slot import recover_interrupted
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from tidings.coordinator import CoordinatorConfig
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.runner import TurnConfig
 from tidings.types import Profile

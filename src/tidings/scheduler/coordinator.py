@@ -5,10 +5,10 @@ Person input, agent sends, kernel mail, signal wake-ups and goal checkpoints all
 (C4); one driver task per busy conversation takes them in order. No task, timer or poll exists
 for an idle conversation: it costs nothing until something arrives.
 
-Taking the slot is one unit of work under the conversation's lock, written in
-:mod:`tidings.slot`: the coordinator runs it, runs the turn it plans, keeps the slot while the
-turn runs, and re-checks after the slot is released. A slot found busy elsewhere is retried
-when its lease is due to expire. Compaction (:mod:`tidings.compaction`) holds the same slot.
+Taking the slot is one unit of work under the conversation's lock, written in :mod:`.slot`:
+the coordinator runs it, runs the turn it plans, keeps the slot while the turn runs, and
+re-checks after the slot is released. A slot found busy elsewhere is retried when its lease is
+due to expire. Compaction (:mod:`.compaction`) holds the same slot.
 
 The coordinator's own bookkeeping (the pending sets and driver handles) is touched only in
 synchronous sections of the event loop, so it can never be held across a model call or a disk
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from tidings import compaction, slot
 from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import (
     CompactionRefusedError,
@@ -38,7 +37,8 @@ from tidings.instances import Instance
 from tidings.mail.door import Door
 from tidings.outbox import Outbox
 from tidings.policy import check_id
-from tidings.slot import Begin, recover_interrupted
+from tidings.scheduler import compaction, slot
+from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
