@@ -63,7 +63,7 @@ from pydantic import ConfigDict
 import tidings
 from tidings import MCPServer, Profile, Rule, ScriptedModel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 
 SERVER = Path(__file__).with_name("mcp_task_server.py")

@@ -66,8 +66,9 @@ from harness import (
 from rich.console import Console
 from rich.table import Table
 
-from tidings import Lease, Outbox, OutboxConfig, Published, Tx, operations
+from tidings import Lease, Outbox, OutboxConfig, Published, Tx
 from tidings.policy import encode_json
+from tidings.records import operations
 
 BIG_BACKLOG = 1_000_000
 CLAIM_COUNT = 16

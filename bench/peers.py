@@ -56,8 +56,8 @@ from harness import (
 from rich.console import Console
 from rich.table import Table
 
-from tidings import operations
-from tidings.outbox import Outbox, OutboxConfig
+from tidings.records import operations
+from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.store import Tx
 
 QUEUES = 100

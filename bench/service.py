@@ -73,7 +73,7 @@ from rich.table import Table
 
 import tidings
 from tidings import Profile, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 
 TOKEN, PRINCIPAL = "bench-token", "bench"
 WAYS = ("library", "http_feed", "http_wait", "client")

@@ -52,8 +52,8 @@ from rich.table import Table
 
 from tidings.clock import SystemClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
-from tidings.results import MasterKey, ResultsConfig
-from tidings.results import Results as Envelopes
+from tidings.records.results import MasterKey, ResultsConfig
+from tidings.records.results import Results as Envelopes
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.store import Store, open_store

@@ -48,15 +48,15 @@ from tidings.errors import (
     UnknownRunError,
     UnknownTaskError,
 )
-from tidings.instances import Instance
 from tidings.mail.door import Door, DoorConfig
 from tidings.mcp import MCPOAuth, MCPServer
 from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.outbox import Outbox, OutboxConfig, SweepReport
 from tidings.push import PushDeliveryConfig
 from tidings.questions import Question, QuestionConfig
-from tidings.results import (
+from tidings.records.instances import Instance
+from tidings.records.outbox import Outbox, OutboxConfig, SweepReport
+from tidings.records.results import (
     Lifetime,
     MasterKey,
     ResultPage,

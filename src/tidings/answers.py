@@ -30,7 +30,7 @@ from datetime import timedelta
 
 from tidings.errors import InvalidInputError, StoreError
 from tidings.mail import queue
-from tidings.records import input_from_row, run_from_row
+from tidings.records.rows import input_from_row, run_from_row
 from tidings.store import Store, Tx
 from tidings.types import Answer, Input, InputState, RunStatus
 

@@ -9,10 +9,10 @@ from tidings.agents import RemoteAgent
 from tidings.approvals import ApprovalConfig
 from tidings.mail.door import DoorConfig
 from tidings.mcp import MCPServer
-from tidings.outbox import OutboxConfig
 from tidings.push import PushDeliveryConfig
 from tidings.questions import QuestionConfig
-from tidings.results import ResultsConfig
+from tidings.records.outbox import OutboxConfig
+from tidings.records.results import ResultsConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tracing import TracerSource
 from tidings.turns.plan import TurnConfig

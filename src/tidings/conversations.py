@@ -20,7 +20,7 @@ from tidings.errors import (
     UnknownRunError,
 )
 from tidings.policy import check_cursor, check_id, check_position, check_text
-from tidings.records import (
+from tidings.records.rows import (
     conversation_from_row,
     encode_profile,
     event_from_row,

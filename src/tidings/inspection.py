@@ -15,9 +15,9 @@ from types import TracebackType
 
 from tidings.clock import SystemClock
 from tidings.conversations import Conversations
-from tidings.outbox import Outbox, OutboxConfig
 from tidings.push import PushDeadLetter, PushDeliveries, PushDeliveryConfig
-from tidings.records import run_status
+from tidings.records.outbox import Outbox, OutboxConfig
+from tidings.records.rows import run_status
 from tidings.store import Store, open_store
 from tidings.store.status import OpenRun, StatusReport, read_status
 from tidings.types import Conversation, DeadLetter, Message, Profile, QueueStats, RunStatus

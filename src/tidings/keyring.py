@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from tidings.clock import Clock
-from tidings.results import MasterKey, MasterKeyError, Results, ResultsConfig
+from tidings.records.results import MasterKey, MasterKeyError, Results, ResultsConfig
 from tidings.store import Store
 
 

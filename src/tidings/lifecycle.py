@@ -18,12 +18,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tidings import operations
 from tidings.clock import Clock
 from tidings.errors import OperationSettledError
-from tidings.instances import Instance
-from tidings.outbox import Outbox
-from tidings.records import event_from_row
+from tidings.records import operations
+from tidings.records.instances import Instance
+from tidings.records.outbox import Outbox
+from tidings.records.rows import event_from_row
 from tidings.store import Store, Tx
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, Operation, OperationId

@@ -31,7 +31,6 @@ from tidings.config import RuntimeConfig
 from tidings.conversations import Conversations
 from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
-from tidings.instances import Instance
 from tidings.keyring import Keyring
 from tidings.lifecycle import RestartRequest, accept_restart
 from tidings.lifetime import Lifetime, Loop
@@ -43,10 +42,11 @@ from tidings.mail.stop import StopCascade
 from tidings.mcp import MCPServer, MCPServers
 from tidings.metrics import Metrics
 from tidings.models.base import Model
-from tidings.outbox import Outbox
 from tidings.push import PushConfigs, PushDeliveries, Webhooks
 from tidings.questions import Question, Questions
-from tidings.results import MasterKey, Results
+from tidings.records.instances import Instance
+from tidings.records.outbox import Outbox
+from tidings.records.results import MasterKey, Results
 from tidings.scheduler.coordinator import Coordinator
 from tidings.scheduler.settling import settle
 from tidings.scheduler.sweeps import RelaySweep, SlowSweep, Takeover

@@ -28,7 +28,7 @@ from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import PairingViolationError, SlotLostError, UnknownConversationError
-from tidings.records import conversation_from_row, encode_profile, message_from_row
+from tidings.records.rows import conversation_from_row, encode_profile, message_from_row
 from tidings.store import Row, Tx
 from tidings.types import (
     Conversation,

@@ -4,21 +4,21 @@ operator's views and acts across every conversation.
 Each view reads the conversation first (as ``owner``'s, when given): another owner's
 conversation answers exactly as an unknown one does. Without a conversation, the signal views
 are the operator's totals, refused to an owner; so are the instances and the acts on dead
-letters (:mod:`tidings.dead_letters`). :class:`~tidings.runtime.Runtime` offers them as its own
-methods.
+letters (:mod:`tidings.records.dead_letters`). :class:`~tidings.runtime.Runtime` offers
+them as its own methods.
 """
 
 from __future__ import annotations
 
 from tidings.conversations import Conversations, ConversationSummary
-from tidings.dead_letters import DeadLetterDetail, DeadLetters, Settled
 from tidings.errors import InvalidInputError
-from tidings.instances import InstanceRecord, list_instances
 from tidings.keyring import Keyring
 from tidings.locking import mutation
-from tidings.outbox import Outbox
 from tidings.policy import check_id, check_position
-from tidings.results import ResultPage, ResultRef
+from tidings.records.dead_letters import DeadLetterDetail, DeadLetters, Settled
+from tidings.records.instances import InstanceRecord, list_instances
+from tidings.records.outbox import Outbox
+from tidings.records.results import ResultPage, ResultRef
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.types import DeadLetter, QueueStats
@@ -104,7 +104,8 @@ class BackgroundViews:
 
     @mutation
     async def retry_dead_letter(self, delivery_id: int, *, owner: str | None = None) -> Settled:
-        """Deliver a dead letter again, with a fresh budget (see :mod:`tidings.dead_letters`)."""
+        """Deliver a dead letter again, with a fresh budget
+        (see :mod:`tidings.records.dead_letters`)."""
         await self._scope(None, owner, "retries of dead letters")
         return await self._dead_letters().retry(delivery_id)
 

@@ -44,7 +44,7 @@ from tests.scenarios.test_injection_corpus import CORPUS
 from tests.scenarios.test_locked import dead_letter
 from tests.service.test_cli import free_port
 from tests.service.test_http_operator import seed_conversation
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 
 ALICE, BOB, OPERATOR = "alice-console-token", "bob-console-token", "operator-console-token"
 KEY = MasterKey.generate()

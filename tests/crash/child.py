@@ -31,8 +31,8 @@ from tidings import (
     SystemClock,
     Tx,
     open_store,
-    operations,
 )
+from tidings.records import operations
 
 BLOCK_SECONDS = 120  # a safety net: a child whose parent vanished does not linger forever
 

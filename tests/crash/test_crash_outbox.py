@@ -26,8 +26,8 @@ from tidings import (
     StaleLeaseError,
     Tx,
     open_store,
-    operations,
 )
+from tidings.records import operations
 from tidings.types import ConversationId
 
 

@@ -29,7 +29,7 @@ from tests.crash.turn_helpers import RecordingModel, spawn_turn_child, wait_for
 from tests.service.test_cli import WAIT_S, Served, open_conversation
 from tidings import ManualClock, ModelReply, ModelRequest, Profile, Tool, ToolContext
 from tidings.models.base import DeltaCallback
-from tidings.outbox import OutboxConfig
+from tidings.records.outbox import OutboxConfig
 from tidings.runtime import RuntimeConfig
 
 RECOVERY_BOUND_S = 2.0

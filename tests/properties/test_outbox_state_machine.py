@@ -54,10 +54,10 @@ from tidings import (
     Tx,
     UnknownOperationError,
     open_store,
-    operations,
 )
 from tidings.clock import to_us
 from tidings.policy import encode_json
+from tidings.records import operations
 
 T = TypeVar("T")
 

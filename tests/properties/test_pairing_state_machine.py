@@ -38,7 +38,7 @@ from tests.conftest import Backend
 from tidings import ManualClock, PairingViolationError, Profile, Store, Tx, open_store
 from tidings.conversations import Conversations
 from tidings.models.base import ToolCall
-from tidings.records import message_from_row
+from tidings.records.rows import message_from_row
 from tidings.transcript import ConversationTx
 from tidings.types import Message
 

@@ -59,7 +59,7 @@ from tidings import (
     Tx,
 )
 from tidings.models.base import DeltaCallback
-from tidings.outbox import OutboxConfig
+from tidings.records.outbox import OutboxConfig
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.turns.runner import TurnConfig

@@ -23,7 +23,7 @@ from tests.mcp_servers.loopback import BULKY, RAW_LISTING, served, stdio
 from tests.scenarios.test_b4_mcp import calling, conversation, turn
 from tidings import MCPServer, Profile, ScriptedModel
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.tools.registry import TOOL_RESULT_LIMIT
 

@@ -46,7 +46,7 @@ from tidings import (
 )
 from tidings.mail.door import RESERVED_META_KEYS
 from tidings.models.base import DeltaCallback
-from tidings.records import event_from_row, input_from_row, message_from_row, run_from_row
+from tidings.records.rows import event_from_row, input_from_row, message_from_row, run_from_row
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig

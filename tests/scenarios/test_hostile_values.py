@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tidings import InvalidInputError, Profile, Rule, ScriptedModel, StoreError, TidingsError
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.types import RunStatus
 

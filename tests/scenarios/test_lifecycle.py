@@ -14,12 +14,12 @@ import tidings
 from tests.conftest import Backend, RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tests.waiting import eventually, wait_until, wakeup_reaches
-from tidings import operations
 from tidings.errors import RuntimeLockedError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.outbox import Outbox
-from tidings.results import MasterKey
+from tidings.records import operations
+from tidings.records.outbox import Outbox
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.store import Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput

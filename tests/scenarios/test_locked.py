@@ -24,8 +24,8 @@ from tests.conftest import Backend
 from tidings.clock import ManualClock, SystemClock
 from tidings.errors import RuntimeLockedError
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.outbox import Outbox, OutboxConfig
-from tidings.results import MasterKey
+from tidings.records.outbox import Outbox, OutboxConfig
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import GoalStatus, Profile, RunStatus

@@ -24,7 +24,7 @@ from tidings.errors import (
     StoreError,
 )
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState

@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.conftest import RuntimeFactory
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
-from tidings.results import Drop, MasterKey
+from tidings.records.results import Drop, MasterKey
 from tidings.runtime import Runtime
 from tidings.tasks.capture import STDERR_SEPARATOR
 from tidings.tasks.notify import NOTIFICATION_KIND

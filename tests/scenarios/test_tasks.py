@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import RuntimeFactory
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.types import InputState, Message, Origin, Profile, RunStatus, StartKind

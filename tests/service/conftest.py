@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from tests.conftest import RuntimeFactory
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.service import Server, create_app
 

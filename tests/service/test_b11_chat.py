@@ -23,7 +23,7 @@ from tests.conftest import Backend
 from tests.service.terminal import Terminal, plain
 from tests.service.test_cli import ENV, WAIT_S, Served, served
 from tidings.models.scripted import ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.types import RunStatus
 

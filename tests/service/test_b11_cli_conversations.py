@@ -18,7 +18,7 @@ from tests.conftest import Backend
 from tests.service.test_cli import ENV, WAIT_S, assert_one_line_error, served, tidings
 from tests.waiting import eventually
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 
 KEY = MasterKey.generate()

@@ -28,7 +28,7 @@ from tests.conftest import Backend
 from tidings.clock import ManualClock, SystemClock
 from tidings.conversations import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.outbox import Outbox, OutboxConfig
+from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.runtime import Runtime
 from tidings.types import Profile
 

@@ -12,7 +12,7 @@ from tests.conftest import Backend
 from tests.scenarios.test_locked import database_rows
 from tests.service.test_cli import WAIT_S, assert_one_line_error, served, tidings
 from tidings.models.scripted import ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.types import Profile
 

@@ -18,7 +18,7 @@ from tests.service.conftest import (
 from tests.service.test_http_openapi import Documented
 from tidings.clock import ManualClock, SystemClock
 from tidings.conversations import Conversations
-from tidings.outbox import Outbox, OutboxConfig
+from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.store import open_store
 from tidings.types import Profile
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import Backend
 from tests.service.terminal import Terminal
 from tests.service.test_cli import ENV, scripted
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 
 RULES = {
     "rules": [

@@ -13,7 +13,7 @@ from tests.service.documented import arguments, cli_section
 from tests.service.test_cli import WAIT_S, assert_one_line_error, scripted, served, tidings
 from tests.waiting import eventually
 from tidings.client import Client
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 
 TOKEN = "tok-alice"
 OPERATOR = "operator-secret"

@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import Backend
 from tests.store.test_outbox import CONV, ack, opened, publish, states
 from tidings import BacklogFullError, ManualClock, Outbox, OutboxConfig
-from tidings.dead_letters import DISCARDED, DeadLetters
 from tidings.errors import NotDeadLetterError, UnknownDeadLetterError
+from tidings.records.dead_letters import DISCARDED, DeadLetters
 
 
 def hand(ob: Outbox) -> DeadLetters:

@@ -40,9 +40,9 @@ from tidings import (
     Tx,
     UnknownOperationError,
     open_store,
-    operations,
 )
 from tidings.clock import to_us
+from tidings.records import operations
 from tidings.store import Row
 
 CONV = "conv-a"

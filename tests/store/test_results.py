@@ -16,7 +16,7 @@ from tests.conftest import Backend, RuntimeFactory
 from tidings.clock import ManualClock
 from tidings.errors import InvalidInputError
 from tidings.models.scripted import ScriptedModel
-from tidings.results import (
+from tidings.records.results import (
     Lifetime,
     MasterKey,
     MasterKeyError,

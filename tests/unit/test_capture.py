@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tidings.errors import InvalidInputError
-from tidings.results import Drop
+from tidings.records.results import Drop
 from tidings.tasks.capture import (
     STDERR_SEPARATOR,
     Capture,

@@ -53,7 +53,7 @@ def test_s1_moved_errors_stay_importable_from_their_old_modules() -> None:
     from tidings import errors
     from tidings.models import ModelError as FromModels
     from tidings.models.base import ModelError, ModelErrorKind
-    from tidings.results import MasterKeyError, ResultCorruptError, UnknownResultError
+    from tidings.records.results import MasterKeyError, ResultCorruptError, UnknownResultError
     from tidings.tasks.supervisor import DuplicateTaskKeyError, SupervisorClosedError
 
     assert ModelError is FromModels is tidings.ModelError is errors.ModelError

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from tidings.clock import to_us
 from tidings.errors import InvalidInputError, PayloadTooLargeError
-from tidings.outbox import OutboxConfig
 from tidings.policy import (
     MAX_ID_LENGTH,
     MAX_PAYLOAD_DEPTH,
@@ -26,6 +25,7 @@ from tidings.policy import (
     encode_json,
     is_secret_key,
 )
+from tidings.records.outbox import OutboxConfig
 from tidings.tasks.service import END_RETRY_BASE, END_RETRY_CAP
 from tidings.turns.plan import TurnConfig
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.results import page_bounds
+from tidings.records.results import page_bounds
 
 
 def pages(data: bytes, limit: int) -> list[bytes]:

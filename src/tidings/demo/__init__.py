@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from tidings import operations
 from tidings.clock import SystemClock
 from tidings.demo import checks
 from tidings.demo.a2a_remote import a2a_phase, delegated_to_a_remote_agent_once
@@ -57,7 +56,8 @@ from tidings.demo.script import (
     demo_config,
 )
 from tidings.demo.timeline import Snapshot, Timeline, snapshot
-from tidings.results import MASTER_KEY_ENV, MasterKey
+from tidings.records import operations
+from tidings.records.results import MASTER_KEY_ENV, MasterKey
 from tidings.runtime import Runtime
 from tidings.store import open_store
 from tidings.tasks.notify import TaskState

@@ -17,7 +17,7 @@ from typing import Any
 from tidings.demo.timeline import Snapshot, Timeline, snapshot
 from tidings.mcp import MCPServer
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime, RuntimeConfig
 from tidings.types import Profile
 

@@ -15,7 +15,7 @@ from tidings.conversations import Conversations
 from tidings.demo.checks import Check
 from tidings.demo.script import OWNER, PROFILE
 from tidings.errors import StaleLeaseError
-from tidings.outbox import Outbox, OutboxConfig
+from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.types import DeliveryId
 
 

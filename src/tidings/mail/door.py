@@ -37,7 +37,7 @@ from tidings.errors import (
     UnknownInputError,
 )
 from tidings.policy import check_id, check_text, encode_json
-from tidings.records import input_from_row
+from tidings.records.rows import input_from_row
 from tidings.store import Store, Tx
 from tidings.transcript import INPUT_ACCEPTED, ConversationTx
 from tidings.types import (

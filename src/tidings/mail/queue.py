@@ -23,7 +23,7 @@ import json
 
 from tidings.errors import PairingViolationError
 from tidings.policy import read_order
-from tidings.records import input_from_row
+from tidings.records.rows import input_from_row
 from tidings.store import Tx
 from tidings.transcript import ConversationTx
 from tidings.types import Input

@@ -25,7 +25,7 @@ from tidings.mcp.declaration import MCPOAuth, MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
 from tidings.metrics import Metrics
 from tidings.questions import Questions
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tasks.service import BackgroundTasks

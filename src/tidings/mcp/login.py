@@ -24,7 +24,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 from tidings.errors import InvalidInputError
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.oauth import SealedTokens, code_from, provider
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.store import open_store
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -48,7 +48,7 @@ from pydantic import AnyUrl, ValidationError
 
 from tidings.clock import Clock, SystemClock
 from tidings.mcp.declaration import MCPOAuth, MCPServer
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.store import Store
 
 log = logging.getLogger("tidings.mcp")

@@ -24,7 +24,7 @@ from tidings.errors import InvalidInputError, UnknownPushConfigError
 from tidings.policy import check_id, check_text
 from tidings.push.sealing import seal, unseal
 from tidings.push.targets import resolve
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.store import Row, Store, Tx
 
 SECRET_LIMIT_BYTES = 4_096

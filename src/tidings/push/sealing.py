@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 
 SEALED = "sealed:v1:"
 SEAL_INFO = b"tidings a2a push config secrets v1"

@@ -48,7 +48,7 @@ from tidings.push.notifications import NOTIFICATION_ID_HEADER, TOKEN_HEADER, bod
 from tidings.push.sealing import unseal
 from tidings.push.sender import Sender
 from tidings.push.targets import resolve
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.store import Row, Store
 
 log = logging.getLogger("tidings.push")

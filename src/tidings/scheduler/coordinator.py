@@ -33,10 +33,10 @@ from tidings.errors import (
     TidingsError,
     UnknownConversationError,
 )
-from tidings.instances import Instance
 from tidings.mail.door import Door
-from tidings.outbox import Outbox
 from tidings.policy import check_id
+from tidings.records.instances import Instance
+from tidings.records.outbox import Outbox
 from tidings.scheduler import compaction, slot
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.store import Store, Tx

@@ -30,10 +30,10 @@ from tidings.errors import TidingsError
 from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
-from tidings.outbox import Outbox
 from tidings.policy import StartDecision, StartState, decide_start
 from tidings.questions import expire_run_questions
-from tidings.records import conversation_from_row, input_from_row, run_from_row
+from tidings.records.outbox import Outbox
+from tidings.records.rows import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
 from tidings.tasks import journal
 from tidings.tasks.notify import is_notice

@@ -14,12 +14,12 @@ from datetime import timedelta
 
 from tidings.clock import Clock, to_us
 from tidings.errors import TidingsError
-from tidings.instances import Instance
 from tidings.lifecycle import complete_restarts
 from tidings.lifetime import Loop
 from tidings.mail.relay import ChildRelay
-from tidings.outbox import Outbox
-from tidings.results import Results
+from tidings.records.instances import Instance
+from tidings.records.outbox import Outbox
+from tidings.records.results import Results
 from tidings.store import Store
 from tidings.tasks.service import BackgroundTasks
 from tidings.types import ReconcileReport

@@ -17,7 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
 from tidings.metrics import Gauge
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.service.auth import Identity, Operator, identity
 from tidings.service.params import DeliveryId, Limit
 from tidings.service.problems import HTTPProblem, documented, title_of

@@ -33,7 +33,7 @@ from tidings.errors import ConfigError, InvalidInputError
 from tidings.mcp import MCPServer
 from tidings.models.base import Model
 from tidings.push import PushDeliveryConfig
-from tidings.results import MasterKey
+from tidings.records.results import MasterKey
 from tidings.runtime import Runtime
 from tidings.settings.build import (
     MCPServerSpec,

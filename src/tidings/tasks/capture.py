@@ -7,8 +7,8 @@ head and its tail -- half of its share each -- and counts what lies between as d
 
 However much a process writes, a capture never holds more than its budget (plus the one chunk
 being read). And nothing is lost silently: :func:`envelope` builds the stored text with a marker
-at each cut and returns the cuts as :class:`~tidings.results.Drop` spans; :func:`excerpt` builds
-a bounded view with a marker wherever it leaves something out.
+at each cut and returns the cuts as :class:`~tidings.records.results.Drop` spans;
+:func:`excerpt` builds a bounded view with a marker wherever it leaves something out.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidings.errors import InvalidInputError
-from tidings.results import Drop
+from tidings.records.results import Drop
 
 STDOUT = "stdout"
 STDERR = "stderr"

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 from tidings.mail import queue
 from tidings.mail.door import Door, kernel_author
-from tidings.records import input_from_row
-from tidings.results import Drop, dropped_from
+from tidings.records.results import Drop, dropped_from
+from tidings.records.rows import input_from_row
 from tidings.store import Row
 from tidings.tasks.notify import (
     NotificationFlags,

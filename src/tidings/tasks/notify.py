@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.policy import fenced_json
-from tidings.results import Drop
+from tidings.records.results import Drop
 from tidings.types import Input, Origin
 
 NOTIFICATION_KIND = "task_notification"

@@ -36,7 +36,7 @@ from tidings.errors import (
 )
 from tidings.metrics import Metrics
 from tidings.policy import backoff
-from tidings.results import Results, ResultsConfig
+from tidings.records.results import Results, ResultsConfig
 from tidings.store import Store, Tx
 from tidings.tasks import capture, journal
 from tidings.tasks.capture import Capture

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tidings.mail.relay import ChildRelay
-from tidings.results import Results
+from tidings.records.results import Results
 from tidings.store import Store
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor

@@ -20,8 +20,8 @@ from tidings.mail import relay
 from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply
-from tidings.outbox import Outbox
 from tidings.questions import expire_run_questions
+from tidings.records.outbox import Outbox
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
 from tidings.turns.fallback import model_failures

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tidings.models.base import PromptMessage
-from tidings.records import message_from_row
+from tidings.records.rows import message_from_row
 from tidings.store import Store
 from tidings.turns.context import history_window, prompt_message
 from tidings.types import Message

@@ -48,8 +48,8 @@ from tidings.models.base import (
     PromptMessage,
     ToolCall,
 )
-from tidings.outbox import Outbox
-from tidings.results import Results
+from tidings.records.outbox import Outbox
+from tidings.records.results import Results
 from tidings.store import Store
 from tidings.tasks import journal
 from tidings.tools.registry import (

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tidings.dead_letters import DeadLetterDetail, Settled
-from tidings.instances import InstanceRecord
 from tidings.push import PushDeadLetter
+from tidings.records.dead_letters import DeadLetterDetail, Settled
+from tidings.records.instances import InstanceRecord
 
 
 class DeadLetterDetailOut(BaseModel):

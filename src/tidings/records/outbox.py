@@ -3,8 +3,8 @@
 Transitions that must commit with the caller's own writes (``publish``, ``ack``) are plain
 functions over a :class:`~tidings.store.Tx`: call them inside the caller's unit of work.
 Transitions that stand alone (``claim``, ``extend``, ``release``, ``sweep``) are coroutines.
-The outbox acts for one :class:`~tidings.instances.Instance`, whose id fences its leases;
-operations (:mod:`tidings.operations`) and instances (:mod:`tidings.instances`) live apart.
+The outbox acts for one :class:`~tidings.records.instances.Instance`, whose id fences its
+leases; operations (:mod:`.operations`) and instances (:mod:`.instances`) live apart.
 
 Guarantees, in one place:
 
@@ -42,7 +42,6 @@ from tidings.errors import (
     StoreError,
     TidingsError,
 )
-from tidings.instances import Instance
 from tidings.policy import (
     backoff_us,
     check_id,
@@ -51,6 +50,7 @@ from tidings.policy import (
     dead_letter_due,
     encode_json,
 )
+from tidings.records.instances import Instance
 from tidings.store import Row, Store, Tx, open_store
 from tidings.types import (
     JSON,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 
 from tidings.errors import InstanceNotRunningError, OperationSettledError, UnknownOperationError
-from tidings.instances import Instance
 from tidings.policy import check_id, check_slug, encode_json
+from tidings.records.instances import Instance
 from tidings.store import Row, Store, Tx
 from tidings.types import JSON, InstanceId, Operation, OperationId, OperationState, new_id
 
