@@ -30,7 +30,7 @@ from mcp import Client, StdioServerParameters
 
 from tidings.mcp import MCPServer
 from tidings.mcp.connection import MCPConnection
-from tidings.metrics import Metrics
+from tidings.support.metrics import Metrics
 from tidings.tools.registry import ToolContext, ToolRegistry
 from tidings.types import ConversationId, RunId
 

@@ -67,8 +67,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings import Lease, Outbox, OutboxConfig, Published, Tx
-from tidings.policy import encode_json
 from tidings.records import operations
+from tidings.support.policy import encode_json
 
 BIG_BACKLOG = 1_000_000
 CLAIM_COUNT = 16

@@ -53,7 +53,7 @@ from rich.table import Table
 import tidings
 from tidings import Profile, StartKind, Tool, ToolContext, ToolOutput
 from tidings.models.base import ToolCall
-from tidings.tracing import Tracing
+from tidings.support.tracing import Tracing
 from tidings.turns.calls import execute
 from tidings.turns.plan import TurnPlan
 from tidings.types import ConversationId, RunId

@@ -34,9 +34,9 @@ from typing import Any
 
 from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
-from tidings.metrics import Metrics
 from tidings.records.rows import listed
 from tidings.store import Row, Store, Tx
+from tidings.support.metrics import Metrics
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id
 

@@ -14,7 +14,7 @@ from tidings.questions import QuestionConfig
 from tidings.records.outbox import OutboxConfig
 from tidings.records.results import ResultsConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
-from tidings.tracing import TracerSource
+from tidings.support.tracing import TracerSource
 from tidings.turns.plan import TurnConfig
 
 

@@ -19,7 +19,6 @@ from tidings.errors import (
     UnknownModelOrToolError,
     UnknownRunError,
 )
-from tidings.policy import check_cursor, check_id, check_position, check_text
 from tidings.records.rows import (
     conversation_from_row,
     encode_profile,
@@ -30,6 +29,7 @@ from tidings.records.rows import (
     usage_from_row,
 )
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import check_cursor, check_id, check_position, check_text
 from tidings.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED, ConversationTx
 from tidings.types import (
     Conversation,

@@ -33,14 +33,11 @@ from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
 from tidings.keyring import Keyring
 from tidings.lifecycle import RestartRequest, accept_restart
-from tidings.lifetime import Lifetime, Loop
-from tidings.locking import mutation
 from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
 from tidings.mail.stop import StopCascade
 from tidings.mcp import MCPServer, MCPServers
-from tidings.metrics import Metrics
 from tidings.models.base import Model
 from tidings.push import PushConfigs, PushDeliveries, Webhooks
 from tidings.questions import Question, Questions
@@ -51,11 +48,14 @@ from tidings.scheduler.coordinator import Coordinator
 from tidings.scheduler.settling import settle
 from tidings.scheduler.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.store import Store, open_store
+from tidings.support.lifetime import Lifetime, Loop
+from tidings.support.locking import mutation
+from tidings.support.metrics import Metrics
+from tidings.support.tracing import Tracing
 from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
 from tidings.tools.registry import Tool, ToolRegistry
-from tidings.tracing import Tracing
 from tidings.transcript import ConversationTx
 from tidings.turns.retry import retry as retry_unit
 from tidings.turns.runner import TurnRunner

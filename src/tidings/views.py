@@ -13,12 +13,12 @@ from __future__ import annotations
 from tidings.conversations import Conversations, ConversationSummary
 from tidings.errors import InvalidInputError
 from tidings.keyring import Keyring
-from tidings.locking import mutation
-from tidings.policy import check_id, check_position
 from tidings.records.dead_letters import DeadLetterDetail, DeadLetters, Settled
 from tidings.records.instances import InstanceRecord, list_instances
 from tidings.records.outbox import Outbox
 from tidings.records.results import ResultPage, ResultRef
+from tidings.support.locking import mutation
+from tidings.support.policy import check_id, check_position
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.service import BackgroundTasks
 from tidings.types import DeadLetter, QueueStats

@@ -56,8 +56,8 @@ from tidings import (
     open_store,
 )
 from tidings.clock import to_us
-from tidings.policy import encode_json
 from tidings.records import operations
+from tidings.support.policy import encode_json
 
 T = TypeVar("T")
 

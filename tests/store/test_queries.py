@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from tidings import ManualClock, Outbox, Published, Tx
-from tidings.policy import PASSIVE_SIGNAL_PREFIXES, wakes
 from tidings.store import Row
 from tidings.store import queries as loader
 from tidings.store.queries import load_queries, wakes_sql
+from tidings.support.policy import PASSIVE_SIGNAL_PREFIXES, wakes
 
 DIALECTS = ("sqlite", "postgres")
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tidings.clock import ManualClock
 from tidings.errors import TidingsError
 from tidings.mail.door import RESERVED_META_KEYS, Door, DoorConfig
-from tidings.policy import encode_json
+from tidings.support.policy import encode_json
 from tidings.types import Author, AuthorKind, Origin
 
 CONFIG = DoorConfig(content_limit_bytes=2_048, meta_limit_bytes=512)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.errors import InvalidInputError, PayloadTooLargeError
-from tidings.policy import StartDecision, StartState, check_text, decide_start, read_order
+from tidings.support.policy import StartDecision, StartState, check_text, decide_start, read_order
 from tidings.types import ConversationStatus, GoalStatus, Origin, StartKind
 
 # -- M2: read order ----------------------------------------------------------------------------

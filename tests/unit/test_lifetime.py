@@ -11,7 +11,7 @@ import pytest
 
 from tests.waiting import eventually
 from tidings.clock import wait_set
-from tidings.lifetime import Lifetime, Loop, first_of
+from tidings.support.lifetime import Lifetime, Loop, first_of
 
 
 class Recorder:
@@ -69,7 +69,7 @@ async def test_s9_one_component_failing_leaves_the_others_running(
 ) -> None:
     recorder = Recorder()
     lifetime = Lifetime([recorder.loop("sweep", fail=True), recorder.loop("outbox")])
-    with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
+    with caplog.at_level(logging.ERROR, logger="tidings.support.lifetime"):
         lifetime.start()
         await wait_for(lambda: "sweep broke" in caplog.text, "the failure logged")
     outbox = next(t for t in asyncio.all_tasks() if t.get_name() == "outbox")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidings.metrics import Gauge, Metrics
+from tidings.support.metrics import Gauge, Metrics
 from tidings.types import Usage
 
 
@@ -58,7 +58,7 @@ def test_a6_runtimes_in_one_process_keep_their_metrics_apart() -> None:
 
 
 def test_l3_only_config_approval_and_job_events_are_passive() -> None:
-    from tidings.policy import wakes
+    from tidings.support.policy import wakes
 
     assert wakes("task.exited")
     assert wakes("restart_completed")

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from tidings.clock import to_us
 from tidings.errors import InvalidInputError, PayloadTooLargeError
-from tidings.policy import (
+from tidings.records.outbox import OutboxConfig
+from tidings.support.policy import (
     MAX_ID_LENGTH,
     MAX_PAYLOAD_DEPTH,
     SECRET_KEYS,
@@ -25,7 +26,6 @@ from tidings.policy import (
     encode_json,
     is_secret_key,
 )
-from tidings.records.outbox import OutboxConfig
 from tidings.tasks.service import END_RETRY_BASE, END_RETRY_CAP
 from tidings.turns.plan import TurnConfig
 

@@ -68,8 +68,8 @@ from tidings.mail.relay import (
     Cancelled,
     ChildRequest,
 )
-from tidings.policy import backoff, frozen_environment
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import backoff, frozen_environment
 from tidings.tools.registry import ToolContext
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id

@@ -37,9 +37,9 @@ from tidings.feed.drafts import Draft, DraftKey, delta_event, discarded_event
 from tidings.feed.publisher import Publisher
 from tidings.feed.watch import ReadPage, Watch
 from tidings.feed.wire import DELTA, DISCARD, REQUEST, WATCH, Live, decode
-from tidings.policy import check_position
 from tidings.store import Row, Store, Tx
 from tidings.store.feed import FeedSubscription
+from tidings.support.policy import check_position
 from tidings.types import new_id
 
 log = logging.getLogger("tidings.feed")

@@ -36,9 +36,9 @@ from tidings.errors import (
     UnknownConversationError,
     UnknownInputError,
 )
-from tidings.policy import check_id, check_text, encode_json
 from tidings.records.rows import input_from_row
 from tidings.store import Store, Tx
+from tidings.support.policy import check_id, check_text, encode_json
 from tidings.transcript import INPUT_ACCEPTED, ConversationTx
 from tidings.types import (
     Author,

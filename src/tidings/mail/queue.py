@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 
 from tidings.errors import PairingViolationError
-from tidings.policy import read_order
 from tidings.records.rows import input_from_row
 from tidings.store import Tx
+from tidings.support.policy import read_order
 from tidings.transcript import ConversationTx
 from tidings.types import Input
 

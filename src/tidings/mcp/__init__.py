@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 from tidings.clock import Clock
 from tidings.conversations import Conversations
 from tidings.errors import InvalidInputError
-from tidings.lifetime import Component
 from tidings.mcp.declaration import MCPOAuth, MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
-from tidings.metrics import Metrics
 from tidings.questions import Questions
 from tidings.records.results import MasterKey
 from tidings.store import Store
+from tidings.support.lifetime import Component
+from tidings.support.metrics import Metrics
 from tidings.tasks import journal
 from tidings.tasks.service import BackgroundTasks
 from tidings.tools.registry import ToolRegistry

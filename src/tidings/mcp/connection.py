@@ -1,5 +1,5 @@
 """One MCP server's connection: a long-lived component of the runtime, a
-:class:`~tidings.lifetime.Loop` whose work is the connection.
+:class:`~tidings.support.lifetime.Loop` whose work is the connection.
 
 Its work connects (starting the subprocess, or opening the HTTP session), lists the server's
 tools and registers each as ``<server>.<tool>``, then holds the connection until it breaks --
@@ -45,7 +45,6 @@ from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
 from tidings.conversations import Conversations
-from tidings.lifetime import Loop
 from tidings.mcp import oauth, results, wire
 from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
@@ -58,9 +57,10 @@ from tidings.mcp.tasks import (
     TaskRefusedError,
     TaskUnknownError,
 )
-from tidings.metrics import Metrics
-from tidings.policy import backoff
 from tidings.questions import Questions
+from tidings.support.lifetime import Loop
+from tidings.support.metrics import Metrics
+from tidings.support.policy import backoff
 from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 
 log = logging.getLogger("tidings.mcp")

@@ -35,7 +35,7 @@ from tidings.clock import wait_set
 from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.wire import TaskState as RemoteTask
-from tidings.policy import backoff
+from tidings.support.policy import backoff
 from tidings.tasks import journal
 from tidings.tasks.capture import CaptureBuffer
 from tidings.tasks.notify import TaskState

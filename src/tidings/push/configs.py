@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInputError, UnknownPushConfigError
-from tidings.policy import check_id, check_text
 from tidings.push.sealing import seal, unseal
 from tidings.push.targets import resolve
 from tidings.records.results import MasterKey
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import check_id, check_text
 
 SECRET_LIMIT_BYTES = 4_096
 """A config's token, and its authentication's credentials, at most."""

@@ -12,8 +12,8 @@ kind of recipient (an HTTP endpoint, not a conversation's turn):
 - a lease has a fresh random token and a deadline; only that token settles the attempt, and a
   lease whose holder died is claimable again after its deadline (at least once);
 - a failed attempt goes back to ready after a bounded exponential backoff with jitter
-  (:func:`~tidings.policy.backoff_us`); a permanent failure or a spent budget makes it a dead
-  letter, with a non-sensitive code, and nothing replays it (S8);
+  (:func:`~tidings.support.policy.backoff_us`); a permanent failure or a spent budget makes it
+  a dead letter, with a non-sensitive code, and nothing replays it (S8);
 - deleting a config deletes its pending deliveries in the same unit, and a claim joins the
   config, so a deleted config is sent nothing more.
 """
@@ -29,8 +29,8 @@ from typing import Any
 
 from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError
-from tidings.policy import backoff_us, check_slug, dead_letter_due
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import backoff_us, check_slug, dead_letter_due
 
 
 @dataclass(frozen=True, slots=True)

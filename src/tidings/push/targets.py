@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from tidings.errors import InvalidInputError, PrivateTargetError
-from tidings.policy import check_text
+from tidings.support.policy import check_text
 
 URL_LIMIT_BYTES = 2_048
 

@@ -1,7 +1,7 @@
 """The webhook worker: POSTs each owed push notification to its config's URL, at least once.
 
 Its :meth:`Webhooks.serve` is the work of one of the runtime's components (a
-:class:`~tidings.lifetime.Loop`, cancelled at shutdown: an attempt cut short is tried again,
+:class:`~tidings.support.lifetime.Loop`, cancelled at shutdown: an attempt cut short is tried again,
 the notification id the same). The POSTs themselves run on a thread and event loop of their own
 (:class:`~tidings.push.sender.Sender`), so that a busy runtime loop does not delay each of
 their steps. It wakes on the store's
@@ -42,7 +42,6 @@ import httpx
 
 from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import InvalidInputError, PrivateTargetError
-from tidings.metrics import Metrics
 from tidings.push.deliveries import PushDeliveries, PushDelivery
 from tidings.push.notifications import NOTIFICATION_ID_HEADER, TOKEN_HEADER, body
 from tidings.push.sealing import unseal
@@ -50,6 +49,7 @@ from tidings.push.sender import Sender
 from tidings.push.targets import resolve
 from tidings.records.results import MasterKey
 from tidings.store import Row, Store
+from tidings.support.metrics import Metrics
 
 log = logging.getLogger("tidings.push")
 

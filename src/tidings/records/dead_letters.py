@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from tidings.clock import Clock
 from tidings.errors import BacklogFullError, NotDeadLetterError, UnknownDeadLetterError
-from tidings.policy import MAX_INT64
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import MAX_INT64
 from tidings.types import JSON, ConversationId, DeadLetter, DeliveryId, EventId, OutboxConfig
 
 DISCARDED = "discarded"

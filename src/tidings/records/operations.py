@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 
 from tidings.errors import InstanceNotRunningError, OperationSettledError, UnknownOperationError
-from tidings.policy import check_id, check_slug, encode_json
 from tidings.records.instances import Instance
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import check_id, check_slug, encode_json
 from tidings.types import JSON, InstanceId, Operation, OperationId, OperationState, new_id
 
 

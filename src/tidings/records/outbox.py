@@ -42,7 +42,9 @@ from tidings.errors import (
     StoreError,
     TidingsError,
 )
-from tidings.policy import (
+from tidings.records.instances import Instance
+from tidings.store import Row, Store, Tx, open_store
+from tidings.support.policy import (
     backoff_us,
     check_id,
     check_signal_payload,
@@ -50,8 +52,6 @@ from tidings.policy import (
     dead_letter_due,
     encode_json,
 )
-from tidings.records.instances import Instance
-from tidings.store import Row, Store, Tx, open_store
 from tidings.types import (
     JSON,
     ConversationId,

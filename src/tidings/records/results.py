@@ -48,8 +48,8 @@ from tidings.errors import InvalidInputError
 from tidings.errors import MasterKeyError as MasterKeyError
 from tidings.errors import ResultCorruptError as ResultCorruptError
 from tidings.errors import UnknownResultError as UnknownResultError
-from tidings.policy import check_cursor, check_id
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import check_cursor, check_id
 from tidings.types import ConversationId, new_id
 
 MASTER_KEY_ENV = "TIDINGS_MASTER_KEY"

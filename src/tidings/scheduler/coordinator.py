@@ -34,12 +34,12 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.mail.door import Door
-from tidings.policy import check_id
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.scheduler import compaction, slot
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.store import Store, Tx
+from tidings.support.policy import check_id
 from tidings.tasks import journal
 from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tidings.approvals import Approvals
 from tidings.conversations import Conversations
-from tidings.lifetime import first_of
 from tidings.scheduler.coordinator import Coordinator
+from tidings.support.lifetime import first_of
 from tidings.types import Run, RunStatus
 
 

@@ -3,9 +3,9 @@
 Taking the slot is one unit of work under the conversation's lock (:func:`begin`, over a
 :class:`~tidings.transcript.ConversationTx` the caller saves): it reads the queued inputs, the
 goal, the suppression and attention flags and the ready signals, decides with the pure
-:func:`~tidings.policy.decide_start` (C3), and -- only if a turn starts -- writes the run, the
-slot lease and the claim of the signals in the same transaction. A start that yields records
-why; a start that yields writes nothing else.
+:func:`~tidings.support.policy.decide_start` (C3), and -- only if a turn starts -- writes the
+run, the slot lease and the claim of the signals in the same transaction. A start that yields
+records why; a start that yields writes nothing else.
 
 The slot is a fenced lease on the conversation row, so it is cluster-wide on PostgreSQL (C9): a
 holder that dies loses it when the lease expires, and the next unit that finds it expired
@@ -30,11 +30,11 @@ from tidings.errors import TidingsError
 from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
-from tidings.policy import StartDecision, StartState, decide_start
 from tidings.questions import expire_run_questions
 from tidings.records.outbox import Outbox
 from tidings.records.rows import conversation_from_row, input_from_row, run_from_row
 from tidings.store import Row, Store, Tx
+from tidings.support.policy import StartDecision, StartState, decide_start
 from tidings.tasks import journal
 from tidings.tasks.notify import is_notice
 from tidings.transcript import ConversationTx

@@ -1,4 +1,4 @@
-"""The runtime's periodic sweeps, each a named component (see :mod:`tidings.lifetime`).
+"""The runtime's periodic sweeps, each a named component (see :mod:`tidings.support.lifetime`).
 
 A sweep is the slow path behind a fast one: what a lost wake-up, a lost kick, a full queue or
 an instance that died while this one runs left behind is found at the next pass. A pass that
@@ -15,12 +15,12 @@ from datetime import timedelta
 from tidings.clock import Clock, to_us
 from tidings.errors import TidingsError
 from tidings.lifecycle import complete_restarts
-from tidings.lifetime import Loop
 from tidings.mail.relay import ChildRelay
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.records.results import Results
 from tidings.store import Store
+from tidings.support.lifetime import Loop
 from tidings.tasks.service import BackgroundTasks
 from tidings.types import ReconcileReport
 

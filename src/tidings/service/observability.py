@@ -16,7 +16,6 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from tidings.errors import InvalidInputError, MasterKeyError, TidingsError
-from tidings.metrics import Gauge
 from tidings.records.results import MasterKey
 from tidings.service.auth import Identity, Operator, identity
 from tidings.service.params import DeliveryId, Limit
@@ -36,6 +35,7 @@ from tidings.service.schemas import (
     SessionOut,
     Unlock,
 )
+from tidings.support.metrics import Gauge
 
 PROMETHEUS_MEDIA_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 OPERATOR = documented(401, 403, 422, 500, 503)

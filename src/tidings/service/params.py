@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Header, Path, Query
 
-from tidings.policy import MAX_ID_LENGTH, MAX_INT64
+from tidings.support.policy import MAX_ID_LENGTH, MAX_INT64
 
 NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
 """No control characters (NUL, line breaks, ...): what an id or a cursor may never hold."""

@@ -29,7 +29,6 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings.errors import TidingsError
-from tidings.policy import MAX_ID_LENGTH
 from tidings.runtime import Runtime
 from tidings.service.auth import OPERATOR_ACTOR, Authenticator
 from tidings.service.params import MAX_WAIT_S
@@ -37,6 +36,7 @@ from tidings.service.problems import HTTPProblem, error_response
 from tidings.service.routes import posted
 from tidings.service.schemas import InputCreate
 from tidings.service.sse import Feeds
+from tidings.support.policy import MAX_ID_LENGTH
 from tidings.types import Answer
 
 _PATH = re.compile(rf"/v1/conversations/([^/\x00-\x1f\x7f]{{1,{MAX_ID_LENGTH}}})/inputs")

@@ -18,7 +18,6 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
 from tidings.errors import InstanceNotRunningError, UnknownRunError
-from tidings.policy import MAX_INT64
 from tidings.runtime import Runtime
 from tidings.service import sse
 from tidings.service.auth import Actor, Principal, Scope
@@ -85,6 +84,7 @@ from tidings.service.schemas import (
     TaskPage,
     Transcript,
 )
+from tidings.support.policy import MAX_INT64
 from tidings.types import Answer, Author, AuthorKind, Origin
 
 

@@ -9,7 +9,7 @@ PostgreSQL store rewrites them to psycopg's style once, at load.
 A block is headed ``-- name --``. A *fragment* is headed ``-- {name} --``: text (no statement of
 its own) that any block splices in where it writes ``{name}``, so a select list two queries share
 is written once too. ``{wakes(column)}`` is the policy's passive-signal rule as a condition over
-``column``, written from :data:`tidings.policy.PASSIVE_SIGNAL_PREFIXES` -- that rule has one
+``column``, written from :data:`tidings.support.policy.PASSIVE_SIGNAL_PREFIXES` -- that rule has one
 source, the policy module.
 
 Invariants the loader enforces (a broken file fails the first store opened, and the tests):
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from tidings.policy import PASSIVE_SIGNAL_PREFIXES
+from tidings.support.policy import PASSIVE_SIGNAL_PREFIXES
 
 COMMON = "common"
 
@@ -122,7 +122,8 @@ def _normalised(statements: tuple[str, ...]) -> tuple[str, ...]:
 
 def wakes_sql(column: str) -> str:
     """A condition true where the signal type in ``column`` wakes its conversation: the SQL of
-    :func:`tidings.policy.wakes`, from the same :data:`~tidings.policy.PASSIVE_SIGNAL_PREFIXES`."""
+    :func:`tidings.support.policy.wakes`, from the same
+    :data:`~tidings.support.policy.PASSIVE_SIGNAL_PREFIXES`."""
     conditions = []
     for prefix in PASSIVE_SIGNAL_PREFIXES:
         # Written into the text as a LIKE pattern: it must hold no quote and no wildcard.

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.policy import fenced_json
 from tidings.records.results import Drop
+from tidings.support.policy import fenced_json
 from tidings.types import Input, Origin
 
 NOTIFICATION_KIND = "task_notification"

@@ -34,10 +34,11 @@ from tidings.errors import (
     StoreError,
     UnknownTaskError,
 )
-from tidings.metrics import Metrics
-from tidings.policy import backoff
 from tidings.records.results import Results, ResultsConfig
 from tidings.store import Store, Tx
+from tidings.support.metrics import Metrics
+from tidings.support.policy import backoff
+from tidings.support.tracing import Span, Tracing
 from tidings.tasks import capture, journal
 from tidings.tasks.capture import Capture
 from tidings.tasks.notify import EXCERPT_LIMIT_BYTES, Notify, TaskState
@@ -51,7 +52,6 @@ from tidings.tasks.supervisor import (
     kill_left_behind,
     process_identity,
 )
-from tidings.tracing import Span, Tracing
 from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, ToolContext
 

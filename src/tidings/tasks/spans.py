@@ -3,10 +3,10 @@ tool call started it."""
 
 from __future__ import annotations
 
+from tidings.support.tracing import CONVERSATION_ID, RUN_ID, Span, Tracing
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import TaskState
 from tidings.tasks.spawn import ProcessOutcome, ProcessState
-from tidings.tracing import CONVERSATION_ID, RUN_ID, Span, Tracing
 
 _STATES = {
     ProcessState.EXITED: TaskState.EXITED,

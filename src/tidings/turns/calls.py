@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from tidings.errors import TidingsError
 from tidings.models.base import ToolCall
+from tidings.support.tracing import Tracing
 from tidings.tools.registry import (
     TOOL_RESULT_LIMIT,
     Sampler,
@@ -17,7 +18,6 @@ from tidings.tools.registry import (
     ToolContext,
     ToolOutput,
 )
-from tidings.tracing import Tracing
 from tidings.turns import spans
 from tidings.turns.plan import TurnPlan
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
 from tidings.models.base import PromptMessage, ToolCall
-from tidings.policy import fenced_json
+from tidings.support.policy import fenced_json
 from tidings.types import Delivery, Message
 
 FACTS_TAG = "runtime_facts"

@@ -8,11 +8,11 @@ what each model said is kept (B7): one entry per model, in the profile's order -
 error's kind), ``kind``, ``status``, ``error_class``, ``message`` (an excerpt) and ``attempts``.
 
 Fallback health (B9): a model found unavailable is skipped for a cool-down, jittered and capped
-(:func:`tidings.policy.backoff`, longer each time it is found unavailable again, forgotten once
-it answers), in this process and across turns, instead of being asked on every step. Two
-exceptions keep a run from failing without asking anyone: when every registered model of the
-profile is cooling down, the first of them is asked anyway; and a person's retry naming a
-model asks it, cooling down or not.
+(:func:`tidings.support.policy.backoff`, longer each time it is found unavailable again,
+forgotten once it answers), in this process and across turns, instead of being asked on every
+step. Two exceptions keep a run from failing without asking anyone: when every registered model
+of the profile is cooling down, the first of them is asked anyway; and a person's retry naming
+a model asks it, cooling down or not.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 
 from tidings.clock import Clock, to_us
 from tidings.feed import Draft, FeedHub
-from tidings.metrics import Gauge, Metrics
 from tidings.models.base import Model, ModelError, ModelErrorKind, ModelReply, ModelRequest
-from tidings.policy import backoff
-from tidings.tracing import Tracing
+from tidings.support.metrics import Gauge, Metrics
+from tidings.support.policy import backoff
+from tidings.support.tracing import Tracing
 from tidings.turns import spans
 from tidings.turns.plan import TurnConfig, TurnFailed, TurnPlan, TurnProgress
 from tidings.turns.usage import spend

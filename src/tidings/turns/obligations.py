@@ -18,10 +18,10 @@ from tidings.clock import to_us
 from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply, ToolCall
+from tidings.support.tracing import Tracing
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolOutput
-from tidings.tracing import Tracing
 from tidings.transcript import ConversationTx
 from tidings.turns.calls import execute
 from tidings.turns.plan import TurnChildren, TurnConfig, TurnPlan, TurnProgress, TurnTasks

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from tidings.feed import Draft
 from tidings.models.base import ToolCall
+from tidings.support.tracing import NO_SPAN, Span
 from tidings.tools.registry import TaskStarter
-from tidings.tracing import NO_SPAN, Span
 from tidings.types import (
     ConversationId,
     Input,

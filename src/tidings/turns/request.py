@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from tidings.models.base import PromptMessage
-from tidings.policy import receipt_profile
+from tidings.support.policy import receipt_profile
 from tidings.turns.context import history_window
 from tidings.turns.plan import TurnFailed
 from tidings.types import Input, Profile, RunStatus

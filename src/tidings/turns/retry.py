@@ -16,8 +16,8 @@ from typing import Any
 
 from tidings.errors import InvalidInputError, UnknownRunError
 from tidings.mail.door import Door
-from tidings.policy import check_id, receipt_profile
 from tidings.records.rows import input_from_row, run_from_row
+from tidings.support.policy import check_id, receipt_profile
 from tidings.transcript import ConversationTx
 from tidings.types import Author, Input, Profile, Run, RunStatus
 

@@ -38,7 +38,6 @@ from tidings.feed import FeedHub
 from tidings.mail import queue
 from tidings.mail.door import Door
 from tidings.mcp import reports as mcp_reports
-from tidings.metrics import Metrics
 from tidings.models.base import (
     Model,
     ModelError,
@@ -51,12 +50,13 @@ from tidings.models.base import (
 from tidings.records.outbox import Outbox
 from tidings.records.results import Results
 from tidings.store import Store
+from tidings.support.metrics import Metrics
+from tidings.support.tracing import Span, Tracing
 from tidings.tasks import journal
 from tidings.tools.registry import (
     ToolOutput,
     ToolRegistry,
 )
-from tidings.tracing import Span, Tracing
 from tidings.transcript import ConversationTx
 from tidings.turns import spans
 from tidings.turns.calls import execute, kept

@@ -1,4 +1,5 @@
-"""The spans of a turn: the turn, each model call, each tool call (see :mod:`tidings.tracing`).
+"""The spans of a turn: the turn, each model call, each tool call
+(see :mod:`tidings.support.tracing`).
 
 A turn's span is the root of a trace of its own: a turn is started by the coordinator for
 whatever asked for it (a person, a wake-up, the mail), and the context of the task that asks
@@ -10,8 +11,8 @@ conventions where one fits (``gen_ai.*``); the rest are ``tidings.*``.
 from __future__ import annotations
 
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
+from tidings.support.tracing import CONVERSATION_ID, NO_SCOPE, RUN_ID, Span, SpanScope, Tracing
 from tidings.tools.registry import ToolOutput
-from tidings.tracing import CONVERSATION_ID, NO_SCOPE, RUN_ID, Span, SpanScope, Tracing
 from tidings.turns.plan import TurnPlan
 from tidings.types import Run, RunStatus
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from tidings.metrics import Metrics
 from tidings.models.base import TokenCounts
+from tidings.support.metrics import Metrics
 from tidings.turns.plan import TurnProgress
 from tidings.types import Usage
 

@@ -75,7 +75,6 @@ from tidings.errors import (
     UnknownQuestionError,
 )
 from tidings.feed import Watch
-from tidings.policy import check_id
 from tidings.service.a2a.stores import (
     Caller,
     RuntimePushConfigStore,
@@ -91,6 +90,7 @@ from tidings.service.a2a.tasks import (
     read_task,
     timestamp,
 )
+from tidings.support.policy import check_id
 from tidings.types import Answer, FeedEvent, Input, new_id
 
 log = logging.getLogger("tidings.service.a2a")

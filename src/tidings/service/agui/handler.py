@@ -46,11 +46,11 @@ from tidings.errors import (
     UnknownQuestionError,
 )
 from tidings.feed import Watch
-from tidings.policy import MAX_INT64
 from tidings.questions import form_validator
 from tidings.runtime import Runtime
 from tidings.service.agui.stream import RunStream
 from tidings.service.sse import Feeds
+from tidings.support.policy import MAX_INT64
 from tidings.types import FeedEvent, Input
 
 FORWARDED = "tidings"
