@@ -295,7 +295,7 @@ async def test_b10_a_broken_tracer_never_breaks_a_turn(
     rt = await runtimes(models=[model], config=RuntimeConfig(tracer_provider=Exploding()))
     conv = (await rt.create_conversation("alice", Profile(model="scripted", tools=("shell",)))
             ).conversation_id
-    with caplog.at_level("WARNING", logger="tidings.support.tracing"):
+    with caplog.at_level("WARNING", logger="tidings.tracing"):
         await rt.post(conv, "list files")
         [run] = await settled_runs(rt, conv, 1)
     assert run.status is RunStatus.COMPLETED

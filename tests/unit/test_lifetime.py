@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable
 
@@ -69,7 +70,7 @@ async def test_s9_one_component_failing_leaves_the_others_running(
 ) -> None:
     recorder = Recorder()
     lifetime = Lifetime([recorder.loop("sweep", fail=True), recorder.loop("outbox")])
-    with caplog.at_level(logging.ERROR, logger="tidings.support.lifetime"):
+    with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
         lifetime.start()
         await wait_for(lambda: "sweep broke" in caplog.text, "the failure logged")
     outbox = next(t for t in asyncio.all_tasks() if t.get_name() == "outbox")
@@ -77,6 +78,48 @@ async def test_s9_one_component_failing_leaves_the_others_running(
     await lifetime.shutdown()
     assert outbox.done()
     assert recorder.log[-2:] == ["outbox closes", "outbox closed"]
+
+
+async def test_s9_a_failed_component_runs_again_after_a_growing_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def serve() -> None:
+        runs.append(loop.time())
+        if len(runs) <= 3:
+            raise RuntimeError(f"broke on run {len(runs)}")
+        await asyncio.Event().wait()
+
+    lifetime = Lifetime([Loop("sweep", serve)], restart_base_s=0.05, restart_cap_s=0.1)
+    with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
+        lifetime.start()
+        await wait_for(lambda: len(runs) == 4, "the fourth run, which works")
+    assert lifetime.restarts == 3
+    assert "sweep ended on an error (3 in a row); it runs again in 0.1 s" in caplog.text
+    pauses = [b - a for a, b in itertools.pairwise(runs)]
+    assert pauses[0] >= 0.05
+    assert pauses[1] >= 0.1  # doubled, then held at the cap
+    assert pauses[2] >= 0.1
+    sweep = next(t for t in asyncio.all_tasks() if t.get_name() == "sweep")
+    assert not sweep.done()  # running again, not dead
+    await lifetime.shutdown()
+    assert sweep.done()
+
+
+async def test_s9_shutdown_does_not_wait_out_a_failed_components_pause() -> None:
+    failed = asyncio.Event()
+
+    async def serve() -> None:
+        failed.set()
+        raise RuntimeError("broke")
+
+    lifetime = Lifetime([Loop("sweep", serve)], restart_base_s=3600, restart_cap_s=3600)
+    lifetime.start()
+    await wait_set(failed, 20)
+    await asyncio.wait_for(lifetime.shutdown(), 20)  # not the hour of its pause
+    assert lifetime.restarts == 0
 
 
 async def test_l5_first_of_returns_with_the_first_wait_and_reaps_the_other() -> None:

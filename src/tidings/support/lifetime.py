@@ -5,6 +5,10 @@ Each component has ``async run()`` -- it runs until it is shut down -- and an id
 :class:`asyncio.TaskGroup` and, on shutdown, stops them one after the other in the order it
 was given: what is stopped first can still rely on what is stopped after it (running turns
 commit as stopped while the outbox still heartbeats; the outbox retires the instance last).
+
+A component whose ``run()`` fails is logged and run again after a pause that doubles with each
+failure in a row (:data:`RESTART_BASE_S` up to :data:`RESTART_CAP_S`): a sweep, a worker or the
+outbox's heartbeat that broke on one bad moment does not stay dead while the runtime goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from tidings.clock import wait_set
+
 log = logging.getLogger("tidings.lifetime")
+
+RESTART_BASE_S = 0.1
+"""The pause before a failed component runs again, the first time."""
+RESTART_CAP_S = 30.0
+"""The longest pause between two runs of a component that keeps failing."""
 
 
 class Component(Protocol):
@@ -75,6 +86,7 @@ class Loop:
         if self._stopping:
             return
         self._task = asyncio.current_task()
+        self._ended.clear()  # run again after a failure: shutdown waits for this run
         try:
             await self.serve()
         except asyncio.CancelledError:
@@ -100,9 +112,16 @@ class Lifetime:
     """The composition root's task group: every component's ``run()`` in one
     :class:`asyncio.TaskGroup`, stopped in the order given."""
 
-    def __init__(self, components: Sequence[Component]) -> None:
+    def __init__(
+        self, components: Sequence[Component], *, restart_base_s: float = RESTART_BASE_S,
+        restart_cap_s: float = RESTART_CAP_S,
+    ) -> None:
         self.components = tuple(components)
         self._group: asyncio.Task[None] | None = None
+        self._restart = (restart_base_s, restart_cap_s)
+        self._stopping = asyncio.Event()
+        self.restarts = 0
+        """How many times a failed component was run again."""
 
     def start(self) -> None:
         """Start every component (once)."""
@@ -112,11 +131,30 @@ class Lifetime:
     async def _run_all(self) -> None:
         async with asyncio.TaskGroup() as group:
             for component in self.components:
-                group.create_task(_guarded(component), name=component.name)
+                group.create_task(self._guarded(component), name=component.name)
+
+    async def _guarded(self, component: Component) -> None:
+        """Run ``component`` until it returns; after a failure, log it and run it again once a
+        pause has passed, unless shutdown began meanwhile."""
+        base, cap = self._restart
+        failures = 0
+        while True:
+            try:
+                await component.run()
+                return
+            except Exception:
+                failures += 1
+                pause = min(cap, base * 2 ** (failures - 1))
+                log.exception("%s ended on an error (%d in a row); it runs again in %.1f s",
+                              component.name, failures, pause)
+            if await wait_set(self._stopping, pause):
+                return
+            self.restarts += 1
 
     async def shutdown(self) -> None:
         """Shut every component down, in order -- started or not. Idempotent."""
         group, self._group = self._group, None
+        self._stopping.set()  # a failed component waiting to run again does not
         try:
             for component in self.components:
                 await component.shutdown()
@@ -149,13 +187,4 @@ async def first_of(*waits: Awaitable[object]) -> None:
                 future.exception()  # retrieved: an error after the first end is not news
 
 
-async def _guarded(component: Component) -> None:
-    # One component's failure is logged and ends that component alone, as a separate task's
-    # failure would: the rest of the runtime keeps running.
-    try:
-        await component.run()
-    except Exception:
-        log.exception("%s ended on an error", component.name)
-
-
-__all__ = ("Component", "Lifetime", "Loop", "first_of")
+__all__ = ("RESTART_BASE_S", "RESTART_CAP_S", "Component", "Lifetime", "Loop", "first_of")
