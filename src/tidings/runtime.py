@@ -188,6 +188,8 @@ class Runtime(BackgroundViews):
                       results=self.keyring.known),
             Loop("tidings-outbox", lambda: self.instance.run(self.outbox.sweep),
                  then=self.instance.close),
+            # Last: the turns' last commits reach the watchers, whose feeds end here.
+            Loop("tidings-feed", then=self.feed.close),
         ))
         self._owns_store = owns_store
         self._closed = False
@@ -261,7 +263,6 @@ class Runtime(BackgroundViews):
         self._closed = True
         try:
             await self.lifetime.shutdown()
-            await self.feed.close()  # after the turns' last commits: watchers end here
         finally:
             if self._owns_store:
                 await self.store.close()
