@@ -43,8 +43,8 @@ from tests.crash.turn_helpers import (
     overlapping_runs,
     pairing_problems,
     spawn_turn_child,
-    wait_for,
 )
+from tests.waiting import eventually
 from tidings import (
     ManualClock,
     Profile,
@@ -139,7 +139,8 @@ async def test_c9_two_processes_serve_50_conversations_without_overlap(
         # Phase 1: both processes post to every conversation and serve every slot.
         await post_everywhere(children, conversations, ROUNDS_BEFORE, "fast", tmp_path)
         total = 2 * CONVERSATIONS * ROUNDS_BEFORE
-        await wait_for(lambda: quiet(url, total), "phase 1 read every input", within_s=30)
+        await eventually(lambda: quiet(url, total), what="phase 1 read every input",
+                         within_s=30, poll_s=0.05)
 
         runs = await sql(url, "SELECT * FROM runs")
         assert overlapping_runs(runs) == []
@@ -158,7 +159,8 @@ async def test_c9_two_processes_serve_50_conversations_without_overlap(
             )
             return bool(rows[0]["n"] >= 3)
 
-        await wait_for(victim_busy, "process a has turns in flight", within_s=15)
+        await eventually(victim_busy, what="process a has turns in flight", within_s=15,
+                         poll_s=0.05)
         await a.kill()
         await wait_instance_released(url, instance["a"])
         in_flight = {
@@ -171,7 +173,8 @@ async def test_c9_two_processes_serve_50_conversations_without_overlap(
 
         # The survivor finishes every conversation: its sweep finds the dead holder's liveness
         # mark free and voids its slots.
-        await wait_for(lambda: quiet(url, total), "the survivor read every input", within_s=30)
+        await eventually(lambda: quiet(url, total), what="the survivor read every input",
+                         within_s=30, poll_s=0.05)
 
         runs = await sql(url, "SELECT * FROM runs")
         assert overlapping_runs(runs) == []

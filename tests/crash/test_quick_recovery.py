@@ -25,8 +25,9 @@ import httpx
 from tests.conftest import Backend, RuntimeFactory
 from tests.crash.helpers import count_rows, wait_instance_released
 from tests.crash.turn_child import OWNER, append_line, crash_config, hang_rules
-from tests.crash.turn_helpers import RecordingModel, spawn_turn_child, wait_for
+from tests.crash.turn_helpers import RecordingModel, spawn_turn_child
 from tests.service.test_cli import WAIT_S, Served, open_conversation
+from tests.waiting import eventually
 from tidings import ManualClock, ModelReply, ModelRequest, Profile, Tool, ToolContext
 from tidings.models.base import DeltaCallback
 from tidings.records.outbox import OutboxConfig
@@ -166,7 +167,8 @@ async def test_h2_running_peer_takes_a_killed_holders_slot_at_once(
                        f"run_id = '{dead['run_id']}' AND failure_code = 'interrupted'") == 1
         )
 
-    await wait_for(closed, "the peer closed the dead turn", within_s=WAIT_S)
+    await eventually(closed, what="the peer closed the dead turn", within_s=WAIT_S,
+                     poll_s=0.05)
     await peer.post(cid, "Did it work?", owner=OWNER)
     await peer.settle(cid)
     transcript = await peer.transcript(cid)

@@ -14,8 +14,7 @@ import json
 import os
 import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,17 +76,6 @@ class RecordingModel:
     ) -> ModelReply:
         self.requests.append(request)
         return await self.inner.complete(request, on_delta=on_delta)
-
-
-async def wait_for(
-    probe: Callable[[], Awaitable[bool]], what: str, *, within_s: float = 30.0
-) -> None:
-    """Poll ``probe`` until it holds; fail with ``what`` once ``within_s`` has passed."""
-    end = time.monotonic() + within_s
-    while not await probe():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {within_s} s: {what}")
-        await asyncio.sleep(0.05)
 
 
 def pairing_problems(messages: Sequence[Message]) -> list[str]:

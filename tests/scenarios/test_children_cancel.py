@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
+from tests.waiting import eventually
 from tidings.errors import UnknownTaskError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime import Runtime, RuntimeConfig
@@ -37,13 +38,11 @@ MODEL = ScriptedModel(
 PROFILE = Profile(model="scripted", tools=("spawn", "send", "cancel"))
 
 
-async def eventually(rt: Runtime, conversation: str, status: RunStatus) -> None:
-    """Until some run of the conversation has ``status`` (20 s at most)."""
-    for _ in range(400):
-        if any(r.status is status for r in await rt.runs(conversation)):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {status.value} run in {conversation}")
+async def until_a_run(rt: Runtime, conversation: str, status: RunStatus) -> None:
+    """Until some run of the conversation has ``status``."""
+    await eventually(lambda: rt.runs(conversation),
+                     lambda runs: any(r.status is status for r in runs),
+                     what=f"a {status.value} run in {conversation}")
 
 
 async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled(
@@ -55,14 +54,14 @@ async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled
     await wait_for_runs(rt, parent, 1)
     (request,) = await rt.relay.requests_of(parent)
     child = request.child_conversation_id
-    await eventually(rt, child, RunStatus.RUNNING)  # the child waits on its grandchild
+    await until_a_run(rt, child, RunStatus.RUNNING)  # the child waits on its grandchild
     for _ in range(400):
         if await rt.relay.requests_of(child):
             break
         await asyncio.sleep(0.05)
     (deeper,) = await rt.relay.requests_of(child)
     grandchild = deeper.child_conversation_id
-    await eventually(rt, grandchild, RunStatus.RUNNING)
+    await until_a_run(rt, grandchild, RunStatus.RUNNING)
 
     (run,) = await rt.runs(parent)
     cancel = rt.tools.get("cancel")
@@ -77,8 +76,8 @@ async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled
         {"task_key": request.task_key, "conversation": child},
         {"task_key": deeper.task_key, "conversation": grandchild},
     ]
-    await eventually(rt, child, RunStatus.STOPPED)
-    await eventually(rt, grandchild, RunStatus.STOPPED)
+    await until_a_run(rt, child, RunStatus.STOPPED)
+    await until_a_run(rt, grandchild, RunStatus.STOPPED)
     await rt.relay.relay_pending()
     await rt.settle(child)
     await rt.settle(parent)
@@ -105,7 +104,7 @@ async def test_m16_a_cancelled_request_not_yet_read_is_withdrawn(
     (run,) = await rt.runs(parent)
     busy = await rt.relay.spawn(parent, run.run_id, "call-1", "count slowly")
     child = busy.child_conversation_id
-    await eventually(rt, child, RunStatus.RUNNING)  # busy with the brief
+    await until_a_run(rt, child, RunStatus.RUNNING)  # busy with the brief
     queued = await rt.relay.send(parent, child, run.run_id, "call-2", "count to three")
     (cancelled,) = await rt.cancel_child(parent, queued.task_key)
     assert cancelled.task_key == queued.task_key
@@ -153,7 +152,7 @@ async def test_m9_worker_finals_of_two_runs_share_a_combined_report_that_a_stop_
                 for n, run in enumerate((first, second))]
     assert await rt.relay.await_replies([r.request_id for r in requests], 20)
     assert await rt.relay.relay_pending() == 2  # in one unit: one mail turn reads both
-    await eventually(rt, parent, RunStatus.RUNNING)
+    await until_a_run(rt, parent, RunStatus.RUNNING)
     (*_, combined) = await rt.runs(parent)
     assert combined.trigger is StartKind.MAIL
     # Stopping one source while the combined report is being written retracts nothing.

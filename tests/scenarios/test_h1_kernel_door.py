@@ -15,14 +15,14 @@ import asyncio
 import json
 import re
 import shlex
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import Waiter
+from tests.waiting import eventually
 from tidings.models.base import (
     DeltaCallback,
     ModelError,
@@ -69,14 +69,6 @@ def background(command: str, lifetime: str = "conversation") -> dict[str, Any]:
         "command": command, "background": True, "lifetime": lifetime}}]}
 
 
-async def wait_until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT_S} s: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
     """Settle the conversation until it has ``count`` runs, none of them running."""
     runs: list[Run] = []
@@ -87,7 +79,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
         runs = await rt.runs(conv)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
-    await wait_until(done, f"{count} settled runs")
+    await eventually(done, what=f"{count} settled runs")
     return runs
 
 
@@ -95,7 +87,7 @@ async def task_ended(rt: Runtime, conv: str, task_key: str) -> None:
     async def ended() -> bool:
         return (await rt.task(conv, task_key)).state.terminal
 
-    await wait_until(ended, f"the end of task {task_key} journalled")
+    await eventually(ended, what=f"the end of task {task_key} journalled")
 
 
 def started_task(messages: list[Message]) -> str:
@@ -609,7 +601,7 @@ async def test_h1_a_held_notice_waits_queued_and_a_stopped_source_withdraws_it(
     async def queued() -> bool:
         return any(i.state is InputState.QUEUED for i in notices(await rt.inputs(conv)))
 
-    await wait_until(queued, "the notice accepted and held")
+    await eventually(queued, what="the notice accepted and held")
     [notice] = notices(await rt.inputs(conv))
     assert (await rt.inputs(conv))[0] == notice  # queued: listed first
     assert len(await rt.runs(conv)) == 1  # held by the stop: no wake-up ran

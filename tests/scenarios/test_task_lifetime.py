@@ -13,7 +13,7 @@ import asyncio
 import re
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.crash.test_crash_tasks import live_group_members
+from tests.waiting import eventually
 from tidings.clock import ManualClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
@@ -56,17 +57,6 @@ def turn_task_model(command: str) -> ScriptedModel:
     )
 
 
-async def wait_until(
-    probe: Callable[[], Awaitable[bool]], what: str, *, within_s: float = 10.0
-) -> None:
-    """Poll ``probe`` until it holds; a bound that only stops a broken test from hanging."""
-    deadline = time.monotonic() + within_s
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s} s: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def settle(rt: Runtime, conv: str) -> None:
     """Wait until the conversation is settled; a conversation that never settles (a turn
     after turn) fails the test instead of hanging it."""
@@ -87,7 +77,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
         runs = await rt.runs(conv)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
-    await wait_until(done, f"{count} settled runs", within_s=20)
+    await eventually(done, what=f"{count} settled runs", within_s=20)
     return runs
 
 
@@ -95,7 +85,7 @@ async def task_ended(rt: Runtime, conv: str, task_key: str) -> None:
     async def ended() -> bool:
         return (await rt.task(conv, task_key)).state.terminal
 
-    await wait_until(ended, f"the end of task {task_key} journalled")
+    await eventually(ended, what=f"the end of task {task_key} journalled")
 
 
 def notes(messages: list[Message]) -> list[Message]:
@@ -388,7 +378,7 @@ async def test_c6_stop_kills_the_turn_task_of_the_stopped_run(
     async def gone() -> bool:
         return not live_group_members(pid)
 
-    await wait_until(gone, f"the process group {pid} of task {task_key} gone")
+    await eventually(gone, what=f"the process group {pid} of task {task_key} gone")
     await settle(rt, conv)
     runs = await rt.runs(conv)
     assert [(r.run_id, r.status) for r in runs] == [(stopped, RunStatus.STOPPED)]
@@ -492,7 +482,7 @@ async def test_m4_a_turn_task_of_a_turn_that_lost_its_slot_is_handed_to_the_conv
 
     # The second answer ("interim") was the reply: the turn now waits in the drain (the
     # scripted model returns without yielding, so the turn went straight on into it).
-    await wait_until(drained, "the reply waiting in the drain")
+    await eventually(drained, what="the reply waiting in the drain")
     assert await rt.task_list(conv)
     clock.advance(timedelta(seconds=1))  # a stall: the slot's lease runs out
     deadline = time.monotonic() + 20

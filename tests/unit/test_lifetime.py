@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
 
 import pytest
 
-from tests.waiting import eventually
+from tests.waiting import wait_until
 from tidings.clock import wait_set
 from tidings.support.lifetime import Lifetime, Loop, first_of
 
@@ -35,18 +34,11 @@ class Recorder:
         return Loop(name, serve, first=first, then=then)
 
 
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    async def probe() -> bool:
-        return condition()
-
-    await eventually(probe, what=what)
-
-
 async def test_s9_components_stop_in_order_and_a_second_shutdown_does_nothing() -> None:
     recorder = Recorder()
     lifetime = Lifetime([recorder.loop("turns"), recorder.loop("outbox")])
     lifetime.start()
-    await wait_for(lambda: len(recorder.log) == 2, "both running")
+    await wait_until(lambda: len(recorder.log) == 2, what="both running")
     assert sorted(recorder.log) == ["outbox runs", "turns runs"]
     recorder.log.clear()
     await lifetime.shutdown()
@@ -72,7 +64,7 @@ async def test_s9_one_component_failing_leaves_the_others_running(
     lifetime = Lifetime([recorder.loop("sweep", fail=True), recorder.loop("outbox")])
     with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
         lifetime.start()
-        await wait_for(lambda: "sweep broke" in caplog.text, "the failure logged")
+        await wait_until(lambda: "sweep broke" in caplog.text, what="the failure logged")
     outbox = next(t for t in asyncio.all_tasks() if t.get_name() == "outbox")
     assert not outbox.done()
     await lifetime.shutdown()
@@ -95,7 +87,7 @@ async def test_s9_a_failed_component_runs_again_after_a_growing_pause(
     lifetime = Lifetime([Loop("sweep", serve)], restart_base_s=0.05, restart_cap_s=0.1)
     with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
         lifetime.start()
-        await wait_for(lambda: len(runs) == 4, "the fourth run, which works")
+        await wait_until(lambda: len(runs) == 4, what="the fourth run, which works")
     assert lifetime.restarts == 3
     assert "sweep ended on an error (3 in a row); it runs again in 0.1 s" in caplog.text
     pauses = [b - a for a, b in itertools.pairwise(runs)]
