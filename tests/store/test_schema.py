@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -28,36 +29,79 @@ DIALECTS = ("sqlite", "postgres")
 SRC = Path(__file__).resolve().parents[2] / "src" / "tidings"
 
 
-@pytest.fixture
-def pg_admin(request: pytest.FixtureRequest) -> str:
-    """The admin DSN of the test server (skips without ``TIDINGS_TEST_POSTGRES_DSN``)."""
-    admin: str = request.getfixturevalue("postgres_template")
-    return admin
+class Empty:
+    """Brand-new, empty databases of one backend (no template, no migration), dropped at the
+    end of the test, and what a test reads or runs on them without tidings."""
+
+    def __init__(self, backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        self.backend = backend
+        self._tmp_path = tmp_path
+        self._admin: str | None = (
+            request.getfixturevalue("postgres_template") if backend == "postgres" else None)
+        self._made: list[str] = []
+
+    def new(self) -> str:
+        """The URL of another empty database."""
+        if self._admin is None:
+            url = str(self._tmp_path / f"empty-{len(self._made)}.db")
+        else:
+            url = fresh_postgres_database(self._admin, template=None)
+        self._made.append(url)
+        return url
+
+    def drop(self) -> None:
+        if self._admin is not None:
+            for url in self._made:
+                drop_postgres_database(self._admin, url)
+
+    def execute(self, url: str, statements: Iterable[str]) -> None:
+        """Run ``statements`` in one transaction, outside tidings."""
+        if self._admin is None:
+            conn = sqlite3.connect(url)
+            try:
+                for statement in statements:
+                    conn.execute(statement)
+                conn.commit()
+            finally:
+                conn.close()
+            return
+        with psycopg.connect(url) as pg:
+            for statement in statements:
+                pg.execute(statement)
+
+    def describe(self, url: str) -> dict[str, Any]:
+        """The schema as the store describes it, read outside tidings."""
+        if self._admin is None:
+            return describe_sqlite_schema(url)
+        with psycopg.connect(url, row_factory=dict_row) as pg:
+            return describe_postgres_schema(pg)
+
+    def ledger(self, url: str) -> list[tuple[int, str]]:
+        """The migrations the database records as applied."""
+        query = "SELECT version, name FROM schema_migrations ORDER BY version"
+        if self._admin is None:
+            conn = sqlite3.connect(url)
+            try:
+                return [(int(v), str(n)) for v, n in conn.execute(query).fetchall()]
+            finally:
+                conn.close()
+        with psycopg.connect(url) as pg:
+            return [(int(v), str(n)) for v, n in pg.execute(query).fetchall()]
+
+    def insert_version(self, url: str, version: int) -> None:
+        """Record a migration this tidings does not know, as a newer tidings would."""
+        self.execute(url, ["INSERT INTO schema_migrations (version, name) "
+                           f"VALUES ({version:d}, 'from_the_future')"])
 
 
-@pytest.fixture
-def pg_empty(pg_admin: str) -> Iterator[str]:
-    """A brand-new, empty PostgreSQL database (no template): its URL."""
-    url = fresh_postgres_database(pg_admin, template=None)
+@pytest.fixture(params=DIALECTS)
+def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Empty]:
+    """Empty databases on each backend; ids ``sqlite`` and ``postgres``."""
+    made = Empty(request.param, tmp_path, request)
     try:
-        yield url
+        yield made
     finally:
-        drop_postgres_database(pg_admin, url)
-
-
-def _pg_ledger(url: str) -> list[tuple[int, str]]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
-        return [(int(v), str(n)) for v, n in rows.fetchall()]
-
-
-def _sqlite_ledger(path: Path) -> list[tuple[int, str]]:
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
-        return [(int(v), str(n)) for v, n in rows.fetchall()]
-    finally:
-        conn.close()
+        made.drop()
 
 
 def _known_ledger(dialect: str) -> list[tuple[int, str]]:
@@ -67,47 +111,18 @@ def _known_ledger(dialect: str) -> list[tuple[int, str]]:
 # -- schema.sql is what the migrations build -----------------------------------------------------
 
 
-async def test_s2_sqlite_migrations_build_schema_sql(tmp_path: Path) -> None:
-    store = await open_store(str(tmp_path / "migrated.db"))
+async def test_s2_migrations_build_schema_sql(empty: Empty) -> None:
+    store = await open_store(empty.new())
     try:
         migrated = await store.describe_schema()
     finally:
         await store.close()
 
-    declared_path = tmp_path / "declared.db"
-    conn = sqlite3.connect(declared_path)
-    try:
-        for statement in split_statements(sql_text("sqlite", "schema.sql")):
-            conn.execute(statement)
-        conn.commit()
-    finally:
-        conn.close()
-    declared = describe_sqlite_schema(declared_path)
+    declared = empty.new()
+    empty.execute(declared, split_statements(sql_text(empty.backend, "schema.sql")))
 
-    assert migrated == declared
+    assert migrated == empty.describe(declared)
     # The comparison is only worth something if it sees the tables S2 names.
-    for table in ("operations", "signal_events", "signal_deliveries", "instances"):
-        assert f"table {table}" in migrated
-
-
-async def test_s2_postgres_migrations_build_schema_sql(pg_admin: str, pg_empty: str) -> None:
-    migrated_url = fresh_postgres_database(pg_admin, template=None)
-    try:
-        store = await open_store(migrated_url)
-        try:
-            migrated = await store.describe_schema()
-        finally:
-            await store.close()
-    finally:
-        drop_postgres_database(pg_admin, migrated_url)
-
-    with psycopg.connect(pg_empty, row_factory=dict_row) as conn:
-        for statement in split_statements(sql_text("postgres", "schema.sql")):
-            conn.execute(statement)
-        conn.commit()
-        declared = describe_postgres_schema(conn)
-
-    assert migrated == declared
     for table in ("operations", "signal_events", "signal_deliveries", "instances"):
         assert f"table {table}" in migrated
 
@@ -115,110 +130,49 @@ async def test_s2_postgres_migrations_build_schema_sql(pg_admin: str, pg_empty: 
 # -- idempotent migrations ----------------------------------------------------------------------
 
 
-async def test_s2_sqlite_reopening_changes_nothing_and_keeps_data(
-    tmp_path: Path, clock: ManualClock
+async def test_s2_reopening_changes_nothing_and_keeps_data(
+    empty: Empty, clock: ManualClock
 ) -> None:
-    path = tmp_path / "twice.db"
-    async with Outbox.open(str(path), clock=clock) as ob:
+    url = empty.new()
+    async with Outbox.open(url, clock=clock) as ob:
         published = await ob.store.transact(
             lambda tx: ob.publish(tx, "conv-a", "task.exited", {"task_key": "t1"})
         )
         first = await ob.store.describe_schema()
 
-    async with Outbox.open(str(path), clock=clock) as ob:
+    async with Outbox.open(url, clock=clock) as ob:
         second = await ob.store.describe_schema()
         lease = await ob.claim("conv-a")
         assert [d.event_id for d in lease.deliveries] == [published.event_id]
 
     assert first == second
-    assert _sqlite_ledger(path) == _known_ledger("sqlite")
+    assert empty.ledger(url) == _known_ledger(empty.backend)
 
 
-async def test_s2_postgres_reopening_changes_nothing_and_keeps_data(
-    pg_empty: str, clock: ManualClock
-) -> None:
-    async with Outbox.open(pg_empty, clock=clock) as ob:
-        published = await ob.store.transact(
-            lambda tx: ob.publish(tx, "conv-a", "task.exited", {"task_key": "t1"})
-        )
-        first = await ob.store.describe_schema()
-
-    async with Outbox.open(pg_empty, clock=clock) as ob:
-        second = await ob.store.describe_schema()
-        lease = await ob.claim("conv-a")
-        assert [d.event_id for d in lease.deliveries] == [published.event_id]
-
-    assert first == second
-    assert _pg_ledger(pg_empty) == _known_ledger("postgres")
-
-
-async def test_s2_sqlite_migration_statements_rerun_cleanly(tmp_path: Path) -> None:
-    """Additive and idempotent: replaying every migration on a migrated file is a no-op."""
-    path = tmp_path / "replay.db"
-    store = await open_store(str(path))
+async def test_s2_migration_statements_rerun_cleanly(empty: Empty) -> None:
+    """Additive and idempotent: replaying every migration on a migrated database is a no-op."""
+    url = empty.new()
+    store = await open_store(url)
     before = await store.describe_schema()
     await store.close()
 
-    conn = sqlite3.connect(path)
-    try:
-        for migration in load_migrations("sqlite"):
-            for statement in migration.statements:
-                conn.execute(statement)
-        conn.commit()
-    finally:
-        conn.close()
-    assert describe_sqlite_schema(path) == before
-
-
-async def test_s2_postgres_migration_statements_rerun_cleanly(pg_empty: str) -> None:
-    store = await open_store(pg_empty)
-    before = await store.describe_schema()
-    await store.close()
-
-    with psycopg.connect(pg_empty, row_factory=dict_row) as conn:
-        for migration in load_migrations("postgres"):
-            for statement in migration.statements:
-                conn.execute(statement)
-        conn.commit()
-        assert describe_postgres_schema(conn) == before
+    empty.execute(url, [statement for migration in load_migrations(empty.backend)
+                        for statement in migration.statements])
+    assert empty.describe(url) == before
 
 
 # -- a newer database is refused ----------------------------------------------------------------
 
 
-async def test_s2_sqlite_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    store = await open_store(str(path))
+async def test_s2_newer_schema_is_refused(empty: Empty) -> None:
+    url = empty.new()
+    store = await open_store(url)
     await store.close()
-    future = len(load_migrations("sqlite")) + 1
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute(
-            "INSERT INTO schema_migrations (version, name) VALUES (?, 'from_the_future')",
-            (future,),
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    future = len(load_migrations(empty.backend)) + 1
+    empty.insert_version(url, future)
 
     with pytest.raises(SchemaError) as caught:
-        await open_store(str(path))
-    assert caught.value.code == "schema_error"
-    assert str(future) in caught.value.message
-
-
-async def test_s2_postgres_newer_schema_is_refused(pg_empty: str) -> None:
-    store = await open_store(pg_empty)
-    await store.close()
-    future = len(load_migrations("postgres")) + 1
-    with psycopg.connect(pg_empty) as conn:
-        conn.execute(
-            "INSERT INTO schema_migrations (version, name) VALUES (%s, 'from_the_future')",
-            (future,),
-        )
-
-    with pytest.raises(SchemaError) as caught:
-        await open_store(pg_empty)
+        await open_store(url)
     assert caught.value.code == "schema_error"
     assert str(future) in caught.value.message
 
