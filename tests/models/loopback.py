@@ -26,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from tidings.models import ModelRequest, PromptMessage, ToolSpec
+
 JSON = dict[str, Any]
 
 
@@ -465,4 +467,30 @@ def anthropic_error(status: int, error_type: str, message: str) -> Scripted:
     return Scripted(
         status=status,
         body={"type": "error", "error": {"type": error_type, "message": message}},
+    )
+
+
+SHELL = ToolSpec(
+    name="shell",
+    description="Run a command.",
+    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+)
+"""The tool the adapters' wire tests offer the model."""
+
+
+def request(
+    *messages: PromptMessage,
+    system: str = "You are careful.",
+    suffix: tuple[str, ...] = (),
+    tools: tuple[ToolSpec, ...] = (SHELL,),
+) -> ModelRequest:
+    """A request to ``served-model``: a system prompt, the messages (a person's "hello" when
+    none), a suffix, the tools."""
+    return ModelRequest(
+        model="served-model",
+        system=system,
+        tools=tools,
+        messages=messages or (PromptMessage(role="user", content="hello"),),
+        suffix=suffix,
+        max_output_tokens=512,
     )

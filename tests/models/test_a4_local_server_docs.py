@@ -8,11 +8,8 @@ import asyncio
 import re
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import tidings
 from tests.conftest import Backend
@@ -40,12 +37,6 @@ def streamed_reply() -> Scripted:
         chunks += [openai_chunk(content=piece, role=i == 0), 0.05]
     return openai_stream([*chunks, openai_chunk(finish_reason="stop"),
                           openai_chunk(usage=(9, 3))])
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 def assert_streamed_request(server: LoopbackServer) -> None:

@@ -6,12 +6,13 @@ how a failure the server produced was classified.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from tests.models.loopback import (
+    SHELL,
     LoopbackServer,
     Scripted,
     anthropic_end,
@@ -25,46 +26,19 @@ from tests.models.loopback import (
     anthropic_tool_block,
     anthropic_tool_use,
     closed_port,
+    request,
     silent_port,
 )
 from tidings.models import (
     ModelError,
     ModelErrorKind,
-    ModelRequest,
     PromptMessage,
     ToolCall,
     ToolSpec,
 )
 from tidings.models.anthropic import AnthropicModel
 
-SHELL = ToolSpec(
-    name="shell",
-    description="Run a command.",
-    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
-)
 STATUS = ToolSpec(name="status", description="Show the status.")
-
-
-def request(
-    *messages: PromptMessage,
-    system: str = "You are careful.",
-    suffix: tuple[str, ...] = (),
-    tools: tuple[ToolSpec, ...] = (SHELL,),
-) -> ModelRequest:
-    return ModelRequest(
-        model="served-model",
-        system=system,
-        tools=tools,
-        messages=messages or (PromptMessage(role="user", content="hello"),),
-        suffix=suffix,
-        max_output_tokens=512,
-    )
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 @pytest_asyncio.fixture

@@ -4,10 +4,6 @@ through a runtime on each backend, against a server on loopback speaking the pro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from tests.conftest import RuntimeFactory
 from tests.feeding import Collector, assembled, committed, deltas, turn_ended
 from tests.models.loopback import (
@@ -25,12 +21,6 @@ from tidings.models.base import Model
 from tidings.models.openai import OpenAIChatModel
 
 PIECES = ["The ", "answer ", "is ", "42."]
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 async def watch_a_turn(runtimes: RuntimeFactory, model: Model) -> None:

@@ -4,22 +4,12 @@ importable from ``tidings`` itself."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 import tidings
 from tests.models.loopback import LoopbackServer, anthropic_message, openai_completion
 from tidings.models.base import ModelRequest, PromptMessage
 
 REQUEST = ModelRequest(model="m", system="Be brief.", tools=(),
                        messages=(PromptMessage(role="user", content="hi"),))
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 async def test_b7_openai_adapter_sends_its_token_limit_and_temperature(

@@ -6,7 +6,7 @@ metrics -- unless every model cools (the first is asked anyway) or a person's re
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -24,12 +24,6 @@ from tidings.turns.plan import TurnConfig
 COOL = RuntimeConfig(turns=TurnConfig(model_attempts=2, retry_base=timedelta(0),
                                       model_cooldown_base=timedelta(hours=1),
                                       model_cooldown_cap=timedelta(hours=1)))
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 @pytest_asyncio.fixture

@@ -6,7 +6,7 @@ how a failure the server produced was classified.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -21,42 +21,17 @@ from tests.models.loopback import (
     openai_stream,
     openai_tool_call,
     openai_tool_fragment,
+    request,
     silent_port,
 )
 from tidings.models import (
     ModelError,
     ModelErrorKind,
-    ModelRequest,
     PromptMessage,
     ToolCall,
     ToolSpec,
 )
 from tidings.models.openai import OpenAIChatModel
-
-SHELL = ToolSpec(
-    name="shell",
-    description="Run a command.",
-    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
-)
-
-
-def request(
-    *messages: PromptMessage, suffix: tuple[str, ...] = (), tools: tuple[ToolSpec, ...] = (SHELL,)
-) -> ModelRequest:
-    return ModelRequest(
-        model="served-model",
-        system="You are careful.",
-        tools=tools,
-        messages=messages or (PromptMessage(role="user", content="hello"),),
-        suffix=suffix,
-        max_output_tokens=512,
-    )
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 @pytest_asyncio.fixture

@@ -8,7 +8,7 @@ of both calls as the server reported them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -43,12 +43,6 @@ TWO_CALLS = Usage(model_calls=2, input_tokens=250, output_tokens=13, cache_read_
 
 async def note(ctx: ToolContext, args: Mapping[str, Any]) -> str:
     return "noted"
-
-
-@pytest.fixture
-def server() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as running:
-        yield running
 
 
 def openai_replies(stream: bool) -> list[Scripted]:
