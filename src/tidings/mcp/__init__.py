@@ -57,17 +57,16 @@ class MCPServers:
         from tidings.mcp.oauth import SealedTokens
         from tidings.mcp.tasks import MCPTasks
 
+        if tasks is not None:  # it follows tasks on the connections made below
+            self.tasks = MCPTasks(tasks, self.connections)
         for server in servers:
             if server.name in self.connections:
                 raise InvalidInputError(f"two MCP servers are named {server.name!r}")
             self.connections[server.name] = MCPConnection(
                 server, registry, metrics, conversations=conversations, questions=questions,
                 tokens=(None if server.oauth is None else
-                        SealedTokens(server, store, master_key, clock)))
-        if tasks is not None:
-            self.tasks = MCPTasks(tasks, self.connections)
-            for connection in self.connections.values():
-                connection.tasks = self.tasks
+                        SealedTokens(server, store, master_key, clock)),
+                tasks=self.tasks)
 
     def components(self) -> tuple[Component, ...]:
         """What has a lifetime: the task follower (stopped first), then each connection."""

@@ -101,7 +101,8 @@ class MCPConnection(Loop):
                  *, rng: random.Random | None = None,
                  conversations: Conversations | None = None,
                  questions: Questions | None = None,
-                 tokens: oauth.SealedTokens | None = None) -> None:
+                 tokens: oauth.SealedTokens | None = None,
+                 tasks: MCPTasks | None = None) -> None:
         super().__init__(f"tidings-mcp-{server.name}")
         self._tokens = tokens  # an OAuth server's tokens (none: it is sent no OAuth)
         self.asking = Asking(server, questions)
@@ -119,8 +120,9 @@ class MCPConnection(Loop):
         self._refused: int | None = None
         """The HTTP status (401, 403) the server refused tidings with, while it does."""
         self._refused_why = ""
-        self.tasks: MCPTasks | None = None
-        """Follows the tasks this server runs for background calls (set by the runtime)."""
+        self.tasks = tasks
+        """Follows the tasks this server runs for background calls (none: calls are never
+        made as tasks)."""
         self.wire: wire.Wire | None = None
         """How the connected server runs tools as tasks, if it does."""
         self._task_support: dict[str, str] = {}
