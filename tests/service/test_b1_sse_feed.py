@@ -51,11 +51,13 @@ async def test_b1_sse_streams_deltas_then_the_committed_message(servers: Servers
             await read_until(events, seen, _ended)
 
     deltas = [e for e in seen if e.event == "message_delta"]
-    assert len(deltas) == 6
+    # six pieces written 5 ms apart; pieces that reach the feed in one frame (a busy machine)
+    # come as one, so it is at most six -- and never the whole answer at once
+    assert 2 <= len(deltas) <= 6
     assert all(e.id is None and e.data["seq"] is None for e in deltas)  # live: no SSE id
     assert "".join(e.data["data"]["text"] for e in deltas) == STORY
     assert [o for o, _ in live_pieces(seen)] == [
-        sum(len(t) for _, t in live_pieces(seen)[:i]) for i in range(6)]
+        sum(len(t) for _, t in live_pieces(seen)[:i]) for i in range(len(deltas))]
     answer = next(i for i, e in enumerate(seen) if e.event == "message_committed"
                   and e.data["data"]["message"]["role"] == "assistant")
     assert seen[answer].data["data"]["message"]["content"] == STORY
