@@ -59,7 +59,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from stream import StreamModel
 
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.app import Server, create_app
 from tidings.types import Profile
 

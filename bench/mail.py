@@ -82,9 +82,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
-from tidings.transcript import ConversationTx
 from tidings.types import Profile, StartKind
 
 GOAL_COST_COMMITS = 3.0

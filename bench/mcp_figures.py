@@ -64,7 +64,7 @@ import tidings
 from tidings import MCPServer, Profile, Rule, ScriptedModel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 SERVER = Path(__file__).with_name("mcp_task_server.py")
 TASK_GOAL = 1.3

@@ -19,7 +19,7 @@ import harness  # noqa: F401  (first: it keeps bench/a2a.py from shadowing the a
 
 from tidings import Profile, Runtime
 from tidings.models.scripted import ScriptedModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 
 OWNER = "scale"
 MODEL = ScriptedModel(default={"text": "ok"})

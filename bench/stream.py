@@ -58,7 +58,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.app import Server, create_app
 from tidings.types import Profile
 

@@ -54,7 +54,7 @@ from tidings.clock import SystemClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.records.results import MasterKey, ResultsConfig
 from tidings.records.results import Results as Envelopes
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.store import Store, open_store
 from tidings.types import Profile

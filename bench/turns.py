@@ -90,7 +90,7 @@ from tidings import (
     Tx,
 )
 from tidings.models.base import DeltaCallback
-from tidings.transcript import ConversationTx
+from tidings.records.transcript import ConversationTx
 
 OWNER = "bench"
 PROFILE = Profile(model="scripted", system="You are a benchmark.")

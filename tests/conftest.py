@@ -27,7 +27,7 @@ import pytest_asyncio
 from tidings import Clock, ManualClock, Outbox
 from tidings.models.base import Model
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.store import open_store
 from tidings.tools.registry import Tool
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 T = TypeVar("T")
 WITHIN_S = 20.0

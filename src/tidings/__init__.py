@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from tidings.agents import RemoteAgent
 from tidings.clock import Clock, ManualClock, SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
+from tidings.conversations.questions import Question, QuestionConfig
 from tidings.errors import (
     ApprovalDecidedError,
     BacklogFullError,
@@ -53,7 +54,6 @@ from tidings.mcp import MCPOAuth, MCPServer
 from tidings.models.base import Model, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.push import PushDeliveryConfig
-from tidings.questions import Question, QuestionConfig
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox, OutboxConfig, SweepReport
 from tidings.records.results import (
@@ -64,7 +64,7 @@ from tidings.records.results import (
     Results,
     ResultsConfig,
 )
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import Coordinator, CoordinatorConfig
 from tidings.settings import MCPServerSpec, Settings, load_settings
 from tidings.settings import open as open

@@ -25,7 +25,7 @@ from tests.mcp_servers import KETTLE, OVEN, kettle_env
 from tests.mcp_servers.loopback import served
 from tests.waiting import eventually
 from tidings import MCPServer, Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Message, RunStatus, StartKind
 

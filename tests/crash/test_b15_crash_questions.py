@@ -23,8 +23,8 @@ from tests.mcp_servers import DESK
 from tests.mcp_servers.loopback import served
 from tests.waiting import eventually
 from tidings import MCPServer, QuestionDecidedError, Rule, ScriptedModel
-from tidings.questions import Question
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.conversations.questions import Question
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.types import Message, RunStatus
 

@@ -22,7 +22,7 @@ from tests.crash.helpers import Child, wait_instance_released
 from tests.mcp_servers import KETTLE, kettle_requests, kettle_stdio
 from tests.waiting import eventually
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.store import open_store
 from tidings.tasks.journal import TaskRecord, task_from_row
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState

@@ -13,13 +13,13 @@ import time
 from tests.conftest import Backend
 from tests.scenarios.test_children import MODEL
 from tests.scenarios.test_children_turn import MODEL as TURN_MODEL
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import Origin, StartKind
 
 CHILD = """
 import asyncio, json, sys
 from tidings import Profile, Runtime
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tests.scenarios.test_children import MODEL
 
 async def main() -> None:
@@ -91,7 +91,7 @@ import asyncio, json, sys
 from datetime import timedelta
 from tidings import Profile, Runtime
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.turns.plan import TurnConfig
 
 MODEL = ScriptedModel(rules=[

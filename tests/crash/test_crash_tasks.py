@@ -25,9 +25,9 @@ import psycopg
 from tests.conftest import Backend
 from tests.crash.helpers import Child, wait_instance_released
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.store import open_store
 from tidings.tasks.journal import TaskRecord, task_from_row
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState

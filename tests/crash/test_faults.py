@@ -16,7 +16,7 @@ CHILD = """
 import asyncio, json, os, resource, signal, sys, time
 from datetime import timedelta
 from tidings import Profile, Runtime
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.turns.plan import TurnConfig
 from tidings.errors import StoreError, TidingsError
 from tidings.models.scripted import ScriptedModel

@@ -31,7 +31,7 @@ from tests.waiting import eventually
 from tidings import ManualClock, ModelReply, ModelRequest, Profile, Tool, ToolContext
 from tidings.models.base import DeltaCallback
 from tidings.records.outbox import OutboxConfig
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 
 RECOVERY_BOUND_S = 2.0
 """The issue's own requirement: after a restart, new input is answered within 2 s of its post."""

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from tidings import Profile, Runtime
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.turns.plan import TurnConfig
 from tidings.types import ConversationStatus, DeliveryMode, RunStatus
 

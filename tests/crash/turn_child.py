@@ -1,6 +1,6 @@
 """The child process of the runtime crash tests: ``turn_child.py MODE URL [ARGS...]``.
 
-Each mode opens a real :class:`~tidings.runtime.Runtime` on the database at URL and announces
+Each mode opens a real :class:`~tidings.runtime.root.Runtime` on the database at URL and announces
 checkpoints on stdout as JSON lines ``{"checkpoint": ..., ...}``; the parent kills it with
 SIGKILL at the instant it cares about (no ``close()``, no ``finally``).
 

@@ -17,7 +17,7 @@ from tests.conftest import RuntimeFactory
 from tests.models.loopback import LoopbackServer, openai_error
 from tidings import Profile, RunStatus, Runtime, ScriptedModel
 from tidings.models.openai import OpenAIChatModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.turns.plan import TurnConfig
 
 # A cool-down far longer than any test: what is cooling stays cooling, whatever the timing.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.conftest import Backend
 from tidings import Profile, Runtime, ScriptedModel, settings
-from tidings import runtime as runtime_module
 from tidings.models import scripted
+from tidings.runtime import root as runtime_module
 
 
 def example(doc: str | None) -> str:

@@ -1,6 +1,7 @@
 """Strict tool-call pairing in the transcript (M3), against a plain Python model (hypothesis).
 
-The machine drives :class:`~tidings.transcript.ConversationTx` directly, one unit of work per
+The machine drives :class:`~tidings.records.transcript.ConversationTx` directly, one unit of
+work per
 step, on a real SQLite file (a fresh one per example, with its own event loop): user and
 assistant messages, assistant tool calls, results for open calls and for unknown or answered
 ones, steers (results for some of the open calls, then a user message, in one unit) and stops
@@ -36,10 +37,10 @@ from hypothesis.stateful import (
 
 from tests.conftest import Backend
 from tidings import ManualClock, PairingViolationError, Profile, Store, Tx, open_store
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.models.base import ToolCall
 from tidings.records.rows import message_from_row
-from tidings.transcript import ConversationTx
+from tidings.records.transcript import ConversationTx
 from tidings.types import Message
 
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """One turn at a time, strict pairing and delivery modes under random interleavings (hypothesis).
 
 Each example opens a fresh SQLite database in its own event loop and drives a real
-:class:`~tidings.runtime.Runtime` through a generated list of actions: a person posting a
+:class:`~tidings.runtime.root.Runtime` through a generated list of actions: a person posting a
 ``queue`` or ``steer`` input, opening (or failing) a pending tool call, stopping the
 conversation, publishing a signal (a wake-up), a goal checkpoint, a compaction attempt, and
 settling. The scripted model answers by the newest message: an input (or a goal) carrying
@@ -60,7 +60,7 @@ from tidings import (
 )
 from tidings.models.base import DeltaCallback
 from tidings.records.outbox import OutboxConfig
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.turns.runner import TurnConfig
 

@@ -1,6 +1,6 @@
 """The other process of the feed's cluster tests: ``feed_peer.py URL [--last-after-commit]``.
 
-It opens a :class:`~tidings.runtime.Runtime` on the PostgreSQL database at URL whose model
+It opens a :class:`~tidings.runtime.root.Runtime` on the PostgreSQL database at URL whose model
 streams ``PIECES``: the first at once, each next one when the parent says so. It reads
 commands from stdin, one JSON line each, and announces on stdout as JSON lines
 ``{"checkpoint": ...}``:

@@ -15,14 +15,14 @@ from tests.conftest import RuntimeFactory
 from tests.scenarios.test_awaiting_approval import ended
 from tests.scenarios.test_tasks import wait_for_runs
 from tests.waiting import wait_until
-from tidings.approvals import Approval, ApprovalConfig
+from tidings.conversations.approvals import Approval, ApprovalConfig
 from tidings.errors import (
     ApprovalDecidedError,
     UnknownApprovalError,
     UnknownConversationError,
 )
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import Profile, RunStatus
 

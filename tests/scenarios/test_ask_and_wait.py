@@ -19,7 +19,7 @@ from tidings import Answer
 from tidings.errors import InvalidInputError, UnknownConversationError
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import Input, InputState, Profile, RunStatus
 

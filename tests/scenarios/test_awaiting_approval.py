@@ -12,9 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 from tests.conftest import RuntimeFactory
-from tidings.approvals import ApprovalConfig
+from tidings.conversations.approvals import ApprovalConfig
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import Profile, Run, RunStatus
 

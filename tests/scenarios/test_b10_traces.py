@@ -30,7 +30,7 @@ from tests.waiting import eventually, wait_until
 from tidings.errors import ModelError, ModelErrorKind
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool
 from tidings.turns.plan import TurnConfig
 from tidings.types import Profile, Run, RunStatus, ToolContext

@@ -31,7 +31,7 @@ from tests.mcp_servers import KETTLE, everything_stdio, kettle_env, kettle_stdio
 from tests.mcp_servers.loopback import served
 from tests.waiting import eventually
 from tidings import MCPServer, Profile, Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Message

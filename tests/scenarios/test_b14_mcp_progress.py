@@ -19,7 +19,7 @@ from tests.feeding import Collector
 from tests.mcp_servers.loopback import BULKY, served, stdio
 from tests.scenarios.test_b4_mcp import calling, conversation, turn
 from tidings import MCPServer, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.types import Event, FeedEvent
 
 

@@ -32,8 +32,8 @@ from tidings import (
     UnknownConversationError,
     UnknownQuestionError,
 )
-from tidings.questions import Question, QuestionConfig
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.conversations.questions import Question, QuestionConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.types import Message
 

@@ -18,8 +18,8 @@ from tests.conftest import RuntimeFactory
 from tests.mcp_servers import everything_stdio
 from tests.waiting import eventually
 from tidings import MCPServer, Profile, Rule, ScriptedModel
-from tidings.questions import Question
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.conversations.questions import Question
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.types import Message
 
 SAMPLE = "everything.trigger-sampling-request"

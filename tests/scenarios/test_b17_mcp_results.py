@@ -24,7 +24,7 @@ from tests.scenarios.test_b4_mcp import calling, conversation, turn
 from tidings import MCPServer, Profile, ScriptedModel
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import TOOL_RESULT_LIMIT
 
 MIB = 1024 * 1024

@@ -24,7 +24,7 @@ from tests.mcp_servers.loopback import GATED, served
 from tests.scenarios.test_b4_mcp import calling, conversation, turn, up
 from tests.waiting import wait_until
 from tidings import MCPServer, ScriptedModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 
 CAP = timedelta(seconds=1.5)
 WATCHED_S = 2.0

@@ -27,7 +27,7 @@ from tests.scenarios.test_b4_mcp import calling, conversation, turn, up
 from tests.waiting import wait_until
 from tidings import MasterKey, MCPOAuth, MCPServer, Runtime, ScriptedModel
 from tidings.mcp.oauth import SealedTokens, unseal
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 
 GUARDED = HERE / "guarded.py"
 KEY = MasterKey.generate()

@@ -40,13 +40,13 @@ from tidings import (
     ToolContext,
     TurnConfig,
     UnknownConversationError,
-    conversations,
 )
+from tidings.conversations import catalog
 from tidings.errors import ModelError, ModelErrorKind
 from tidings.feed import Watch, channel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
+from tidings.records.transcript import ConversationTx
 from tidings.store import Tx
-from tidings.transcript import ConversationTx
 
 OWNER = "alice"
 STORY = "Once upon a time, a kernel kept every promise it made, even across a crash."
@@ -409,7 +409,7 @@ async def test_b1_many_watchers_of_one_conversation_share_one_reader(
     runtimes: RuntimeFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads: list[str] = []
-    read_events = conversations.read_events
+    read_events = catalog.read_events
 
     def counted(tx: Tx, conversation_id: str, **kwargs: Any) -> Any:
         reads.append(conversation_id)

@@ -16,7 +16,7 @@ from tests.scenarios.test_approvals import held
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings import InvalidInputError, Message, Profile, Rule, ScriptedModel, ToolContext
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolSpec
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import ConversationId, RunId
 
 

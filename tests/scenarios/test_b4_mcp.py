@@ -20,7 +20,7 @@ from tests.mcp_servers import LONG, weather_http, weather_stdio
 from tests.waiting import wait_until
 from tidings import InvalidInputError, MCPServer, Profile, Rule, ScriptedModel
 from tidings.mcp import DISCONNECTS, RECONNECTS, UP
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.types import Message
 
 WAIT = 60.0

@@ -22,7 +22,7 @@ from tests.mcp_servers import WEATHER, weather_stdio
 from tests.scenarios.test_b4_mcp import calling, conversation, turn, up, weather_runtime
 from tests.waiting import eventually
 from tidings import MCPServer, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.types import Event
 
 QUICK: dict[str, Any] = {"reconnect_base": timedelta(milliseconds=50),

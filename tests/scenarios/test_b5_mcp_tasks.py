@@ -16,7 +16,7 @@ from tests.conftest import RuntimeFactory
 from tests.mcp_servers import LONG, kettle_requests, kettle_stdio
 from tests.waiting import eventually
 from tidings import InvalidInputError, MCPServer, Profile, Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Message, RunStatus, StartKind

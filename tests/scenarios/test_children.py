@@ -18,10 +18,10 @@ from tests.scenarios.test_tasks import wait_for_runs
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownRunError
 from tidings.models.base import DeltaCallback, ModelErrorKind, ModelReply, ModelRequest
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.support.policy import receipt_profile
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
-from tidings.transcript import ConversationTx
 from tidings.turns.plan import TurnConfig
 from tidings.types import (
     ConversationId,

@@ -15,7 +15,7 @@ from tests.scenarios.test_tasks import wait_for_runs
 from tests.waiting import eventually
 from tidings.errors import UnknownTaskError
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import ToolContext, ToolOutput
 from tidings.types import ConversationId, Origin, Profile, RunId, RunStatus, StartKind
 

@@ -12,9 +12,9 @@ from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
 from tidings.mail.relay import ChildRequest, consume_in_run
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import ToolContext, ToolOutput
-from tidings.transcript import ConversationTx
 from tidings.turns.plan import TurnConfig
 from tidings.types import ConversationId, Origin, Profile, RunId, RunStatus, StartKind
 

@@ -46,7 +46,7 @@ from tidings import (
     Tx,
 )
 from tidings.models.base import DeltaCallback
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"

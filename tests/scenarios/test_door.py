@@ -1,6 +1,6 @@
 """The single door (M1), read order (M2) and delivery modes (M3), on both backends.
 
-Every flow runs through a started :class:`~tidings.runtime.Runtime` with the scripted model.
+Every flow runs through a started :class:`~tidings.runtime.root.Runtime` with the scripted model.
 Where a turn must be held open while the test posts, a tool (or a model) waits on an
 :class:`asyncio.Event` the test controls: nothing depends on how long anything takes.
 """
@@ -47,8 +47,8 @@ from tidings import (
 from tidings.mail.door import RESERVED_META_KEYS
 from tidings.models.base import DeltaCallback
 from tidings.records.rows import event_from_row, input_from_row, message_from_row, run_from_row
-from tidings.runtime import Runtime, RuntimeConfig
-from tidings.transcript import ConversationTx
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"

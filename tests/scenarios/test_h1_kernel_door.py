@@ -32,7 +32,7 @@ from tidings.models.base import (
     ToolCall,
 )
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.tools.registry import Tool, ToolContext

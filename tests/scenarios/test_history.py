@@ -14,7 +14,7 @@ from typing import Any
 from tests.conftest import RuntimeFactory
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, PromptMessage
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.context import history_window, prompt_message
 from tidings.turns.runner import TurnConfig

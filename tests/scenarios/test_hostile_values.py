@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import RuntimeFactory
 from tidings import InvalidInputError, Profile, Rule, ScriptedModel, StoreError, TidingsError
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import RunStatus
 
 OWNER = "alice"

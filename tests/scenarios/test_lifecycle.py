@@ -20,7 +20,7 @@ from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records import operations
 from tidings.records.outbox import Outbox
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.store import Tx
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.turns.runner import TurnConfig

@@ -26,7 +26,7 @@ from tidings.errors import RuntimeLockedError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import GoalStatus, Profile, RunStatus
 

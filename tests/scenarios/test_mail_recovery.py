@@ -19,9 +19,9 @@ from tidings.errors import InvalidInputError
 from tidings.mail.door import DoorConfig
 from tidings.models.base import ModelErrorKind
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
-from tidings.transcript import ConversationTx
 from tidings.types import Origin, Profile, RunStatus, StartKind
 
 HELD = "held-by-test"

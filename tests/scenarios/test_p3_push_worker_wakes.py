@@ -18,7 +18,7 @@ from tests.conftest import RuntimeFactory
 from tests.waiting import eventually, wait_until
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.push import PushConfig, PushDeliveryConfig
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import Profile
 

@@ -17,7 +17,7 @@ from tidings.models.base import (
     ModelReply,
     ModelRequest,
 )
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.turns.runner import TurnConfig
 from tidings.types import Profile, RunStatus
 

@@ -25,7 +25,7 @@ from tidings.errors import (
 )
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.tasks.service import TaskEnd

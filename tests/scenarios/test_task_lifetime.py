@@ -27,7 +27,7 @@ from tests.waiting import eventually
 from tidings.clock import ManualClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.runner import TurnConfig

@@ -24,7 +24,7 @@ from typing import Any
 from tests.conftest import RuntimeFactory
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.records.results import Drop, MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.tasks.capture import STDERR_SEPARATOR
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.tools.registry import TOOL_RESULT_LIMIT, ToolContext, ToolOutput

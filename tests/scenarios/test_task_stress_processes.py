@@ -37,7 +37,7 @@ import pytest
 from tests.conftest import Backend, RuntimeFactory
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, PromptMessage, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.store import Tx
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState

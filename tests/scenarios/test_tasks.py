@@ -14,7 +14,7 @@ from tests.conftest import RuntimeFactory
 from tidings.models.base import ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.types import InputState, Message, Origin, Profile, RunStatus, StartKind
 

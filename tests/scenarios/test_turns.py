@@ -34,7 +34,7 @@ from tidings import (
     ToolContext,
 )
 from tidings.models.base import DeltaCallback
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.store import Row
 from tidings.turns.runner import TurnConfig
 

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RuntimeFactory
 from tidings import Profile, Rule, RunStatus, ScriptedModel, Tool, ToolContext, Usage
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.turns.runner import TurnConfig
 
 OWNER = "alice"

@@ -21,7 +21,7 @@ import pytest_asyncio
 from tests.conftest import RuntimeFactory
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import Server, create_app
 
 ALICE = "alice-token"

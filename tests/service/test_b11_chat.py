@@ -24,7 +24,7 @@ from tests.service.terminal import Terminal, plain
 from tests.service.test_cli import ENV, WAIT_S, Served, served
 from tidings.models.scripted import ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import RunStatus
 
 TOKEN = "tok-a"

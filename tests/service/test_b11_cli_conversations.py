@@ -19,7 +19,7 @@ from tests.service.test_cli import ENV, WAIT_S, assert_one_line_error, served, t
 from tests.waiting import eventually
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 KEY = MasterKey.generate()
 CONV_ID = r"conv_[0-9a-f]+"

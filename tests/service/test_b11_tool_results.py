@@ -8,7 +8,7 @@ import asyncio
 from tests.conftest import Backend
 from tests.service.test_cli import tidings
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import Profile
 
 COUNTING = ScriptedModel(rules=[

@@ -25,7 +25,7 @@ from tests.conftest import Backend
 from tests.service.test_cli import ENV, WAIT_S, Lines
 from tidings import InstanceNotRunningError, ScriptedModel
 from tidings.errors import DatabasePathError
-from tidings.inspection import Inspection, Status
+from tidings.runtime.inspection import Inspection, Status
 from tidings.service import Embedding
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "embedding.md"

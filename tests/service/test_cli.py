@@ -26,10 +26,10 @@ import pytest
 
 from tests.conftest import Backend
 from tidings.clock import ManualClock, SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.outbox import Outbox, OutboxConfig
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import Profile
 
 WAIT_S = 30.0  # a bound on waiting for something the test arranged; never asserted on

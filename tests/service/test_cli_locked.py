@@ -13,7 +13,7 @@ from tests.scenarios.test_locked import database_rows
 from tests.service.test_cli import WAIT_S, assert_one_line_error, served, tidings
 from tidings.models.scripted import ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import Profile
 
 

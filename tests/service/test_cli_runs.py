@@ -9,7 +9,7 @@ import sys
 from tests.conftest import Backend
 from tests.scenarios.test_awaiting_approval import MODEL, PROFILE, Deploys
 from tests.service.test_cli import ENV, WAIT_S, _row
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 
 async def _status(url: str, *args: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from tests.conftest import Backend
 from tests.service.conftest import BOB, KEY, OPERATOR, Servers, assert_problem
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 
 KEY_HEX = secrets.token_hex(32)

@@ -10,7 +10,7 @@ from typing import Any
 from tests.scenarios.test_awaiting_approval import MODEL, Deploys
 from tests.service.conftest import KEY, WAIT_S, Servers
 from tests.service.test_http_sse import Received, sse
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 
 async def _held(runtime: Runtime, conv: str) -> str:

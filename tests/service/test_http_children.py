@@ -17,7 +17,7 @@ from tests.service.conftest import (
     open_conversation,
     schema_errors,
 )
-from tidings.transcript import ConversationTx
+from tidings.records.transcript import ConversationTx
 
 
 async def _requests(client: httpx.AsyncClient, conv: str) -> list[dict[str, Any]]:

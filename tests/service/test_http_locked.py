@@ -20,7 +20,7 @@ from tests.scenarios.test_locked import (
     pending_approval,
 )
 from tests.service.conftest import OPERATOR, Servers, assert_problem
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import create_app
 
 BASE = "/v1/conversations"

@@ -17,7 +17,7 @@ from tests.service.conftest import (
 )
 from tests.service.test_http_openapi import Documented
 from tidings.clock import ManualClock, SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.store import open_store
 from tidings.types import Profile

@@ -18,7 +18,7 @@ import tidings
 from tests.conftest import Backend
 from tests.service.test_cli import ENV, assert_one_line_error, free_port
 from tidings import ConfigError, ScriptedModel, Tool, load_settings
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.tools.builtin import BUILTIN_TOOLS
 
 CONFIG = """\

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tests.conftest import Backend
 from tidings.cli import main
 from tidings.models.scripted import ScriptedModel
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import create_app
 
 REQUIREMENT_ID = re.compile(r"(?<![\w./-])[A-Z]{1,2}\d{1,2}(?![\w-])")

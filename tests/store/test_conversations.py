@@ -10,7 +10,7 @@ import pytest_asyncio
 
 from tests.conftest import Backend
 from tidings.clock import ManualClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import InvalidInputError, UnknownConversationError
 from tidings.store import Store, open_store
 from tidings.types import ConversationStatus, GoalStatus, Profile

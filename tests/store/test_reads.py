@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import Backend
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import StoreError
 from tidings.store import Tx, open_store
 from tidings.types import Profile

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import Backend
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import IntegrityViolationError, PairingViolationError
 from tidings.store import Tx, open_store
 from tidings.types import Profile

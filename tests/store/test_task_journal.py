@@ -14,16 +14,16 @@ import pytest_asyncio
 
 from tests.conftest import Backend
 from tidings.clock import ManualClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.mail import queue
 from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
+from tidings.records.transcript import ConversationTx
 from tidings.scheduler.slot import recover_interrupted
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState, is_notice
-from tidings.transcript import ConversationTx
 from tidings.types import Input, Message, Profile
 
 T = TypeVar("T")

@@ -13,13 +13,13 @@ from typing import TypeVar
 
 from tests.conftest import Backend
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.mail.door import Door
 from tidings.models.base import ToolCall
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store, Tx, open_store
 from tidings.tasks import journal
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
-from tidings.transcript import ConversationTx
 from tidings.types import Profile
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from tidings.answers import answered, timeout_seconds
 from tidings.errors import InvalidInputError
+from tidings.runtime.answers import answered, timeout_seconds
 from tidings.types import (
     Answer,
     Author,

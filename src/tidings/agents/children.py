@@ -60,7 +60,7 @@ from tidings.agents.remote import (
     RemoteUnreachableError,
 )
 from tidings.clock import Clock, wait_set
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import InvalidInputError
 from tidings.mail.relay import (
     CHILD_TASK_PREFIX,
@@ -68,10 +68,10 @@ from tidings.mail.relay import (
     Cancelled,
     ChildRequest,
 )
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import backoff, frozen_environment
 from tidings.tools.registry import ToolContext
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id
 
 if TYPE_CHECKING:

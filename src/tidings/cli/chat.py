@@ -465,7 +465,7 @@ def chat(where: Where, profile_text: str | None, tools: tuple[str, ...], title: 
                 finally:
                     await session.close()
             from tidings.cli.serve import parse_models
-            from tidings.runtime import Runtime
+            from tidings.runtime.root import Runtime
 
             models = parse_models(model_specs, model_base_url)
             body = profile_body(profile_text, tools, models[0].name)

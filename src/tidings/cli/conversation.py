@@ -24,7 +24,7 @@ from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
 from tidings.cli.render import Screen, View
 from tidings.cli.sessions import http_session, profile_of, transcript_pages
-from tidings.inspection import Inspection
+from tidings.runtime.inspection import Inspection
 
 
 @dataclass(frozen=True, slots=True)

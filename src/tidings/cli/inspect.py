@@ -2,7 +2,8 @@
 service (``--url``, through :class:`tidings.Client`).
 
 Over a database, read only: no instance is registered and nothing is reconciled. What is shown
-comes through :mod:`tidings.inspection` (the store's read API and the outbox's reads), never a
+comes through :mod:`tidings.runtime.inspection` (the store's read API and the outbox's
+reads), never a
 query of its own and never the store itself. Over a service, what its token may see: an
 operator's every conversation, the instances and every dead letter; a principal's its own
 conversations' signals, runs and tasks.
@@ -22,7 +23,7 @@ from tidings.cli.app import console, main, redact
 from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
 from tidings.clock import SystemClock
-from tidings.inspection import Inspection, PushDeadLetter, shown_status
+from tidings.runtime.inspection import Inspection, PushDeadLetter, shown_status
 from tidings.types import DeadLetter, QueueStats, RunStatus
 
 if TYPE_CHECKING:  # the service's schemas are imported when a service is asked

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from tidings.cli.render import FeedItem
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.types import Author, AuthorKind, Profile, RunStatus
 
 PAGE = 1_000

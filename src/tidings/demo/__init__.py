@@ -58,7 +58,7 @@ from tidings.demo.script import (
 from tidings.demo.timeline import Snapshot, Timeline, snapshot
 from tidings.records import operations
 from tidings.records.results import MASTER_KEY_ENV, MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.store import open_store
 from tidings.tasks.notify import TaskState
 from tidings.types import FeedEvent, RunStatus

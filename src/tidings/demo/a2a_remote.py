@@ -42,7 +42,7 @@ from tidings.demo.timeline import Snapshot, Timeline, snapshot
 from tidings.mail.relay import ChildRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.types import Input, Origin, Profile, StartKind
 
 AGENT = "editor"

@@ -14,9 +14,9 @@ from itertools import pairwise
 
 from rich.markup import escape
 
+from tidings.conversations.lifecycle import RESTART_COMPLETED
 from tidings.demo.timeline import Snapshot
 from tidings.feed import MESSAGE_DELTA
-from tidings.lifecycle import RESTART_COMPLETED
 from tidings.mail.relay import ChildRequest
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
@@ -173,7 +173,7 @@ async def restart_record(store: Store, conversation_id: str, operation_id: str) 
 
     def read(tx: Tx) -> RestartRecord:
         operation = tx.one("get_operation", operation_id=operation_id)
-        # The completing instance publishes under this key (tidings.lifecycle).
+        # The completing instance publishes under this key (tidings.conversations.lifecycle).
         event = tx.one("event_by_key", conversation_id=conversation_id,
                        idempotency_key=f"restart-completed-{operation_id}")
         states = [] if event is None else tx.all(

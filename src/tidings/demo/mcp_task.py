@@ -22,7 +22,7 @@ from tidings.demo.timeline import Snapshot, Timeline, snapshot
 from tidings.mcp import MCPServer
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime, RuntimeConfig
+from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.types import Profile, RunStatus, StartKind
 

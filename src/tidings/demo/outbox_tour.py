@@ -11,7 +11,7 @@ from datetime import timedelta
 from rich.console import Console
 
 from tidings.clock import ManualClock, SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.demo.checks import Check
 from tidings.demo.script import OWNER, PROFILE
 from tidings.errors import StaleLeaseError

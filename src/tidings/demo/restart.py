@@ -25,7 +25,7 @@ from tidings.demo.script import (
     demo_config,
 )
 from tidings.errors import TidingsError
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 
 RESTART_REASON = "demo restart"
 CRASH_WAIT_S = 120.0

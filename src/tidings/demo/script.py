@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from tidings.models.scripted import Rule, ScriptedModel
-from tidings.runtime import RuntimeConfig
+from tidings.runtime.root import RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.runner import TurnConfig

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.store import Store
 from tidings.tasks.journal import TaskRecord, task_from_row
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tidings.transcript import MESSAGE_COMMITTED
+from tidings.records.transcript import MESSAGE_COMMITTED
 from tidings.types import ConversationId, FeedEvent, RunId, RunStatus
 
 MESSAGE_DELTA = "message_delta"

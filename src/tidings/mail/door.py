@@ -37,9 +37,9 @@ from tidings.errors import (
     UnknownInputError,
 )
 from tidings.records.rows import input_from_row
+from tidings.records.transcript import INPUT_ACCEPTED, ConversationTx
 from tidings.store import Store, Tx
 from tidings.support.policy import check_id, check_text, encode_json
-from tidings.transcript import INPUT_ACCEPTED, ConversationTx
 from tidings.types import (
     Author,
     AuthorKind,

@@ -1,5 +1,5 @@
 """A conversation's input queue (M2, M3, M14), read and changed inside a unit that holds the
-conversation (:class:`~tidings.transcript.ConversationTx`).
+conversation (:class:`~tidings.records.transcript.ConversationTx`).
 
 The door (:mod:`tidings.mail.door`) writes an input into the queue; everything after that is
 here: reading the queue in read order, knowing which queued inputs the running turn took,
@@ -23,9 +23,9 @@ import json
 
 from tidings.errors import PairingViolationError
 from tidings.records.rows import input_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.store import Tx
 from tidings.support.policy import read_order
-from tidings.transcript import ConversationTx
 from tidings.types import Input
 
 

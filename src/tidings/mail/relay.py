@@ -34,9 +34,9 @@ from tidings.mail import queue
 from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door, kernel_author
 from tidings.records.rows import input_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store
 from tidings.support.policy import frozen_environment
-from tidings.transcript import ConversationTx
 from tidings.types import (
     Author,
     AuthorKind,

@@ -18,11 +18,11 @@ import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import UnknownConversationError, UnknownRunError, UnknownTaskError
 from tidings.mail import queue, relay
 from tidings.mail.relay import Cancelled
-from tidings.transcript import ConversationTx
+from tidings.records.transcript import ConversationTx
 from tidings.types import RunId, RunStatus
 
 StopRunning = Callable[[str, str | None], Awaitable[list[RunId]]]

@@ -18,19 +18,19 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from tidings.clock import Clock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
+from tidings.conversations.questions import Questions
 from tidings.errors import InvalidInputError
 from tidings.mcp.declaration import MCPOAuth, MCPServer
 from tidings.mcp.metric_names import DISCONNECTS, RECONNECTS, UP
-from tidings.questions import Questions
 from tidings.records.results import MasterKey
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store
 from tidings.support.lifetime import Component
 from tidings.support.metrics import Metrics
 from tidings.tasks import journal
 from tidings.tasks.service import BackgroundTasks
 from tidings.tools.registry import ToolRegistry
-from tidings.transcript import ConversationTx
 
 if TYPE_CHECKING:
     from tidings.mcp.connection import MCPConnection

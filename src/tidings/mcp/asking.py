@@ -10,7 +10,8 @@ wire, where a server sends its request beside the call, it is the connection's o
 flight. A request that cannot be placed is refused: it is never asked in the wrong
 conversation.
 
-- **Elicitation** is a durable question on the conversation (:mod:`tidings.questions`),
+- **Elicitation** is a durable question on the conversation
+  (:mod:`tidings.conversations.questions`),
   answered by a person, once; the call waits for it (its idle timeout paused while it
   waits). A URL-mode request is a question whose message names the URL.
 - **Sampling** follows the server's policy: ``refuse`` (a clean MCP error), ``ask`` (a
@@ -50,10 +51,10 @@ from mcp_types import (
 )
 from pydantic import TypeAdapter, ValidationError
 
+from tidings.conversations.questions import Question, Questions
 from tidings.errors import TidingsError
 from tidings.mcp.declaration import MCPServer
 from tidings.models.base import ModelRequest, PromptMessage
-from tidings.questions import Question, Questions
 from tidings.tools.registry import Sampler
 
 log = logging.getLogger("tidings.mcp")

@@ -44,7 +44,8 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
+from tidings.conversations.questions import Questions
 from tidings.mcp import oauth, results, wire
 from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
@@ -57,7 +58,6 @@ from tidings.mcp.tasks import (
     TaskRefusedError,
     TaskUnknownError,
 )
-from tidings.questions import Questions
 from tidings.support.lifetime import Loop
 from tidings.support.metrics import Metrics
 from tidings.support.policy import backoff

@@ -31,10 +31,10 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.errors import TidingsError, UnknownConversationError
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Tx
-from tidings.transcript import ConversationTx
 
 log = logging.getLogger("tidings.mcp")
 

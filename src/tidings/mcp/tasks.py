@@ -35,13 +35,13 @@ from tidings.clock import wait_set
 from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.wire import TaskState as RemoteTask
+from tidings.records.transcript import ConversationTx
 from tidings.support.policy import backoff
 from tidings.tasks import journal
 from tidings.tasks.capture import CaptureBuffer
 from tidings.tasks.notify import TaskState
 from tidings.tasks.service import BackgroundTasks, TaskEnd
 from tidings.tools.registry import ToolContext, ToolOutput
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId
 
 log = logging.getLogger("tidings.mcp")

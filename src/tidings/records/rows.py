@@ -1,6 +1,6 @@
 """Rows of the conversation tables as the records of ``tidings.types``, and back.
 
-Decoding only: no SQL is run here (the store runs it, :mod:`tidings.transcript` writes).
+Decoding only: no SQL is run here (the store runs it, :mod:`tidings.records.transcript` writes).
 """
 
 from __future__ import annotations

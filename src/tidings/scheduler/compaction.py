@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from tidings.clock import Clock, to_us
 from tidings.errors import CompactionRefusedError, TidingsError, UnknownConversationError
+from tidings.records.transcript import ConversationTx
 from tidings.scheduler.slot import recover_interrupted, start_queued
 from tidings.store import Store, Tx
 from tidings.support.policy import fenced_json
 from tidings.tasks import journal
-from tidings.transcript import ConversationTx
 from tidings.turns.plan import TurnConfig
 from tidings.types import Conversation, ConversationStatus, Message, Profile
 

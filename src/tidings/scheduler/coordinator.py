@@ -36,12 +36,12 @@ from tidings.errors import (
 from tidings.mail.door import Door
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
+from tidings.records.transcript import ConversationTx
 from tidings.scheduler import compaction, slot
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.store import Store, Tx
 from tidings.support.policy import check_id
 from tidings.tasks import journal
-from tidings.transcript import ConversationTx
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import ConversationStatus, RunId, StartKind
 

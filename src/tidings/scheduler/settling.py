@@ -7,8 +7,8 @@ call that needs approval (L5) ends the wait too, and the runs awaiting approval 
 
 from __future__ import annotations
 
-from tidings.approvals import Approvals
-from tidings.conversations import Conversations
+from tidings.conversations.approvals import Approvals
+from tidings.conversations.catalog import Conversations
 from tidings.scheduler.coordinator import Coordinator
 from tidings.support.lifetime import first_of
 from tidings.types import Run, RunStatus

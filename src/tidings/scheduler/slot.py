@@ -1,7 +1,8 @@
 """The conversation's slot (C3, C9, S5): taking it, recovering from a dead holder, keeping it.
 
 Taking the slot is one unit of work under the conversation's lock (:func:`begin`, over a
-:class:`~tidings.transcript.ConversationTx` the caller saves): it reads the queued inputs, the
+:class:`~tidings.records.transcript.ConversationTx` the caller saves): it reads the queued
+inputs, the
 goal, the suppression and attention flags and the ready signals, decides with the pure
 :func:`~tidings.support.policy.decide_start` (C3), and -- only if a turn starts -- writes the
 run, the slot lease and the claim of the signals in the same transaction. A start that yields
@@ -24,20 +25,20 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.approvals import expire_run_approvals
 from tidings.clock import Clock, to_us
+from tidings.conversations.approvals import expire_run_approvals
+from tidings.conversations.questions import expire_run_questions
 from tidings.errors import TidingsError
 from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
-from tidings.questions import expire_run_questions
 from tidings.records.outbox import Outbox
 from tidings.records.rows import conversation_from_row, input_from_row, run_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import StartDecision, StartState, decide_start
 from tidings.tasks import journal
 from tidings.tasks.notify import is_notice
-from tidings.transcript import ConversationTx
 from tidings.turns.plan import TurnConfig, TurnPlan
 from tidings.types import (
     Conversation,

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from tidings.clock import Clock, to_us
+from tidings.conversations.lifecycle import complete_restarts
 from tidings.errors import TidingsError
-from tidings.lifecycle import complete_restarts
 from tidings.mail.relay import ChildRelay
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox

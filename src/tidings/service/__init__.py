@@ -1,4 +1,4 @@
-"""The HTTP service (A2): a thin FastAPI layer over :class:`~tidings.runtime.Runtime` -- parse,
+"""The HTTP service (A2): a thin FastAPI layer over :class:`~tidings.runtime.root.Runtime` -- parse,
 call the runtime, serialise -- with bearer-token principals, RFC 9457 problems and an event
 feed over Server-Sent Events. :class:`Embedding` mounts it in an app of your own, its runtime
 opened by that app's lifespan."""

@@ -1,6 +1,6 @@
 """The ASGI app (A2) and the server that runs it.
 
-:func:`create_app` builds a FastAPI app over one started :class:`~tidings.runtime.Runtime`; the
+:func:`create_app` builds a FastAPI app over one started :class:`~tidings.runtime.root.Runtime`; the
 runtime's lifetime is the caller's. Three small ASGI layers wrap the routes:
 
 - :class:`BodyLimit` refuses a body larger than ``max_body_bytes`` with a 413 problem *before*
@@ -35,7 +35,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import a2a, agui, console, observability, problems, routes
 from tidings.service.auth import Authenticator
 from tidings.service.jwt_bearer import JWTBearer

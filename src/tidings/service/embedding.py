@@ -30,7 +30,7 @@ from datetime import timedelta
 from fastapi import FastAPI
 
 from tidings.errors import InstanceNotRunningError
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.app import DEFAULT_MAX_BODY_BYTES, build_app, feeds_of
 from tidings.service.jwt_bearer import JWTBearer
 

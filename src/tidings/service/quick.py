@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings.errors import TidingsError
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.auth import OPERATOR_ACTOR, Authenticator
 from tidings.service.params import MAX_WAIT_S
 from tidings.service.problems import HTTPProblem, error_response

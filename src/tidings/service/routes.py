@@ -1,4 +1,4 @@
-"""Conversation routes (A2): parse, call the :class:`~tidings.runtime.Runtime`, serialise.
+"""Conversation routes (A2): parse, call the :class:`~tidings.runtime.root.Runtime`, serialise.
 
 Every route acts for the token's principal and passes it as ``owner=``: another principal's
 conversation -- its inputs, transcript, runs, tasks, results and feed -- answers exactly like an
@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
 from tidings.errors import InstanceNotRunningError, UnknownRunError
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import sse
 from tidings.service.auth import Actor, Principal, Scope
 from tidings.service.params import (

@@ -1,6 +1,6 @@
 """The event feed over Server-Sent Events (A2, M15, B1).
 
-The feed is :meth:`Runtime.watch <tidings.runtime.Runtime.watch>` on the wire. Each journal
+The feed is :meth:`Runtime.watch <tidings.runtime.root.Runtime.watch>` on the wire. Each journal
 row is one SSE event: ``id`` is its sequence, ``event`` its type, ``data`` its JSON. Live
 events (``message_delta``, ``message_discarded``: an answer being written) have the same JSON
 with ``"seq": null`` and no ``id``, so a client's ``Last-Event-ID`` stays the last committed
@@ -30,7 +30,7 @@ import anyio
 from sse_starlette import ServerSentEvent
 
 from tidings.feed import Watch
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.schemas import EventOut
 from tidings.types import FeedEvent
 

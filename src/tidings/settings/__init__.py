@@ -28,13 +28,13 @@ from pydantic import ValidationError
 
 from tidings.agents import RemoteAgent
 from tidings.clock import Clock
-from tidings.config import RuntimeConfig
 from tidings.errors import ConfigError, InvalidInputError
 from tidings.mcp import MCPServer
 from tidings.models.base import Model
 from tidings.push import PushDeliveryConfig
 from tidings.records.results import MasterKey
-from tidings.runtime import Runtime
+from tidings.runtime.config import RuntimeConfig
+from tidings.runtime.root import Runtime
 from tidings.settings.build import (
     MCPServerSpec,
     build_mcp,

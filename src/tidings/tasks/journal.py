@@ -1,5 +1,5 @@
 """The task journal (T2-T9): task states and notification flags, changed only inside a unit
-that holds the task's conversation (:class:`~tidings.transcript.ConversationTx`).
+that holds the task's conversation (:class:`~tidings.records.transcript.ConversationTx`).
 
 Every transition that can make a notification eligible -- the terminal state recorded, the
 originating tool call's result committed, the task handed off -- is followed, in the same
@@ -28,6 +28,7 @@ from tidings.mail import queue
 from tidings.mail.door import Door, kernel_author
 from tidings.records.results import Drop, dropped_from
 from tidings.records.rows import input_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row
 from tidings.tasks.notify import (
     NotificationFlags,
@@ -38,7 +39,6 @@ from tidings.tasks.notify import (
     is_notice,
     render,
 )
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, ConversationStatus, Input, Origin, new_id
 
 

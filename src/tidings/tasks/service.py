@@ -35,6 +35,7 @@ from tidings.errors import (
     UnknownTaskError,
 )
 from tidings.records.results import Results, ResultsConfig
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store, Tx
 from tidings.support.metrics import Metrics
 from tidings.support.policy import backoff
@@ -52,7 +53,6 @@ from tidings.tasks.supervisor import (
     kill_left_behind,
     process_identity,
 )
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, ToolContext
 
 log = logging.getLogger("tidings.tasks")

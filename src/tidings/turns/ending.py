@@ -14,16 +14,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tidings.approvals import Approvals
+from tidings.conversations.approvals import Approvals
+from tidings.conversations.questions import expire_run_questions
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
 from tidings.mail import relay
 from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply
-from tidings.questions import expire_run_questions
 from tidings.records.outbox import Outbox
+from tidings.records.transcript import ConversationTx
 from tidings.tasks import journal
-from tidings.transcript import ConversationTx
 from tidings.turns.fallback import model_failures
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import TurnFailed, TurnPlan, TurnProgress, TurnTasks

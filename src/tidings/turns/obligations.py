@@ -13,16 +13,16 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from tidings.approvals import Approvals, needs_approval
 from tidings.clock import to_us
+from tidings.conversations.approvals import Approvals, needs_approval
 from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply, ToolCall
+from tidings.records.transcript import ConversationTx
 from tidings.support.tracing import Tracing
 from tidings.tasks import journal
 from tidings.tasks.notify import is_eligible
 from tidings.tools.registry import Tool, ToolOutput
-from tidings.transcript import ConversationTx
 from tidings.turns.calls import execute
 from tidings.turns.plan import TurnChildren, TurnConfig, TurnPlan, TurnProgress, TurnTasks
 from tidings.turns.writer import TurnWriter

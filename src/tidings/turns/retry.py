@@ -17,8 +17,8 @@ from typing import Any
 from tidings.errors import InvalidInputError, UnknownRunError
 from tidings.mail.door import Door
 from tidings.records.rows import input_from_row, run_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.support.policy import check_id, receipt_profile
-from tidings.transcript import ConversationTx
 from tidings.types import Author, Input, Profile, Run, RunStatus
 
 

@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from tidings.approvals import Approvals
 from tidings.clock import Clock
+from tidings.conversations.approvals import Approvals
 from tidings.errors import ModelSampleError
 from tidings.feed import FeedHub
 from tidings.mail import queue
@@ -49,6 +49,7 @@ from tidings.models.base import (
 )
 from tidings.records.outbox import Outbox
 from tidings.records.results import Results
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store
 from tidings.support.metrics import Metrics
 from tidings.support.tracing import Span, Tracing
@@ -57,7 +58,6 @@ from tidings.tools.registry import (
     ToolOutput,
     ToolRegistry,
 )
-from tidings.transcript import ConversationTx
 from tidings.turns import spans
 from tidings.turns.calls import execute, kept
 from tidings.turns.context import history_window, prompt_message, runtime_facts

@@ -14,8 +14,8 @@ from typing import TypeVar
 
 from tidings.clock import Clock
 from tidings.mail import queue
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx
 from tidings.turns.history import HistoryCache
 from tidings.turns.plan import TurnPlan, TurnProgress
 from tidings.types import Message

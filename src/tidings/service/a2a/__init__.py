@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route
 
 from tidings.agents.declaration import HOOK_PATH
 from tidings.push.notifications import TOKEN_HEADER
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service import problems
 from tidings.service.a2a.agents import PREFIX, Agent, agents_of, card
 from tidings.service.a2a.cursor import with_ids

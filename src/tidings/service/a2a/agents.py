@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 
 from tidings import __version__
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.jwt_bearer import JWTBearer
 from tidings.types import Profile
 

@@ -61,7 +61,6 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from tidings.answers import DEFAULT_TIMEOUT
 from tidings.errors import (
     ApprovalDecidedError,
     BacklogFullError,
@@ -75,6 +74,7 @@ from tidings.errors import (
     UnknownQuestionError,
 )
 from tidings.feed import Watch
+from tidings.runtime.answers import DEFAULT_TIMEOUT
 from tidings.service.a2a.stores import (
     Caller,
     RuntimePushConfigStore,

@@ -30,7 +30,7 @@ from tidings.errors import (
     UnknownPushConfigError,
 )
 from tidings.push import PushConfig
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.a2a.agents import Agent
 from tidings.service.a2a.tasks import read_task
 from tidings.types import Input, Origin

@@ -26,9 +26,9 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tidings.approvals import Approval
-from tidings.questions import Question
-from tidings.runtime import Runtime
+from tidings.conversations.approvals import Approval
+from tidings.conversations.questions import Question
+from tidings.runtime.root import Runtime
 from tidings.types import Answer, Input, InputState, Origin, RunStatus
 from tidings.types import Message as Said
 

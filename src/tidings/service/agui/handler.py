@@ -37,6 +37,7 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from fastapi.exceptions import RequestValidationError
 
+from tidings.conversations.questions import form_validator
 from tidings.errors import (
     ApprovalDecidedError,
     InvalidInputError,
@@ -46,8 +47,7 @@ from tidings.errors import (
     UnknownQuestionError,
 )
 from tidings.feed import Watch
-from tidings.questions import form_validator
-from tidings.runtime import Runtime
+from tidings.runtime.root import Runtime
 from tidings.service.agui.stream import RunStream
 from tidings.service.sse import Feeds
 from tidings.support.policy import MAX_INT64

@@ -51,8 +51,8 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from tidings.approvals import Approval
-from tidings.runtime import Runtime
+from tidings.conversations.approvals import Approval
+from tidings.runtime.root import Runtime
 from tidings.types import FeedEvent, Run, RunStatus
 
 NOTICE = "tidings.notice"

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tidings.approvals import Approval
-from tidings.conversations import ConversationSummary
-from tidings.questions import Question
+from tidings.conversations.approvals import Approval
+from tidings.conversations.catalog import ConversationSummary
+from tidings.conversations.questions import Question
 from tidings.service.schemas.background import CancelledRequestOut as CancelledRequestOut
 from tidings.service.schemas.background import ChildCancelled as ChildCancelled
 from tidings.service.schemas.background import ChildRequestList as ChildRequestList

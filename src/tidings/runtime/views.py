@@ -4,17 +4,17 @@ operator's views and acts across every conversation.
 Each view reads the conversation first (as ``owner``'s, when given): another owner's
 conversation answers exactly as an unknown one does. Without a conversation, the signal views
 are the operator's totals, refused to an owner; so are the instances and the acts on dead
-letters (:mod:`tidings.records.dead_letters`). :class:`~tidings.runtime.Runtime` offers
+letters (:mod:`tidings.records.dead_letters`). :class:`~tidings.runtime.root.Runtime` offers
 them as its own methods.
 """
 
 from __future__ import annotations
 
-from tidings.conversations import Conversations, ConversationSummary
+from tidings.conversations.catalog import Conversations, ConversationSummary
 from tidings.errors import InvalidInputError
-from tidings.keyring import Keyring
 from tidings.records.dead_letters import DeadLetterDetail, DeadLetters, Settled
 from tidings.records.instances import InstanceRecord, list_instances
+from tidings.records.keyring import Keyring
 from tidings.records.outbox import Outbox
 from tidings.records.results import ResultPage, ResultRef
 from tidings.support.locking import mutation

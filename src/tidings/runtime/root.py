@@ -24,15 +24,13 @@ from datetime import timedelta
 from typing import Any, Literal, overload
 
 from tidings.agents import RemoteAgent, RemoteChildren
-from tidings.answers import DEFAULT_TIMEOUT, Answers, timeout_seconds
-from tidings.approvals import Approval, Approvals
 from tidings.clock import Clock, SystemClock
-from tidings.config import RuntimeConfig
-from tidings.conversations import Conversations
+from tidings.conversations.approvals import Approval, Approvals
+from tidings.conversations.catalog import Conversations
+from tidings.conversations.lifecycle import RestartRequest, accept_restart
+from tidings.conversations.questions import Question, Questions
 from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
-from tidings.keyring import Keyring
-from tidings.lifecycle import RestartRequest, accept_restart
 from tidings.mail import relay
 from tidings.mail.door import Door
 from tidings.mail.relay import ChildRelay, ChildRequest
@@ -40,10 +38,14 @@ from tidings.mail.stop import StopCascade
 from tidings.mcp import MCPServer, MCPServers
 from tidings.models.base import Model
 from tidings.push import PushConfigs, PushDeliveries, Webhooks
-from tidings.questions import Question, Questions
 from tidings.records.instances import Instance
+from tidings.records.keyring import Keyring
 from tidings.records.outbox import Outbox
 from tidings.records.results import MasterKey, Results
+from tidings.records.transcript import ConversationTx
+from tidings.runtime.answers import DEFAULT_TIMEOUT, Answers, timeout_seconds
+from tidings.runtime.config import RuntimeConfig
+from tidings.runtime.views import BackgroundViews
 from tidings.scheduler.coordinator import Coordinator
 from tidings.scheduler.settling import settle
 from tidings.scheduler.sweeps import RelaySweep, SlowSweep, Takeover
@@ -56,7 +58,6 @@ from tidings.tasks.service import BackgroundTasks
 from tidings.tasks.supervisor import Supervisor
 from tidings.tools.builtin import register_builtins
 from tidings.tools.registry import Tool, ToolRegistry
-from tidings.transcript import ConversationTx
 from tidings.turns.retry import retry as retry_unit
 from tidings.turns.runner import TurnRunner
 from tidings.types import (
@@ -75,14 +76,13 @@ from tidings.types import (
     RunId,
     StartKind,
 )
-from tidings.views import BackgroundViews
 
 log = logging.getLogger("tidings.runtime")
 
 
 class Runtime(BackgroundViews):
     """One runtime instance over one database; its views of tasks, results and signals are
-    :class:`~tidings.views.BackgroundViews`."""
+    :class:`~tidings.runtime.views.BackgroundViews`."""
 
     def __init__(
         self, store: Store, *, models: Mapping[str, Model] | Iterable[Model],
@@ -365,7 +365,7 @@ class Runtime(BackgroundViews):
         one transaction. With ``wait``, return instead the input's :class:`Answer` once the
         run that read it ended or awaits approval, or once ``timeout`` (seconds, or a
         timedelta) passed -- or, given ``until``, once it says so of the answer as it stands
-        when the wait looks: then as it stands (:mod:`tidings.answers`).
+        when the wait looks: then as it stands (:mod:`tidings.runtime.answers`).
         """
         if wait:
             timeout_seconds(timeout)  # a bad bound is refused before anything is written
@@ -417,7 +417,7 @@ class Runtime(BackgroundViews):
         return await self.door.input(input_id, owner=owner)
 
     async def answer_of(self, item: Input) -> Answer:
-        """What became of a posted input, as it stands now (:mod:`tidings.answers`)."""
+        """What became of a posted input, as it stands now (:mod:`tidings.runtime.answers`)."""
         return await self.answers.read(item)
 
     # -- goals, stop, compaction --------------------------------------------------------------
@@ -487,7 +487,7 @@ class Runtime(BackgroundViews):
         self, conversation_id: str, approval_id: str, *, approve: bool, decided_by: str,
         owner: str | None = None,
     ) -> Approval:
-        """A person's decision on a held tool call; see :mod:`tidings.approvals`."""
+        """A person's decision on a held tool call; see :mod:`tidings.conversations.approvals`."""
         await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.approvals.decide(
             conversation_id, approval_id, approve=approve, decided_by=decided_by, owner=owner
@@ -510,7 +510,7 @@ class Runtime(BackgroundViews):
         content: Mapping[str, Any] | None = None, decided_by: str, owner: str | None = None,
     ) -> Question:
         """A person's answer to a question: ``accept`` (with ``content`` that fits its
-        schema), ``decline`` or ``cancel``; see :mod:`tidings.questions`."""
+        schema), ``decline`` or ``cancel``; see :mod:`tidings.conversations.questions`."""
         await self.conversations.get(conversation_id, owner=owner)  # foreign = unknown
         return await self.questions.decide(conversation_id, question_id, action=action,
                                            content=content, decided_by=decided_by, owner=owner)

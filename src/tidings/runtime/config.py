@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tidings.agents import RemoteAgent
-from tidings.approvals import ApprovalConfig
+from tidings.conversations.approvals import ApprovalConfig
+from tidings.conversations.questions import QuestionConfig
 from tidings.mail.door import DoorConfig
 from tidings.mcp import MCPServer
 from tidings.push import PushDeliveryConfig
-from tidings.questions import QuestionConfig
 from tidings.records.outbox import OutboxConfig
 from tidings.records.results import ResultsConfig
 from tidings.scheduler.coordinator import CoordinatorConfig

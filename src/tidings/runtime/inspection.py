@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from tidings.clock import SystemClock
-from tidings.conversations import Conversations
+from tidings.conversations.catalog import Conversations
 from tidings.push import PushDeadLetter, PushDeliveries, PushDeliveryConfig
 from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.records.rows import run_status

@@ -35,9 +35,9 @@ from typing import Any
 from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
 from tidings.records.rows import listed
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.metrics import Metrics
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, new_id
 
 STATUSES = ("pending", "approved", "denied", "expired", "applied")

@@ -35,8 +35,8 @@ from jsonschema.exceptions import SchemaError
 from tidings.clock import Clock, to_us, wait_set
 from tidings.errors import InvalidInputError, QuestionDecidedError, UnknownQuestionError
 from tidings.records.rows import listed
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
-from tidings.transcript import ConversationTx
 from tidings.types import new_id
 
 STATUSES = ("pending", "accepted", "declined", "cancelled", "expired")

@@ -28,9 +28,9 @@ from tidings.records.rows import (
     run_status,
     usage_from_row,
 )
+from tidings.records.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED, ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import check_cursor, check_id, check_position, check_text
-from tidings.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED, ConversationTx
 from tidings.types import (
     Conversation,
     ConversationId,

@@ -24,8 +24,8 @@ from tidings.records import operations
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.records.rows import event_from_row
+from tidings.records.transcript import ConversationTx
 from tidings.store import Store, Tx
-from tidings.transcript import ConversationTx
 from tidings.types import ConversationId, Operation, OperationId
 
 log = logging.getLogger("tidings.lifecycle")
