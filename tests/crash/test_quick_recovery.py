@@ -24,10 +24,16 @@ import httpx
 
 from tests.conftest import Backend, RuntimeFactory
 from tests.crash.helpers import count_rows, wait_instance_released
-from tests.crash.turn_child import OWNER, append_line, crash_config, hang_rules
+from tests.crash.turn_child import (
+    CRASH_SLOT_TTL,
+    OWNER,
+    append_line,
+    crash_config,
+    hang_rules,
+)
 from tests.crash.turn_helpers import RecordingModel, spawn_turn_child
 from tests.service.test_cli import WAIT_S, Served, open_conversation
-from tests.waiting import eventually
+from tests.waiting import eventually, eventually_sync, wait_until_sync
 from tidings import ManualClock, ModelReply, ModelRequest, Profile, Tool, ToolContext
 from tidings.models.base import DeltaCallback
 from tidings.records.outbox import OutboxConfig
@@ -91,10 +97,8 @@ def test_h2_serve_killed_mid_turn_answers_new_input_within_2s_after_restart(
         first.wait_ready()
         conversation = open_conversation(first.url, TOKEN, "shell")
         _post(first.url, conversation, SLOW_PROMPT)
-        deadline = time.monotonic() + WAIT_S
-        while not (pidfile.exists() and pidfile.read_text("utf-8").strip()):
-            assert time.monotonic() < deadline, "the slow tool never started"
-            time.sleep(0.02)
+        wait_until_sync(lambda: pidfile.exists() and pidfile.read_text("utf-8").strip(),
+                        what="the slow tool started", within_s=WAIT_S)
         [dead] = _get(first.url, f"/v1/conversations/{conversation}/runs")["items"]
         assert dead["status"] == "running"
 
@@ -105,9 +109,9 @@ def test_h2_serve_killed_mid_turn_answers_new_input_within_2s_after_restart(
         second = Served(backend.url, *args).wait_ready()
         posted = time.monotonic()
         _post(second.url, conversation, "hello after the crash")
-        while "hello after the crash" not in _answers(second.url, conversation):
-            assert time.monotonic() - posted < WAIT_S, _answers(second.url, conversation)
-            time.sleep(0.02)
+        eventually_sync(lambda: _answers(second.url, conversation),
+                        lambda answers: "hello after the crash" in answers,
+                        what="an answer to the input posted after the crash", within_s=WAIT_S)
         took = time.monotonic() - posted
         assert took < RECOVERY_BOUND_S, f"answered {took:.2f} s after the post"
 
@@ -134,7 +138,8 @@ async def test_h2_running_peer_takes_a_killed_holders_slot_at_once(
 ) -> None:
     """A peer that was running when the holder died (a cluster on PostgreSQL; two processes
     on one SQLite file) recovers the slot in its periodic sweep, not at the lease's expiry:
-    the manual clock never moves here, so the slot would never expire."""
+    the manual clock moves one sweep interval at a time here, and the slot was recovered long
+    before its lease would have expired."""
     marker = tmp_path / "hang.calls"
     fast = timedelta(milliseconds=50)
     config = RuntimeConfig(
@@ -161,14 +166,20 @@ async def test_h2_running_peer_takes_a_killed_holders_slot_at_once(
         await child.kill()
     await wait_instance_released(backend.url, dead["instance_id"])
 
+    moved = timedelta(0)
+
     async def closed() -> bool:
-        return bool(
-            count_rows(backend.url, "runs",
-                       f"run_id = '{dead['run_id']}' AND failure_code = 'interrupted'") == 1
-        )
+        nonlocal moved
+        if count_rows(backend.url, "runs",
+                      f"run_id = '{dead['run_id']}' AND failure_code = 'interrupted'") == 1:
+            return True
+        clock.advance(fast)  # the peer's next heartbeat and sweep are due
+        moved += fast
+        return False
 
     await eventually(closed, what="the peer closed the dead turn", within_s=WAIT_S,
-                     poll_s=0.05)
+                     poll_s=0.1)
+    assert moved < CRASH_SLOT_TTL  # the sweep, not the lease's expiry
     await peer.post(cid, "Did it work?", owner=OWNER)
     await peer.settle(cid)
     transcript = await peer.transcript(cid)

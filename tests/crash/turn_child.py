@@ -17,8 +17,9 @@ SIGKILL at the instant it cares about (no ``close()``, no ``finally``).
   a person's approval; once the run holds on it, ``awaiting_approval`` is announced. The tool
   appends a line to MARKER if it ever runs.
 
-The two crash modes run on a ManualClock that starts where the parent's does, so slot
-deadlines agree between the processes; the parent moves its own clock past them.
+The crash modes run on a StillClock: a ManualClock that starts where the parent's does, so
+slot deadlines agree between the processes (the parent moves its own clock past them), while
+this process's heartbeat, sweeps and keeper run on real time as they would in production.
 """
 
 from __future__ import annotations
@@ -46,11 +47,22 @@ from tidings import (
     ToolContext,
     TurnConfig,
 )
+from tidings.clock import SystemClock
 from tidings.models.base import DeltaCallback
 
 BLOCK_SECONDS = 120  # a safety net: a child whose parent vanished does not linger forever
 SLOW_SECONDS = 1.0
 SERVE_SLOT_TTL = timedelta(seconds=2)
+class StillClock(ManualClock):
+    """Its time stands still unless moved; its sleeps and timed waits take real time."""
+
+    async def sleep(self, seconds: float) -> None:
+        await SystemClock().sleep(seconds)
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        return await SystemClock().wait(event, seconds)
+
+
 CRASH_SLOT_TTL = timedelta(seconds=1)
 OWNER = "alice"
 HANG_PROMPT = "run the hanging tool"
@@ -139,7 +151,7 @@ async def tool_hang(url: str, marker: str) -> None:
     async with Runtime.open(
         url, models=[hang_rules("never asked")],
         tools=[Tool("hang", "Runs until the process dies.", hang)],
-        clock=ManualClock(), config=crash_config(),
+        clock=StillClock(), config=crash_config(),
     ) as rt:
         conversation = await rt.create_conversation(
             OWNER, Profile(model="scripted", tools=("hang",))
@@ -177,7 +189,7 @@ class BlockingModel:
 async def model_hang(url: str) -> None:
     model = BlockingModel()
     async with Runtime.open(
-        url, models=[model], clock=ManualClock(), config=crash_config()
+        url, models=[model], clock=StillClock(), config=crash_config()
     ) as rt:
         conversation = await rt.create_conversation(OWNER, Profile(model="scripted"))
         cid = conversation.conversation_id
@@ -231,7 +243,7 @@ def deploy_rules(default_text: str) -> ScriptedModel:
 async def approval_hang(url: str, marker: str) -> None:
     async with Runtime.open(
         url, models=[deploy_rules("never asked")], tools=[deploy_tool(marker)],
-        clock=ManualClock(), config=crash_config(),
+        clock=StillClock(), config=crash_config(),
     ) as rt:
         conversation = await rt.create_conversation(
             OWNER, Profile(model="scripted", tools=("deploy",))

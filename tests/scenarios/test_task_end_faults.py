@@ -6,7 +6,6 @@ notification."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from tests.conftest import Backend, RuntimeFactory
 from tests.crash.helpers import count_rows
+from tests.waiting import eventually
 from tidings import ManualClock
 from tidings.errors import (
     CommitOutcomeUnknownError,
@@ -28,7 +28,7 @@ from tidings.records.results import MasterKey
 from tidings.runtime.root import Runtime
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
-from tidings.tasks.service import TaskEnd
+from tidings.tasks.service import END_RETRY_CAP, TaskEnd
 from tidings.types import ConversationId, Profile
 
 WAIT_S = 30.0  # a bound on waiting for something the test arranged; never asserted on
@@ -109,6 +109,19 @@ async def _task_state(rt: Runtime, conversation_id: str, task_key: str) -> str:
     return (await rt.task(conversation_id, task_key)).state.value
 
 
+async def _task_ended(rt: Runtime, conversation_id: str, task_key: str) -> None:
+    """Until the task's end is recorded (waiting on its journal between looks)."""
+
+    async def state() -> str:
+        seen = await _task_state(rt, conversation_id, task_key)
+        if seen == "running":
+            await rt.tasks.wait_journalled([task_key], 0.05)
+        return seen
+
+    await eventually(state, lambda seen: seen != "running", what=f"task {task_key} ended",
+                     within_s=WAIT_S, poll_s=0)
+
+
 @pytest.mark.parametrize("plan_name", sorted(PLANS))
 async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits(
     backend: Backend, runtimes: RuntimeFactory, clock: ManualClock,
@@ -128,10 +141,19 @@ async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits
     met = inject(monkeypatch, rt.store, cid, task.task_key, plan)
     flag.touch()  # the process ends; recording its end meets every fault of the plan
 
-    deadline = time.monotonic() + WAIT_S
-    while plan or await _task_state(rt, cid, task.task_key) == "running":
-        assert time.monotonic() < deadline, (met, await _task_state(rt, cid, task.task_key))
-        await rt.tasks.wait_journalled([task.task_key], 0.05)
+
+    async def recording() -> tuple[list[str], str | None]:
+        """The faults met so far and the task's state (not read while faults are left), after
+        a wait on its journal unless every fault was met and its end recorded."""
+        state = None if plan else await _task_state(rt, cid, task.task_key)
+        if state in (None, "running"):
+            await rt.tasks.wait_journalled([task.task_key], 0.05)
+            clock.advance(END_RETRY_CAP)  # a retry's cool-down passes on the test's clock
+        return list(met), state
+
+    await eventually(recording, lambda seen: seen[1] not in (None, "running"),
+                     what="every fault met and the task's end recorded", within_s=WAIT_S,
+                     poll_s=0)
     await rt.tasks.wait_journalled([task.task_key], WAIT_S)
     assert len([m for m in met if m != "committed"]) == faults
 
@@ -174,10 +196,7 @@ async def test_t2_record_end_of_an_ended_task_answers_not_recorded_and_counts_on
     await rt.post(cid, "please start the task")
     await rt.settle(cid)
     [task] = await rt.task_list(cid)
-    deadline = time.monotonic() + WAIT_S
-    while await _task_state(rt, cid, task.task_key) == "running":
-        assert time.monotonic() < deadline
-        await rt.tasks.wait_journalled([task.task_key], 0.05)
+    await _task_ended(rt, cid, task.task_key)
     await rt.settle(cid)
     ended = await rt.task(cid, task.task_key)
     assert ended.state is TaskState.EXITED

@@ -59,7 +59,7 @@ from tidings.agents.remote import (
     RemoteTaskUnknownError,
     RemoteUnreachableError,
 )
-from tidings.clock import Clock, wait_set
+from tidings.clock import Clock
 from tidings.conversations.catalog import Conversations
 from tidings.errors import InvalidInputError
 from tidings.mail.relay import (
@@ -327,7 +327,7 @@ class RemoteChildren:
                         log.warning("the remote agent %s cannot be asked now (child request "
                                     "%s): %s; asking again", agent, request_id, exc)
                     delay = backoff(unreachable, self._rng, base=_RETRY_BASE, cap=_RETRY_CAP)
-                await wait_set(wake, delay.total_seconds())
+                await self._clock.wait(wake, delay.total_seconds())
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from tidings.clock import Clock, to_us, wait_set
+from tidings.clock import Clock, to_us
 from tidings.errors import ApprovalDecidedError, InvalidInputError, UnknownApprovalError
 from tidings.records.rows import listed
 from tidings.records.transcript import ConversationTx
@@ -172,7 +172,7 @@ class Approvals:
                     self.metrics.count("tidings_approval_waits_total",
                                        "Tool calls a run holds until a person decides.")
                 held = True
-                await wait_set(event, poll)
+                await self.clock.wait(event, poll)
                 event.clear()
         finally:
             self._decided.pop(approval_id, None)

@@ -32,7 +32,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from tidings.clock import Clock, to_us, wait_set
+from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError, QuestionDecidedError, UnknownQuestionError
 from tidings.records.rows import listed
 from tidings.records.transcript import ConversationTx
@@ -184,7 +184,7 @@ class Questions:
                     continue
                 if waiting is not None:
                     waiting()
-                await wait_set(event, poll)
+                await self.clock.wait(event, poll)
                 event.clear()
         finally:
             self._answered.pop(question_id, None)

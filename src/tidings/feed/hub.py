@@ -271,7 +271,7 @@ class FeedHub:
         """The slow poll: one query for every watched conversation's journal head (and, every
         few seconds, the word to the other processes that they are still watched here)."""
         while self._channels and not self._closed:
-            await asyncio.sleep(self.poll_s)
+            await self.clock.sleep(self.poll_s)
             if not self._channels:
                 return
             self._renew()

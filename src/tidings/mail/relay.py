@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.clock import Clock, wait_set
+from tidings.clock import Clock
 from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConversationError
 from tidings.mail import queue
 from tidings.mail.batching import combined_sources, receipt_of
@@ -343,17 +343,17 @@ class ChildRelay:
     async def await_replies(self, request_ids: Sequence[str], within: float) -> bool:
         """Wait, at most ``within`` seconds, until every request has its reply (or was
         cancelled). Wakes on a reply committed here; polls for one committed elsewhere."""
-        deadline = asyncio.get_running_loop().time() + within
+        deadline_us = self.clock.now_us() + round(within * 1e6)
         while True:
             rows = await self.store.read(lambda tx: [
                 tx.one("child_request", request_id=r) for r in request_ids
             ])
             if all(row is None or row["state"] != "open" for row in rows):
                 return True
-            left = deadline - asyncio.get_running_loop().time()
+            left = (deadline_us - self.clock.now_us()) / 1e6
             if left <= 0:
                 return False
-            await wait_set(self._replied, min(left, REPLY_POLL_S))
+            await self.clock.wait(self._replied, min(left, REPLY_POLL_S))
 
     async def reply_of(self, request_id: str) -> ChildRequest | None:
         row = await self.store.read(lambda tx: tx.one("child_request", request_id=request_id))

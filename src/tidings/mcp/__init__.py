@@ -66,7 +66,7 @@ class MCPServers:
                 server, registry, metrics, conversations=conversations, questions=questions,
                 tokens=(None if server.oauth is None else
                         SealedTokens(server, store, master_key, clock)),
-                tasks=self.tasks)
+                tasks=self.tasks, clock=clock)
 
     def components(self) -> tuple[Component, ...]:
         """What has a lifetime: the task follower (stopped first), then each connection."""

@@ -44,6 +44,7 @@ from mcp_types import (
 from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
+from tidings.clock import Clock, SystemClock
 from tidings.conversations.catalog import Conversations
 from tidings.conversations.questions import Questions
 from tidings.mcp import oauth, results, wire
@@ -102,8 +103,9 @@ class MCPConnection(Loop):
                  conversations: Conversations | None = None,
                  questions: Questions | None = None,
                  tokens: oauth.SealedTokens | None = None,
-                 tasks: MCPTasks | None = None) -> None:
+                 tasks: MCPTasks | None = None, clock: Clock | None = None) -> None:
         super().__init__(f"tidings-mcp-{server.name}")
+        self._clock: Clock = clock or SystemClock()
         self._tokens = tokens  # an OAuth server's tokens (none: it is sent no OAuth)
         self.asking = Asking(server, questions)
         """What the server asks during calls and for its tasks (elicitation, sampling)."""
@@ -186,7 +188,7 @@ class MCPConnection(Loop):
                     log.error("MCP server %s refused tidings: %s", self.server.name,
                               self._reason)
                     await self._reports.refused(self._refused, self._reason)
-                await asyncio.sleep(self.server.reconnect_cap.total_seconds())
+                await self._clock.sleep(self.server.reconnect_cap.total_seconds())
                 continue
             delay = backoff(failures, self._rng, base=self.server.reconnect_base,
                             cap=self.server.reconnect_cap)
@@ -197,7 +199,7 @@ class MCPConnection(Loop):
                 self._metrics.count(DISCONNECTS, "MCP server connections that broke, by server.",
                                     labels={"server": self.server.name})
                 await self._reports.disconnected(self._reason)
-            await asyncio.sleep(delay.total_seconds())
+            await self._clock.sleep(delay.total_seconds())
 
     @contextlib.asynccontextmanager
     async def _connect(self, lost: asyncio.Event) -> AsyncIterator[Client]:

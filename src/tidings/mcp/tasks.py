@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from tidings.clock import wait_set
 from tidings.mcp.asking import Asker, Asking
 from tidings.mcp.declaration import MCPServer
 from tidings.mcp.wire import TaskState as RemoteTask
@@ -250,7 +249,7 @@ class MCPTasks:
                 unreachable += 1  # the connection is retried by its own loop; ask again then
                 delay = backoff(unreachable, self._rng, base=_RETRY_BASE, cap=_RETRY_CAP)
             wake.clear()
-            await wait_set(wake, delay.total_seconds())
+            await self.background.clock.wait(wake, delay.total_seconds())
 
     async def _answer(self, connection: TaskServer, task: Followed, state: RemoteTask,
                       wake: asyncio.Event) -> None:
@@ -273,7 +272,7 @@ class MCPTasks:
         if not answering.cancelled() and answering.exception() is not None:
             log.warning("MCP server %s: the input task %s waits for was not sent: %s",
                         task.server, task.mcp_task_id, answering.exception())
-            await asyncio.sleep(_RETRY_BASE.total_seconds())
+            await self.background.clock.sleep(_RETRY_BASE.total_seconds())
 
     async def _end(self, connection: TaskServer, task: Followed, now: RemoteStatus
                    ) -> TaskEnd:

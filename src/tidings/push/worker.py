@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 
 import httpx
 
-from tidings.clock import Clock, to_us, wait_set
+from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError, PrivateTargetError
 from tidings.push.deliveries import PushDeliveries, PushDelivery
 from tidings.push.notifications import NOTIFICATION_ID_HEADER, TOKEN_HEADER, body
@@ -107,7 +107,7 @@ class Webhooks:
                         await self.deliveries.purge()
                 except Exception:  # the database away: the next pass tries again
                     log.exception("push notifications: a pass failed")
-                    await asyncio.sleep(self.config.poll.total_seconds())
+                    await self.clock.sleep(self.config.poll.total_seconds())
         finally:
             self.store.feed.unsubscribe(subscription)
             for task in self._flying:  # cut short: tried again when their leases end
@@ -137,7 +137,7 @@ class Webhooks:
             due = await self.deliveries.next_due_us()
         if due is not None and due > now:
             wait_us = min(wait_us, due - now)
-        await wait_set(self._wake, max(wait_us, 1_000) / 1e6)
+        await self.clock.wait(self._wake, max(wait_us, 1_000) / 1e6)
 
     def _landed(self, task: asyncio.Task[None]) -> None:
         self._flying.discard(task)

@@ -24,7 +24,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tidings.clock import Clock, SystemClock, to_us, wait_set
+from tidings.clock import Clock, SystemClock, to_us
 from tidings.errors import InstanceNotRunningError, StoreError
 from tidings.store import Store, Tx
 from tidings.types import (
@@ -156,7 +156,7 @@ class Instance:
         sweep_every = max(1, round(self.config.sweep_interval / self.config.heartbeat_interval))
         beats = 0
         while not self._stop.is_set():
-            await wait_set(self._stop, heartbeat_s)
+            await self.clock.wait(self._stop, heartbeat_s)
             if self._stop.is_set():
                 return
             with contextlib.suppress(StoreError):

@@ -182,7 +182,7 @@ class Runtime(BackgroundViews):
             *self.mcp.components(),
             self.remote_children,
             Loop("tidings-webhooks", self.webhooks.serve),
-            RelaySweep(config.relay_sweep, self.relay),
+            RelaySweep(config.relay_sweep, self.relay, self.clock),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
                       results=self.keyring.known),
@@ -190,7 +190,7 @@ class Runtime(BackgroundViews):
                  then=self.instance.close),
             # Last: the turns' last commits reach the watchers, whose feeds end here.
             Loop("tidings-feed", then=self.feed.close),
-        ))
+        ), clock=self.clock)
         self._owns_store = owns_store
         self._closed = False
         self.locked = False

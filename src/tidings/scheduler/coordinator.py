@@ -536,7 +536,7 @@ class Coordinator:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(to_us(self.config.sweep_interval) / 1e6)
+            await self.clock.sleep(to_us(self.config.sweep_interval) / 1e6)
             try:
                 await self.sweep()
             except TidingsError as exc:

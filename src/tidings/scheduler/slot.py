@@ -17,7 +17,6 @@ reports the moment the turn must stop: its slot was lost, or a stop was asked fr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -379,7 +378,7 @@ async def keep(
     interval = keep_interval_s(config)
     while True:
         if first_wait:
-            await asyncio.sleep(interval)
+            await clock.sleep(interval)
         first_wait = True
         now = clock.now_us()
         try:

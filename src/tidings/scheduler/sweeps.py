@@ -7,7 +7,6 @@ fails (a database hiccup) is logged and the next pass tries again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -33,18 +32,19 @@ class Sweep(Loop):
     what = "a sweep"
 
     def __init__(
-        self, name: str, every: timedelta | None,
+        self, name: str, every: timedelta | None, clock: Clock,
         *, first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(name, first=first)
         self.every = every
+        self._clock = clock
 
     async def serve(self) -> None:
         if self.every is None:
             await super().serve()  # holds its place in the shutdown order only
             return
         while True:
-            await asyncio.sleep(to_us(self.every) / 1e6)
+            await self._clock.sleep(to_us(self.every) / 1e6)
             try:
                 await self.sweep_once()
             except TidingsError as exc:
@@ -64,8 +64,8 @@ class SlowSweep(Sweep):
         self, every: timedelta, *, store: Store, outbox: Outbox, instance: Instance,
         clock: Clock, tasks: BackgroundTasks, results: Callable[[], Results | None],
     ) -> None:
-        super().__init__("tidings-results", every)
-        self._store, self._outbox, self._clock = store, outbox, clock
+        super().__init__("tidings-results", every, clock)
+        self._store, self._outbox = store, outbox
         self._instance = instance
         self._tasks = tasks
         self._results = results
@@ -86,8 +86,8 @@ class RelaySweep(Sweep):
 
     what = "the relay sweep"
 
-    def __init__(self, every: timedelta | None, relay: ChildRelay) -> None:
-        super().__init__("tidings-relay", every, first=relay.close)
+    def __init__(self, every: timedelta | None, relay: ChildRelay, clock: Clock) -> None:
+        super().__init__("tidings-relay", every, clock, first=relay.close)
         self._relay = relay
 
     async def sweep_once(self) -> None:

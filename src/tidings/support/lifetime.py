@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from tidings.clock import wait_set
+from tidings.clock import Clock, SystemClock
 
 log = logging.getLogger("tidings.lifetime")
 
@@ -114,9 +114,10 @@ class Lifetime:
 
     def __init__(
         self, components: Sequence[Component], *, restart_base_s: float = RESTART_BASE_S,
-        restart_cap_s: float = RESTART_CAP_S,
+        restart_cap_s: float = RESTART_CAP_S, clock: Clock | None = None,
     ) -> None:
         self.components = tuple(components)
+        self._clock: Clock = clock or SystemClock()
         self._group: asyncio.Task[None] | None = None
         self._restart = (restart_base_s, restart_cap_s)
         self._stopping = asyncio.Event()
@@ -147,7 +148,7 @@ class Lifetime:
                 pause = min(cap, base * 2 ** (failures - 1))
                 log.exception("%s ended on an error (%d in a row); it runs again in %.1f s",
                               component.name, failures, pause)
-            if await wait_set(self._stopping, pause):
+            if await self._clock.wait(self._stopping, pause):
                 return
             self.restarts += 1
 

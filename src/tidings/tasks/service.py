@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Protocol
 
-from tidings.clock import Clock, wait_set
+from tidings.clock import Clock
 from tidings.errors import (
     CorruptDatabaseError,
     IntegrityViolationError,
@@ -394,7 +394,7 @@ class BackgroundTasks:
                 ).total_seconds()
                 log.warning("could not record the end of task %s (attempt %d): %s; trying "
                             "again in %.2f s", task_key, attempt, exc, delay)
-                await wait_set(self._closing, delay)
+                await self.clock.wait(self._closing, delay)
             except Exception:
                 log.exception("could not record the end of task %s", task_key)
                 return False

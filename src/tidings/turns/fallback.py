@@ -126,7 +126,7 @@ class Fallback:
                  metrics: Metrics | None, tracing: Tracing, feed: FeedHub | None,
                  rng: random.Random) -> None:
         self.models, self.config, self.metrics = models, config, metrics
-        self.tracing, self.feed, self._rng = tracing, feed, rng
+        self.tracing, self.feed, self._rng, self.clock = tracing, feed, rng, clock
         self.health = ModelHealth(clock, config, rng)
         if metrics is not None:
             metrics.add_gauges(self.health.gauges)
@@ -201,7 +201,7 @@ class Fallback:
                     self.health.unavailable(name)
                     break
                 if attempt < cfg.model_attempts:
-                    await asyncio.sleep(self._retry_delay(attempt))
+                    await self.clock.sleep(self._retry_delay(attempt))
         self._log_spent(plan, errors)
         raise TurnFailed(RunStatus.NEEDS_ATTENTION, "model_retries_exhausted", errors)
 

@@ -1,0 +1,76 @@
+"""The house: the root keeps only the public API and the vocabulary, no module grows past 450
+lines and no class past 20 methods.
+
+The modules and classes that were over those bounds when the bounds were set are listed with
+their size then: each may shrink (and leaves the list once it is within the bound, which this
+test then asks for), none may grow, and nothing else may cross the bound.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tidings
+
+SRC = Path(tidings.__file__).parent
+MAX_LINES = 450
+MAX_METHODS = 20
+ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types.py"}
+
+# Over the bound when it was set; the size then. Shrink them, never grow them.
+LONG_MODULES = {
+    "store/sqlite.py": 650, "mcp/connection.py": 641, "scheduler/coordinator.py": 597,
+    "runtime/root.py": 588, "service/routes.py": 564, "service/schemas/__init__.py": 542,
+    "errors.py": 541, "records/outbox.py": 529, "cli/render.py": 511,
+    "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
+    "agents/children.py": 486, "tasks/service.py": 485, "mail/relay.py": 475,
+    "service/a2a/handler.py": 474, "tasks/journal.py": 469, "records/results.py": 456,
+    "turns/runner.py": 454,
+}
+LARGE_CLASSES = {
+    "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "store/sqlite.py:SqliteStore": 30,
+    "feed/hub.py:FeedHub": 25, "mcp/connection.py:MCPConnection": 25,
+    "scheduler/coordinator.py:Coordinator": 23, "records/transcript.py:ConversationTx": 22,
+    "agents/children.py:RemoteChildren": 22, "store/postgres.py:PostgresStore": 21,
+}
+
+
+def _modules() -> dict[str, Path]:
+    return {str(p.relative_to(SRC)): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text("utf-8").splitlines())
+
+
+def _classes(path: Path) -> dict[str, int]:
+    tree = ast.parse(path.read_text("utf-8"))
+    return {
+        node.name: sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) for b in node.body)
+        for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    }
+
+
+def test_house_the_root_keeps_the_public_api_and_the_vocabulary() -> None:
+    root = {p.name for p in SRC.glob("*.py")}
+    assert root == ROOT
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    assert {"scheduler", "records", "conversations", "runtime", "support"} <= packages
+
+
+def test_house_no_module_grows_past_its_bound() -> None:
+    sizes = {name: _lines(path) for name, path in _modules().items()}
+    over = {name: n for name, n in sizes.items() if n > LONG_MODULES.get(name, MAX_LINES)}
+    assert over == {}, f"modules over {MAX_LINES} lines (or grown past their listed size)"
+    within = sorted(name for name in LONG_MODULES if sizes.get(name, 0) <= MAX_LINES)
+    assert within == [], "within the bound now: take them off LONG_MODULES"
+
+
+def test_house_no_class_grows_past_its_bound() -> None:
+    counts = {f"{name}:{cls}": n for name, path in _modules().items()
+              for cls, n in _classes(path).items()}
+    over = {key: n for key, n in counts.items() if n > LARGE_CLASSES.get(key, MAX_METHODS)}
+    assert over == {}, f"classes over {MAX_METHODS} methods (or grown past their listed count)"
+    within = sorted(key for key in LARGE_CLASSES if counts.get(key, 0) <= MAX_METHODS)
+    assert within == [], "within the bound now: take them off LARGE_CLASSES"
