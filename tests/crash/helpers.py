@@ -17,12 +17,13 @@ import signal
 import sqlite3
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from tests.waiting import eventually, first_line
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 
@@ -55,27 +56,26 @@ class Child:
     async def checkpoint(self, name: str, *, within_s: float = 30.0) -> dict[str, Any]:
         """Read stdout until the line announcing checkpoint ``name``; return its fields."""
         assert self.proc.stdout is not None
-        end = time.monotonic() + within_s
-        while True:
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                raise ChildFailedError(
-                    f"child {self.pid} did not reach {name!r} in {within_s} s\n{self.stderr()}"
-                )
-            try:
-                line = await asyncio.wait_for(self.proc.stdout.readline(), remaining)
-            except TimeoutError:
-                continue
-            if not line:
-                await self.proc.wait()
-                raise ChildFailedError(
-                    f"child {self.pid} exited with {self.proc.returncode} before {name!r}\n"
-                    f"{self.stderr()}"
-                )
+
+        def announced(line: bytes) -> dict[str, Any] | None:
             with contextlib.suppress(ValueError):
                 fields = json.loads(line)
                 if isinstance(fields, dict) and fields.get("checkpoint") == name:
                     return fields
+            return None
+
+        try:
+            found = await first_line(self.proc.stdout, announced,
+                                     what=f"child {self.pid} reaches {name!r}", within_s=within_s)
+        except AssertionError as failed:
+            raise ChildFailedError(f"{failed}\n{self.stderr()}") from None
+        if found is None:
+            await self.proc.wait()
+            raise ChildFailedError(
+                f"child {self.pid} exited with {self.proc.returncode} before {name!r}\n"
+                f"{self.stderr()}"
+            )
+        return found
 
     async def kill(self) -> None:
         """SIGKILL the child and reap it; its open files and sockets are closed by the kernel."""
@@ -135,13 +135,12 @@ async def wait_instance_released(url: str, instance_id: str, *, within_s: float 
     server notices the dropped connection on its own schedule (milliseconds); this waits for
     that real event -- it is not a deadline, which tests never wait for.
     """
-    end = time.monotonic() + within_s
-    while True:
-        if await _instance_released(url, instance_id):
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"instance {instance_id} still holds its liveness mark")
-        await asyncio.sleep(0.02)
+
+    async def released() -> bool:
+        return await _instance_released(url, instance_id)
+
+    await eventually(released, what=f"instance {instance_id} no longer holds its liveness mark",
+                     within_s=within_s)
 
 
 async def _instance_released(url: str, instance_id: str) -> bool:

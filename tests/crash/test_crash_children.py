@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import sys
-import time
 
 from tests.conftest import Backend
 from tests.scenarios.test_children import MODEL
 from tests.scenarios.test_children_turn import MODEL as TURN_MODEL
+from tests.waiting import eventually
 from tidings.runtime.root import Runtime
-from tidings.types import Origin, StartKind
+from tidings.types import Origin, Run, StartKind
 
 CHILD = """
 import asyncio, json, sys
@@ -62,6 +63,18 @@ async def _killed_after_reply(script: str, url: str) -> str:
     return parent
 
 
+async def _settled_runs(rt: Runtime, parent: str, *, relay: bool = False) -> list[Run]:
+    """The parent's runs, once it settled (after a relay of what is pending, if ``relay``)."""
+    if relay:
+        await rt.relay.relay_pending()
+    await rt.settle(parent)
+    return await rt.runs(parent)
+
+
+def _mail_run_ended(runs: list[Run]) -> bool:
+    return len(runs) == 2 and runs[-1].ended_at_us is not None
+
+
 async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restart(
     backend: Backend,
 ) -> None:
@@ -70,14 +83,12 @@ async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restar
 
     for restart in range(2):  # a second restart relays nothing again
         async with Runtime.open(backend.url, models=[MODEL]) as rt:
-            deadline = time.monotonic() + 20
-            while True:
+            if restart == 0:
+                await eventually(functools.partial(_settled_runs, rt, parent), _mail_run_ended,
+                                 what="the relayed reply's mail run ended", within_s=20,
+                                 poll_s=0.05)
+            else:
                 await rt.settle(parent)
-                runs = await rt.runs(parent)
-                if restart == 1 or (len(runs) == 2 and runs[-1].ended_at_us is not None):
-                    break
-                assert time.monotonic() < deadline, runs
-                await asyncio.sleep(0.05)
             mails = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
             assert len(mails) == 1
             runs = await rt.runs(parent)
@@ -129,15 +140,13 @@ async def test_m16_a_turn_owned_report_whose_run_died_comes_back_as_mail_once(
 
     for restart in range(2):  # a second restart relays nothing again
         async with Runtime.open(backend.url, models=[TURN_MODEL]) as rt:
-            deadline = time.monotonic() + 30
-            while True:
+            if restart == 0:
+                await eventually(functools.partial(_settled_runs, rt, parent, relay=True),
+                                 _mail_run_ended, what="the report's mail run ended",
+                                 within_s=30, poll_s=0.1)
+            else:
                 await rt.relay.relay_pending()
                 await rt.settle(parent)
-                runs = await rt.runs(parent)
-                if restart == 1 or (len(runs) == 2 and runs[-1].ended_at_us is not None):
-                    break
-                assert time.monotonic() < deadline, runs
-                await asyncio.sleep(0.1)
             (request,) = await rt.relay.requests_of(parent)
             assert request.relayed
             assert request.consumed_in_run is None  # its owner never read it

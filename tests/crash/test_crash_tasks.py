@@ -16,7 +16,6 @@ import os
 import sqlite3
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import psycopg
 
 from tests.conftest import Backend
 from tests.crash.helpers import Child, wait_instance_released
+from tests.waiting import eventually
 from tidings.clock import SystemClock
 from tidings.conversations.catalog import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
@@ -184,16 +184,16 @@ async def read_back(url: str, conversation_id: str, task_key: str
 
 async def answered(rt: Runtime, conversation_id: str, answer: str) -> list[Message]:
     """Settle the conversation until its newest message is ``answer``; the transcript."""
-    deadline = time.monotonic() + 20
-    while True:
+    within_s = 20.0
+
+    async def settled() -> list[Message]:
         # Bounded: a conversation that never settles (turn after turn) fails, not hangs.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(rt.settle(conversation_id), deadline - time.monotonic())
-        messages = await rt.transcript(conversation_id)
-        if messages and messages[-1].content == answer:
-            return messages
-        assert time.monotonic() < deadline, [(m.role, m.content[:60]) for m in messages]
-        await asyncio.sleep(0.05)
+            await asyncio.wait_for(rt.settle(conversation_id), within_s)
+        return await rt.transcript(conversation_id)
+
+    return await eventually(settled, lambda messages: messages and messages[-1].content == answer,
+                            what=f"the answer {answer!r}", within_s=within_s, poll_s=0.05)
 
 
 def notifications(messages: list[Message]) -> list[Message]:
@@ -216,14 +216,7 @@ async def test_t9_task_of_a_killed_runtime_is_lost_after_restart(backend: Backen
         await child.wait()
 
     async with Runtime.open(backend.url, models=[RESTARTED]) as rt:
-        deadline = time.monotonic() + 20
-        while True:
-            await rt.settle(conv)
-            messages = await rt.transcript(conv)
-            if messages and messages[-1].content == "The deploy's outcome is unknown.":
-                break
-            assert time.monotonic() < deadline, [(m.role, m.content[:60]) for m in messages]
-            await asyncio.sleep(0.05)
+        messages = await answered(rt, conv, "The deploy's outcome is unknown.")
         notes = [m for m in messages if m.meta.get("kind") == NOTIFICATION_KIND]
         assert len(notes) == 1
         assert notes[0].meta["state"] == "lost"
@@ -255,10 +248,11 @@ async def test_t9_process_left_behind_by_a_killed_runtime_is_killed_on_restart(
     async with Runtime.open(backend.url, models=[RESTARTED]) as rt:
         # Starting reconciled the dead instance: the process it left behind is stopped, not
         # adopted, and the task is lost -- never a success.
-        deadline = time.monotonic() + 10
-        while members := live_group_members(pid):
-            assert time.monotonic() < deadline, f"still running after the restart: {members}"
-            await asyncio.sleep(0.02)
+        async def members() -> list[int]:
+            return live_group_members(pid)
+
+        await eventually(members, lambda living: not living,
+                         what=f"the process group {pid} stopped by the restart", within_s=10)
         messages = await answered(rt, conv, "The deploy's outcome is unknown.")
         [note] = notifications(messages)
         assert note.meta["task_key"] == task_key

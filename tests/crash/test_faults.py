@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 CHILD = """
-import asyncio, json, os, resource, signal, sys, time
+import asyncio, json, os, resource, signal, sys
 from datetime import timedelta
 from tidings import Profile, Runtime
 from tidings.runtime.root import RuntimeConfig
 from tidings.turns.plan import TurnConfig
 from tidings.errors import StoreError, TidingsError
 from tidings.models.scripted import ScriptedModel
+from tests.waiting import eventually
 
 PATH = sys.argv[1]
 
@@ -51,14 +52,14 @@ async def main() -> None:
         after = await rt.post(conv, "after the disk had room again")
         # A turn that could not write its end holds the slot until its lease runs out; then
         # the sweep closes it (interrupted) and the queued words are answered -- no restart.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        async def answered() -> bool:
             await rt.coordinator.sweep()
             await rt.settle(conv)
-            if (await rt.transcript(conv))[-1].content == "ok" and all(
-                    i.state.value != "queued" for i in await rt.inputs(conv)):
-                break
-            await asyncio.sleep(0.2)
+            return (await rt.transcript(conv))[-1].content == "ok" and all(
+                i.state.value != "queued" for i in await rt.inputs(conv))
+
+        await eventually(answered, what="the queued words answered after the sweep",
+                         within_s=30, poll_s=0.2)
         stored = {i.input_id for i in await rt.inputs(conv)}
         runs = await rt.runs(conv)
         print(json.dumps({

@@ -30,6 +30,7 @@ from psycopg.rows import dict_row
 from tests.conftest import Backend, drop_postgres_database, fresh_postgres_database
 from tests.crash.invariants import INVARIANTS, NOTICE, Report, check, is_postgres
 from tests.crash.torture_worker import pending
+from tests.waiting import eventually
 from tidings import Profile, Runtime
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 
@@ -88,14 +89,18 @@ class SceneModel:
 
 
 async def _settled(rt: Runtime, conversations: list[str]) -> None:
-    deadline = time.monotonic() + SCENE_LIMIT_S
-    while left := await pending(rt, conversations) + [
-        f"{c}: signals" for c in conversations if (await rt.outbox.stats(c)).backlog
-    ]:
-        assert time.monotonic() < deadline, left
-        await rt.relay.relay_pending()
-        await rt.coordinator.sweep()
-        await asyncio.sleep(0.05)
+    async def left() -> list[str]:
+        """What is still pending; if anything, after nudging it on (a relay and a sweep)."""
+        still = await pending(rt, conversations) + [
+            f"{c}: signals" for c in conversations if (await rt.outbox.stats(c)).backlog
+        ]
+        if still:
+            await rt.relay.relay_pending()
+            await rt.coordinator.sweep()
+        return still
+
+    await eventually(left, lambda still: not still, what="the scene settled",
+                     within_s=SCENE_LIMIT_S, poll_s=0.05)
 
 
 async def build_scene(url: str) -> None:

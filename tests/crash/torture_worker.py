@@ -18,9 +18,9 @@ import functools
 import json
 import random
 import sys
-import time
 from datetime import timedelta
 
+from tests.waiting import eventually
 from tidings import Profile, Runtime
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime.root import RuntimeConfig
@@ -150,16 +150,22 @@ async def pending(rt: Runtime, targets: list[str]) -> list[str]:
 async def drain(url: str) -> None:
     async with Runtime.open(url, models=[MODEL], config=config()) as rt:
         targets = await conversations(rt)
-        deadline = time.monotonic() + DRAIN_LIMIT_S
-        left = await pending(rt, targets)
-        while left:
-            if time.monotonic() > deadline:
-                announce(json.dumps({"drained": False, "left": left[:20]}))
-                raise SystemExit(3)
-            await rt.relay.relay_pending()
-            await rt.coordinator.sweep()
-            await asyncio.sleep(0.2)
-            left = await pending(rt, targets)
+        left: list[str] = []
+
+        async def nudged() -> list[str]:
+            """What is still pending; if anything, after nudging it on (a relay and a sweep)."""
+            left[:] = await pending(rt, targets)
+            if left:
+                await rt.relay.relay_pending()
+                await rt.coordinator.sweep()
+            return left
+
+        try:
+            await eventually(nudged, lambda still: not still, what="every conversation drained",
+                             within_s=DRAIN_LIMIT_S, poll_s=0.2)
+        except AssertionError:
+            announce(json.dumps({"drained": False, "left": left[:20]}))
+            raise SystemExit(3) from None
         announce(json.dumps({"drained": True}))
 
 

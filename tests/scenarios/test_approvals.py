@@ -4,7 +4,6 @@ decides; applying is fenced; terminal decisions stand."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_awaiting_approval import ended
 from tests.scenarios.test_tasks import wait_for_runs
-from tests.waiting import wait_until
+from tests.waiting import eventually, wait_until
 from tidings.conversations.approvals import Approval, ApprovalConfig
 from tidings.errors import (
     ApprovalDecidedError,
@@ -50,13 +49,9 @@ class Deploys:
 
 
 async def held(rt: Runtime, conv: str, within_s: float = 10.0) -> Approval:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        pending = await rt.approvals_of(conv, status="pending")
-        if pending:
-            return pending[0]
-        await asyncio.sleep(0.01)
-    raise AssertionError("no approval was requested")
+    pending = await eventually(lambda: rt.approvals_of(conv, status="pending"),
+                               what="an approval requested", within_s=within_s, poll_s=0.01)
+    return pending[0]
 
 
 async def test_l5_a_call_that_needs_approval_holds_its_run_until_approved(

@@ -6,12 +6,12 @@ on as before."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from tests.conftest import RuntimeFactory
+from tests.waiting import eventually
 from tidings.conversations.approvals import ApprovalConfig
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime.root import Runtime, RuntimeConfig
@@ -51,14 +51,6 @@ async def settle(rt: Runtime, conv: str) -> list[Run]:
     return await asyncio.wait_for(rt.settle(conv), WAIT_S)
 
 
-async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT_S} s: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def turn_statuses(rt: Runtime, conv: str) -> list[dict[str, Any]]:
     return [e.data for e in await rt.events(conv) if e.type == "turn_status"]
 
@@ -70,7 +62,7 @@ async def ended(rt: Runtime, run_id: str) -> Run:
         found[:] = [await rt.run(run_id)]
         return found[0].status.ended
 
-    await until(over, f"run {run_id} ended")
+    await eventually(over, what=f"run {run_id} ended", within_s=WAIT_S)
     return found[0]
 
 
@@ -161,7 +153,7 @@ async def test_l5_awaiting_approval_lasts_until_the_last_held_call_of_the_step_i
     async def both_pending() -> bool:
         return len(await rt.approvals_of(conv, status="pending")) == 2
 
-    await until(both_pending, "two pending approvals")
+    await eventually(both_pending, what="two pending approvals", within_s=WAIT_S)
     first, second = await rt.approvals_of(conv, status="pending")
     await rt.decide(conv, first.approval_id, approve=True, decided_by="alice")
     # One call is still held: the run still waits for a person, and a settle still ends.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sqlite3
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Backend
+from tests.waiting import eventually
 from tidings.clock import ManualClock, SystemClock
 from tidings.errors import RuntimeLockedError
 from tidings.models.scripted import Rule, ScriptedModel
@@ -70,14 +70,6 @@ class World:
     question_id: str
 
 
-async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT_S} s: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def pending_approval(rt: Runtime, conversation_id: str) -> str:
     found: list[str] = []
 
@@ -86,7 +78,7 @@ async def pending_approval(rt: Runtime, conversation_id: str) -> str:
                                                                  status="pending")]
         return bool(found)
 
-    await until(held, "a pending approval")
+    await eventually(held, what="a pending approval", within_s=WAIT_S)
     return found[0]
 
 
@@ -104,7 +96,7 @@ async def build_world(url: str) -> World:
             requests = await rt.relay.requests_of(conv)
             return bool(requests) and all(r.relayed for r in requests)
 
-        await until(relayed, "the child's reply relayed")
+        await eventually(relayed, what="the child's reply relayed", within_s=WAIT_S)
         await rt.post(conv, "deploy it")
         approval_id = await pending_approval(rt, conv)
         question = await rt.questions.ask(  # as an MCP server's task asks a person

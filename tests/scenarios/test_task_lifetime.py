@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,11 +22,13 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.crash.test_crash_tasks import live_group_members
+from tests.scenarios.test_tasks import wait_for_runs
 from tests.waiting import eventually
 from tidings.clock import ManualClock
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime.root import Runtime, RuntimeConfig
+from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState
 from tidings.tools.registry import Tool, ToolContext
 from tidings.turns.runner import TurnConfig
@@ -391,17 +392,6 @@ async def test_c6_stop_kills_the_turn_task_of_the_stopped_run(
 # -- found by review: M4's supplementary turn, shutdown and lost slots ---------------------------
 
 
-async def _until_runs(rt: Runtime, conv: str, count: int, within_s: float = 20.0) -> list[Run]:
-    deadline = time.monotonic() + within_s
-    while True:
-        await rt.settle(conv)
-        runs = await rt.runs(conv)
-        if len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs):
-            return runs
-        assert time.monotonic() < deadline, [(r.trigger, r.status) for r in runs]
-        await asyncio.sleep(0.02)
-
-
 async def test_m4_a_conversation_task_that_ended_early_answers_after_the_final_reply(
     runtimes: RuntimeFactory,
 ) -> None:
@@ -417,7 +407,7 @@ async def test_m4_a_conversation_task_that_ended_early_answers_after_the_final_r
     profile = Profile(model="scripted", tools=("shell",))
     conv = (await rt.create_conversation("alice", profile)).conversation_id
     await rt.post(conv, "go")
-    first, second = await _until_runs(rt, conv, 2)
+    first, second = await wait_for_runs(rt, conv, 2)
     transcript = await rt.transcript(conv)
     final = next(m for m in transcript if m.content == "original reply")
     note = next(m for m in transcript if m.meta.get("kind") == NOTIFICATION_KIND)
@@ -451,7 +441,7 @@ async def test_t9_a_graceful_shutdown_reports_the_running_turns_tasks(
     await first.close()  # a shutdown, not a person's stop
 
     second = await runtimes(models=[model], tools=[Tool("gate", "Blocks.", gate)])
-    runs = await _until_runs(second, conv, 2)
+    runs = await wait_for_runs(second, conv, 2)
     assert (runs[0].status, runs[0].failure_code) == (RunStatus.STOPPED, "shutdown")
     (task,) = await second.task_list(conv)
     assert task.state is TaskState.KILLED
@@ -485,14 +475,14 @@ async def test_m4_a_turn_task_of_a_turn_that_lost_its_slot_is_handed_to_the_conv
     await eventually(drained, what="the reply waiting in the drain")
     assert await rt.task_list(conv)
     clock.advance(timedelta(seconds=1))  # a stall: the slot's lease runs out
-    deadline = time.monotonic() + 20
-    while True:
+
+    async def the_task() -> TaskRecord:
         await rt.settle(conv)
         (task,) = await rt.task_list(conv)
-        if task.consumed:
-            break
-        assert time.monotonic() < deadline, task
-        await asyncio.sleep(0.05)
+        return task
+
+    task = await eventually(the_task, lambda task: task.consumed,
+                            what="the task's notice consumed", within_s=20, poll_s=0.05)
     assert task.handed_off
     assert task.state is TaskState.EXITED
     runs = await rt.runs(conv)

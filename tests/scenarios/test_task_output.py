@@ -11,17 +11,16 @@ many bytes of which stream were dropped, and where. The notice's excerpt marks i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shlex
 import sys
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import RuntimeFactory
+from tests.waiting import eventually
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest, ToolCall
 from tidings.records.results import Drop, MasterKey
 from tidings.runtime.root import Runtime
@@ -108,14 +107,6 @@ class Waiter:
         return ModelReply("Waited.")
 
 
-async def until(probe: Callable[[], Awaitable[bool]], what: str, within_s: float = 60.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s} s: {what}")
-        await asyncio.sleep(0.05)
-
-
 async def run_to(rt: Runtime, conv: str, text: str, last: str) -> list[Message]:
     await rt.post(conv, text)
 
@@ -124,7 +115,7 @@ async def run_to(rt: Runtime, conv: str, text: str, last: str) -> list[Message]:
         messages = await rt.transcript(conv)
         return messages[-1].role == "assistant" and messages[-1].content == last
 
-    await until(answered, f"the answer {last!r}")
+    await eventually(answered, what=f"the answer {last!r}", within_s=60, poll_s=0.05)
     return await rt.transcript(conv)
 
 

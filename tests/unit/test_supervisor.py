@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import eventually, wait_until
 from tidings.clock import ManualClock
 from tidings.errors import InvalidInputError
 from tidings.tasks.capture import Capture
@@ -57,14 +58,10 @@ def is_gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] == "Z"
 
 
-async def wait_gone(pid: int, within: timedelta = timedelta(seconds=2)) -> bool:
+async def wait_gone(pid: int, within: timedelta = timedelta(seconds=2)) -> None:
     # A killed grandchild is reaped by init, not by us: give that a moment.
-    deadline = time.monotonic() + within.total_seconds()
-    while not is_gone(pid):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
+    await wait_until(lambda: is_gone(pid), what=f"process {pid} gone",
+                     within_s=within.total_seconds())
 
 
 def our_children() -> set[int]:
@@ -85,10 +82,13 @@ def written_line(path: Path) -> str | None:
 
 async def wait_for_file(path: Path, within: timedelta = timedelta(seconds=5)) -> str:
     """The file's content once the process wrote it (a readiness signal, not a deadline)."""
-    deadline = time.monotonic() + within.total_seconds()
-    while (text := written_line(path)) is None:
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        await asyncio.sleep(0.01)
+
+    async def line() -> str | None:
+        return written_line(path)
+
+    text = await eventually(line, lambda text: text is not None, what=f"{path} written",
+                            within_s=within.total_seconds(), poll_s=0.01)
+    assert text is not None
     return text
 
 
@@ -226,8 +226,8 @@ async def test_t1_timeout_is_timed_out_and_kills_the_group_with_its_grandchild(
     assert SHORT <= outcome.duration < timedelta(seconds=5)
     assert outcome.stdout.head == b"started\n"  # output up to the timeout is kept
     assert process.pid is not None
-    assert await wait_gone(process.pid)
-    assert await wait_gone(grandchild)
+    await wait_gone(process.pid)
+    await wait_gone(grandchild)
 
 
 async def test_t1_timeout_escalates_to_sigkill_after_the_grace(
@@ -273,7 +273,7 @@ async def test_t1_kill_sigkills_the_group(supervisor: Supervisor, tmp_path: Path
     assert outcome.signal == signal.SIGKILL
     assert outcome.exit_code is None
     assert not outcome.succeeded
-    assert await wait_gone(grandchild)
+    await wait_gone(grandchild)
     assert supervisor.running() == ()
     process.kill()  # after the end: nothing, and no stranger is signalled
 
@@ -334,7 +334,7 @@ async def test_t1_leftovers_of_a_finished_process_are_killed(
     assert time.monotonic() - started < 5
     assert outcome.succeeded
     assert outcome.stdout.head == b"done\n"
-    assert await wait_gone(int(pid_file.read_text()))
+    await wait_gone(int(pid_file.read_text()))
 
 
 async def test_t1_a_process_that_left_the_group_cannot_hold_the_outcome_hostage(
@@ -521,8 +521,8 @@ async def test_t1_close_stops_everything_and_is_idempotent(tmp_path: Path) -> No
         assert process.outcome is not None
         assert process.outcome.state is ProcessState.KILLED
         assert process.pid is not None
-        assert await wait_gone(process.pid)
-    assert await wait_gone(grandchild)
+        await wait_gone(process.pid)
+    await wait_gone(grandchild)
     assert not {p.pid for p in processes} & our_children()  # all reaped
     assert ended == ["c"]
     await sup.close()
