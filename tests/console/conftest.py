@@ -12,7 +12,6 @@ screenshots under ``tests/artifacts/``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ from tests.scenarios.test_injection_corpus import CORPUS
 from tests.scenarios.test_locked import dead_letter
 from tests.service.test_cli import free_port
 from tests.service.test_http_operator import seed_conversation
+from tests.waiting import wait_serving
 from tidings.records.results import MasterKey
 
 ALICE, BOB, OPERATOR = "alice-console-token", "bob-console-token", "operator-console-token"
@@ -212,14 +212,9 @@ def serve(database: str, folder: Path, *extra: str,
             env={**os.environ, "TIDINGS_MASTER_KEY": KEY.secret.hex()},
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code in (200, 503):
-                return process, url, log
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"tidings serve did not start: {log.read_text('utf-8')}")
-        time.sleep(0.05)
+    wait_serving(url, process=process, statuses=(200, 503), within_s=WAIT_S,
+                 output=lambda: f"tidings serve did not start: {log.read_text('utf-8')}")
+    return process, url, log
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -7,11 +7,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import wait_until_sync
 from tidings import MCPServer
 
 HERE = Path(__file__).parent
@@ -29,15 +29,16 @@ def free_port() -> int:
 
 def listening(process: subprocess.Popen[bytes], port: int, name: str) -> None:
     """Wait until ``process`` accepts connections on ``port`` (a failed start fails the test)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def accepts() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"{name} exited: {process.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} did not start within 30 s")
-        time.sleep(0.05)
+            return True
+        return False
+
+    wait_until_sync(accepts, what=f"{name} accepts connections on port {port}", within_s=30,
+                    poll_s=0.05)
 
 
 @contextlib.contextmanager

@@ -17,8 +17,9 @@ import struct
 import subprocess
 import termios
 import threading
-import time
 from collections.abc import Mapping, Sequence
+
+from tests.waiting import wait_for_output
 
 WAIT_S = 30.0  # a bound on waiting for something the test arranged; never asserted on
 
@@ -87,18 +88,14 @@ class Terminal:
                  ) -> re.Match[str]:
         """The first match of ``pattern`` in what was shown after ``after``."""
         regex = re.compile(pattern, re.M)
-        deadline = time.monotonic() + within_s
-        with self._arrived:
-            while True:
-                shown = plain("".join(self.reads))
-                found = regex.search(shown, after)
-                if found is not None:
-                    return found
-                left = deadline - time.monotonic()
-                if self._ended or left <= 0:
-                    tail = shown[max(after, len(shown) - 3000):]
-                    raise AssertionError(f"{pattern!r} not shown; the screen ends with:\n{tail}")
-                self._arrived.wait(min(left, 0.5))
+
+        def tail() -> str:
+            shown = plain("".join(self.reads))
+            return "the screen ends with:\n" + shown[max(after, len(shown) - 3000):]
+
+        return wait_for_output(
+            self._arrived, lambda: regex.search(plain("".join(self.reads)), after),
+            ended=lambda: self._ended, what=f"{pattern!r} shown", within_s=within_s, shown=tail)
 
     def type(self, text: str) -> None:
         """Keys typed at the terminal (a line ends with ``\\n``: Enter)."""

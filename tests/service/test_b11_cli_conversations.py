@@ -9,14 +9,13 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.conftest import Backend
 from tests.service.test_cli import ENV, WAIT_S, assert_one_line_error, served, tidings
-from tests.waiting import eventually
+from tests.waiting import eventually, eventually_sync
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
 from tidings.runtime.root import Runtime
@@ -105,10 +104,10 @@ def test_b11_create_and_transcript_over_a_service(backend: Backend) -> None:
                        "hello there").returncode == 0
         url = f"{server.url}/v1/conversations/{conversation}/transcript"
 
-        deadline = time.monotonic() + WAIT_S
-        while len(items := httpx.get(url, headers=headers, timeout=WAIT_S).json()["items"]) < 2:
-            assert time.monotonic() < deadline, items
-            time.sleep(0.05)
+        items = eventually_sync(
+            lambda: httpx.get(url, headers=headers, timeout=WAIT_S).json()["items"],
+            lambda items: len(items) >= 2, what="the answer in the transcript", within_s=WAIT_S,
+            poll_s=0.05)
 
         shown = tidings("transcript", "--url", server.url, "--token", "tok-a", conversation)
         assert shown.returncode == 0, shown.stderr

@@ -11,7 +11,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.service.test_cli import (
     served,
     tidings,
 )
+from tests.waiting import eventually_sync
 
 
 @pytest.fixture
@@ -56,14 +56,10 @@ def start(server: Served, text: str) -> str:
 
 def until(server: Served, path: str, found: Any) -> Any:
     """GET ``path`` until ``found(body)`` is truthy; that value."""
-    deadline = time.monotonic() + WAIT_S
     with api(server) as client:
-        while True:
-            body = client.get(path).json()
-            if value := found(body):
-                return value
-            assert time.monotonic() < deadline, body
-            time.sleep(0.05)
+        body = eventually_sync(lambda: client.get(path).json(), found, what=f"GET {path} found",
+                               within_s=WAIT_S, poll_s=0.05)
+    return found(body)
 
 
 def client_args(server: Served) -> list[str]:

@@ -5,13 +5,11 @@ process, both backends: the database from the file, or from ``--database``), as 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from tests.conftest import Backend
 from tests.mcp_servers import WEATHER
 from tests.service.test_cli import ENV, WAIT_S, Lines, assert_one_line_error, free_port
 from tests.service.test_cli import tidings as run_cli
+from tests.waiting import wait_serving
 from tidings import UnknownProfileError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -103,13 +102,7 @@ def served(example: Path, backend: Backend) -> Iterator[tuple[str, Lines]]:
 
 def listening(url: str) -> None:
     """Until the server answers /health (it logs "runtime started" before it listens)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer /health within {WAIT_S} s")
+    wait_serving(url, within_s=WAIT_S)
 
 
 def test_b6_serve_with_the_documented_config_answers_a_turn(

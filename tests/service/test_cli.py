@@ -8,14 +8,12 @@ import asyncio
 import contextlib
 import json
 import os
-import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import Backend
+from tests.waiting import eventually_sync, wait_for_output, wait_serving
 from tidings.clock import ManualClock, SystemClock
 from tidings.conversations.catalog import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
@@ -66,16 +65,22 @@ class Lines:
 
     def __init__(self, stream: IO[str]) -> None:
         self.seen: list[str] = []
+        """The lines the waits have looked at (all of them after :meth:`rest`)."""
+        self._read: list[str] = []
         self._ended = False
-        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._arrived = threading.Condition()
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
     def _pump(self, stream: IO[str]) -> None:
         with stream:
             for line in stream:
-                self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
+                with self._arrived:
+                    self._read.append(line.rstrip("\n"))
+                    self._arrived.notify_all()
+        with self._arrived:
+            self._ended = True
+            self._arrived.notify_all()
 
     def wait_for(self, pattern: str, within_s: float = WAIT_S) -> re.Match[str]:
         """The first line (seen before or arriving now) that matches ``pattern``."""
@@ -83,27 +88,29 @@ class Lines:
         for line in self.seen:
             if found := regex.search(line):
                 return found
-        deadline = time.monotonic() + within_s
-        while not self._ended and (left := deadline - time.monotonic()) > 0:
-            try:
-                arrived = self._queue.get(timeout=left)
-            except queue.Empty:
-                break
-            if arrived is None:
-                self._ended = True
-                break
-            self.seen.append(arrived)
-            if found := regex.search(arrived):
-                return found
-        raise AssertionError(f"no line matched {pattern!r}; saw {self.seen[-20:]}")
+
+        def next_match() -> re.Match[str] | None:
+            while len(self.seen) < len(self._read):
+                line = self._read[len(self.seen)]
+                self.seen.append(line)
+                if found := regex.search(line):
+                    return found
+            return None
+
+        return wait_for_output(self._arrived, next_match, ended=lambda: self._ended,
+                               what=f"a line matching {pattern!r}", within_s=within_s,
+                               shown=lambda: self.seen[-20:])
+
+    def so_far(self) -> list[str]:
+        """Every line read until now (the stream may go on)."""
+        with self._arrived:
+            return list(self._read)
 
     def rest(self) -> list[str]:
         """Every line, once the stream has ended."""
         self._thread.join(WAIT_S)
-        while not self._queue.empty():
-            line = self._queue.get_nowait()
-            if line is not None:
-                self.seen.append(line)
+        with self._arrived:
+            self.seen.extend(self._read[len(self.seen):])
         return self.seen
 
 
@@ -124,14 +131,10 @@ class Served:
         self.logs = Lines(self.process.stderr)
 
     def wait_ready(self) -> Served:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.logs.rest()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise AssertionError(f"the server did not come up: {self.logs.seen}")
+        wait_serving(self.url, process=self.process, within_s=WAIT_S,
+                     output=lambda: self.logs.so_far() if self.process.poll() is None
+                     else self.logs.rest())
+        return self
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
@@ -255,19 +258,23 @@ def test_l2_serve_honours_a_requested_restart_with_a_new_instance(tmp_path: Path
                        "restart please").returncode == 0
         # The host honours the accepted restart: the process re-executes itself (same pid),
         # and the new instance completes the restart with one completion turn.
-        deadline = time.monotonic() + WAIT_S
-        while (after := _health(server.url)) in (None, before):
-            assert time.monotonic() < deadline, server.logs.seen
+        def instance() -> str | None:
             assert server.process.poll() is None, server.logs.rest()
-            time.sleep(0.05)
-        answers: list[str] = []
-        while "I am back after the restart." not in answers:
-            assert time.monotonic() < deadline, answers
+            return _health(server.url)
+
+        after = eventually_sync(instance, lambda seen: seen not in (None, before),
+                                what="a new instance answers /health", within_s=WAIT_S,
+                                poll_s=0.05)
+
+        def answers_now() -> list[str]:
             transcript = httpx.get(f"{server.url}/v1/conversations/{conversation}/transcript",
                                    headers={"Authorization": "Bearer tok-a"}, timeout=WAIT_S)
-            answers = [m["content"] for m in transcript.json()["items"]
-                       if m["role"] == "assistant"]
-            time.sleep(0.05)
+            return [m["content"] for m in transcript.json()["items"] if m["role"] == "assistant"]
+
+        answers = eventually_sync(answers_now,
+                                  lambda answers: "I am back after the restart." in answers,
+                                  what="the completion turn's answer", within_s=WAIT_S,
+                                  poll_s=0.05)
         assert answers == ["", "Restart accepted.", "I am back after the restart."]
         assert server.stop() == 0
     entries = json_lines(server.logs.rest())

@@ -3,8 +3,7 @@ owner-scoped, unknown task keys and foreign conversations answered as unknown.""
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ from tests.service.conftest import (
     open_conversation,
     schema_errors,
 )
+from tests.waiting import eventually
 from tidings.records.transcript import ConversationTx
 
 
@@ -35,10 +35,9 @@ async def test_m16_children_are_listed_and_a_queued_request_is_cancelled_over_ht
     async with live.client() as alice, live.client(BOB) as bob:
         parent = await open_conversation(alice, tools=("spawn",))
         first = await rt.relay.spawn(parent, "run_host", "call-1", "say hello")
-        deadline = time.monotonic() + WAIT_S
-        while not (items := await _requests(alice, parent))[0]["relayed"]:
-            assert time.monotonic() < deadline, items
-            await asyncio.sleep(0.05)
+        items = await eventually(functools.partial(_requests, alice, parent),
+                                 lambda items: items[0]["relayed"],
+                                 what="the child's reply relayed", within_s=WAIT_S, poll_s=0.05)
         (item,) = items
         document = (await alice.get("/openapi.json")).json()
         listing = document["components"]["schemas"]["ChildRequestList"]

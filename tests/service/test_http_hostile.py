@@ -15,16 +15,15 @@ Both report how many cases they tried and refused (``pytest -s`` shows the line)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-import time
 from typing import Any
 
 import httpx
 
 from tests.service.conftest import BOB, OPERATOR, WAIT_S, Live, open_conversation
 from tests.service.test_http_openapi import ROUTES
+from tests.waiting import eventually
 
 UNKNOWN = {
     "conversation_id": "conv_00000000000000000000000000000000",
@@ -53,18 +52,21 @@ async def _owned_ids(live: Live, alice: httpx.AsyncClient) -> dict[str, str]:
     posted = await alice.post(f"/v1/conversations/{conv}/inputs",
                               json={"content": "please run in the background"})
     assert posted.status_code == 202, posted.text
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        tasks = (await alice.get(f"/v1/conversations/{conv}/tasks")).json()["items"]
-        if tasks and tasks[0]["result_id"] and tasks[0]["consumed"]:
-            break
-        assert time.monotonic() < deadline, tasks
-        await asyncio.sleep(0.05)
+
+    async def tasks_now() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = (
+            await alice.get(f"/v1/conversations/{conv}/tasks")).json()["items"]
+        return items
+
+    tasks = await eventually(
+        tasks_now, lambda tasks: tasks and tasks[0]["result_id"] and tasks[0]["consumed"],
+        what="the task's result kept and its notification consumed", within_s=WAIT_S,
+        poll_s=0.05)
     runs = (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
     child = await live.runtime.relay.spawn(conv, runs[0]["run_id"], "call-probe", "say hi")
-    while not (await live.runtime.relay.requests_of(conv))[0].relayed:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await eventually(lambda: live.runtime.relay.requests_of(conv),
+                     lambda requests: requests[0].relayed, what="the child's reply relayed",
+                     within_s=WAIT_S, poll_s=0.05)
     await live.runtime.settle(conv)  # its mail turn ran: nothing moves on its own any more
     return {"conversation_id": conv, "run_id": runs[0]["run_id"],
             "task_key": tasks[0]["task_key"], "result_id": tasks[0]["result_id"],

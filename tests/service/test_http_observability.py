@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from typing import Any
 
 import pytest
 
 from tests.service.conftest import OPERATOR, WAIT_S, Live, assert_problem, open_conversation
+from tests.waiting import eventually
 from tidings.errors import ConnectionLostError
 from tidings.types import QueueStats
 
@@ -55,16 +54,18 @@ async def test_a6_metrics_are_prometheus_text_with_the_gauges(live: Live) -> Non
         await alice.post(f"/v1/conversations/{conv}/inputs",
                          json={"content": "sleep in the background"})
         await live.runtime.settle(conv)
-        deadline = time.monotonic() + WAIT_S
-        while True:
+
+        async def metrics() -> str:
             response = await operator.get("/metrics")
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-            families = parse_prometheus(response.text)
-            if families["tidings_running_tasks"][1] == [("", 1.0)]:
-                break  # the background sleep is running in this instance
-            assert time.monotonic() < deadline, response.text
-            await asyncio.sleep(0.05)
+            return response.text
+
+        # Until the background sleep is running in this instance.
+        families = parse_prometheus(await eventually(
+            metrics,
+            lambda text: parse_prometheus(text)["tidings_running_tasks"][1] == [("", 1.0)],
+            what="one running task in the metrics", within_s=WAIT_S, poll_s=0.05))
     for gauge in GAUGES:
         kind, samples = families[gauge]
         assert kind == "gauge", gauge

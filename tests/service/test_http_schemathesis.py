@@ -11,12 +11,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -37,6 +35,7 @@ from tests.conftest import (
     fresh_postgres_database,
     postgres_admin_dsn,
 )
+from tests.waiting import wait_serving
 
 TOKEN = "alice-token"
 EXAMPLES = 20
@@ -72,16 +71,8 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(log.read_text()[-3000:])
-            time.sleep(0.1)
+        wait_serving(base, process=process, within_s=30,
+                     output=lambda: log.read_text()[-3000:])
         yield base
     finally:
         process.terminate()

@@ -3,26 +3,27 @@ paged in bytes, untrusted bytes given as text with invalid UTF-8 replaced."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
 
 from tests.service.conftest import BOB, WAIT_S, Live, assert_problem, open_conversation
+from tests.waiting import eventually
 
 
 async def _settled_task(client: httpx.AsyncClient, conv: str) -> dict[str, Any]:
     """The conversation's one task, once it ended and its notification was consumed."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        items = (await client.get(f"/v1/conversations/{conv}/tasks")).json()["items"]
-        if items and items[0]["state"] != "running" and items[0]["consumed"]:
-            [task] = items
-            assert isinstance(task, dict)
-            return task
-        assert time.monotonic() < deadline, items
-        await asyncio.sleep(0.05)
+
+    async def tasks() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = (
+            await client.get(f"/v1/conversations/{conv}/tasks")).json()["items"]
+        return items
+
+    [task] = await eventually(
+        tasks, lambda items: items and items[0]["state"] != "running" and items[0]["consumed"],
+        what="the task ended and its notification consumed", within_s=WAIT_S, poll_s=0.05)
+    assert isinstance(task, dict)
+    return task
 
 
 async def test_t10_task_facts_and_its_result_pages_over_http(live: Live) -> None:
@@ -92,12 +93,16 @@ async def test_h1_a_task_notice_is_listed_by_get_inputs_and_announced_in_the_fee
                                   json={"content": "please run in the background"})
         assert posted.status_code == 202
         task = await _settled_task(alice, conv)
-        deadline = time.monotonic() + WAIT_S
-        while len(runs := (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
-                  ) < 2 or any(r["status"] == "running" for r in runs):
-            assert time.monotonic() < deadline, runs
-            await asyncio.sleep(0.05)
-        first, woken = runs
+
+        async def runs_now() -> list[dict[str, Any]]:
+            runs: list[dict[str, Any]] = (
+                await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
+            return runs
+
+        first, woken = await eventually(
+            runs_now,
+            lambda runs: len(runs) >= 2 and not any(r["status"] == "running" for r in runs),
+            what="the woken run ended", within_s=WAIT_S, poll_s=0.05)
         assert (first["trigger"], woken["trigger"]) == ("person", "wake")
 
         person, notice = (await alice.get(f"/v1/conversations/{conv}/inputs")).json()["items"]

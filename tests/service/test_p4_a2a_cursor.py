@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from httpx_sse import connect_sse
 from tests.conftest import Backend
 from tests.service.test_cli import WAIT_S, Served
 from tests.service.test_p1_a2a import a2a
+from tests.waiting import eventually_sync
 
 CONFIG = """
 [models.steps]
@@ -122,14 +122,13 @@ def final_state(seen: list[Seen]) -> str:
 
 
 def wait_completed(url: str, task_id: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+    def state() -> str:
         got = httpx.post(f"{url}/a2a/worker", json=rpc("GetTask", {"id": task_id}),
                          headers=HEADERS, timeout=WAIT_S).json()
-        if got["result"]["status"]["state"] == "TASK_STATE_COMPLETED":
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"task {task_id} did not complete")
+        return str(got["result"]["status"]["state"])
+
+    eventually_sync(state, lambda seen: seen == "TASK_STATE_COMPLETED",
+                    what=f"task {task_id} completed", within_s=WAIT_S, poll_s=0.05)
 
 
 async def test_p4_a2a_resume_every_event_once_on_another_process_and_after_a_restart(
