@@ -20,7 +20,7 @@ ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types
 
 # Over the bound when it was set; the size then. Shrink them, never grow them.
 LONG_MODULES = {
-    "store/sqlite.py": 650, "mcp/connection.py": 641, "scheduler/coordinator.py": 597,
+    "store/sqlite.py": 650, "mcp/connection.py": 641, "scheduler/coordinator.py": 587,
     "runtime/root.py": 588, "service/routes.py": 564, "service/schemas/__init__.py": 542,
     "errors.py": 541, "records/outbox.py": 529, "cli/render.py": 511,
     "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,

@@ -7,9 +7,12 @@ are cancelled. What it already published stays. The cancel cascades: a child tur
 answering a cancelled request is stopped the same way, down the tree, and owes its own
 children's replies to no one.
 
-Each conversation's part is one unit over that locked conversation (:func:`stop_source`,
-:func:`cancel_child_request`); :class:`StopCascade` walks the tree, one unit per conversation,
-and never visits a run twice (a tree of requests can name the same run on two paths).
+A person's stop begins with :func:`request_stop`, the unit that asks the conversation's
+running turns to stop (wherever they run) and suppresses automatic continuation. Each
+conversation's part of the cascade is one unit over that locked conversation
+(:func:`stop_source`, :func:`cancel_child_request`); :class:`StopCascade` walks the tree, one
+unit per conversation, and never visits a run twice (a tree of requests can name the same run
+on two paths).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from tidings.errors import UnknownConversationError, UnknownRunError, UnknownTas
 from tidings.mail import queue, relay
 from tidings.mail.relay import Cancelled
 from tidings.records.transcript import ConversationTx
-from tidings.types import RunId, RunStatus
+from tidings.types import ConversationStatus, RunId, RunStatus
 
 StopRunning = Callable[[str, str | None], Awaitable[list[RunId]]]
 """Stops what runs in a conversation (``conversation_id, owner``); returns the runs stopped."""
@@ -33,6 +36,21 @@ CancelTasks = Callable[[ConversationTx, str], None]
 
 Passed in (the runtime gives ``tasks.journal.cancel_run``) because tasks deliver through the
 mail: the mail does not import them back."""
+
+
+def request_stop(cx: ConversationTx, *, owner: str | None) -> list[RunId]:
+    """A person's stop (C6), in the unit that holds the conversation's lock: its running turns
+    are asked to stop, and automatic continuation is suppressed until a person's business input
+    (a maintenance compact keeps it). Returns the runs asked to stop."""
+    c = cx.conversation
+    if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
+        raise UnknownConversationError(cx.conversation_id)
+    runs = [RunId(r["run_id"]) for r in cx.tx.all(
+        "request_stop", conversation_id=cx.conversation_id
+    )]
+    cx.update(suppressed=True)
+    cx.record_event("stop_requested", {"runs": list(runs)})
+    return runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,5 +155,6 @@ class StopCascade:
 
 __all__ = (
     "CancelTasks", "SourceStopped", "StopCascade", "StopRunning", "cancel_child_request",
+    "request_stop",
     "stop_source",
 )

@@ -15,15 +15,15 @@ import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 
-from tidings.clock import Clock, to_us
-from tidings.errors import CompactionRefusedError, TidingsError, UnknownConversationError
+from tidings.clock import Clock
+from tidings.errors import TidingsError
 from tidings.records.transcript import ConversationTx
-from tidings.scheduler.slot import recover_interrupted, start_queued
+from tidings.scheduler.slot import take_for_compaction
 from tidings.store import Store, Tx
 from tidings.support.policy import fenced_json
 from tidings.tasks import journal
 from tidings.turns.plan import TurnConfig
-from tidings.types import Conversation, ConversationStatus, Message, Profile
+from tidings.types import Conversation, Message, Profile
 
 Summarize = Callable[[Profile, Sequence[Message]], Awaitable[str]]
 """One summarising model step over a history (the turn runner's)."""
@@ -42,7 +42,8 @@ async def compact(
 
     def take(tx: Tx) -> tuple[Conversation, list[Message]]:
         cx = locked(tx)
-        taken = take_slot(cx, token, owner, config=config, instance_id=instance_id)
+        taken = take_for_compaction(cx, token, owner, config=config,
+                                    instance_id=instance_id)
         cx.save()
         return taken
 
@@ -67,30 +68,6 @@ async def compact(
         with contextlib.suppress(TidingsError):
             await store.transact(give_back, route=conversation_id)
         raise
-
-
-def take_slot(
-    cx: ConversationTx, token: str, owner: str | None, *, config: TurnConfig, instance_id: str
-) -> tuple[Conversation, list[Message]]:
-    """Take the slot for a compaction and read the history it summarises.
-
-    Refused while the slot is held or a queued input would start a turn; kernel mail held
-    back (a task's notice while the goal is paused, mail while a stop suppresses continuation)
-    is no queued start, and stays queued for the turn that reads it after the summary. A dead
-    holder is recovered from first. No keeper extends this lease while the model summarises,
-    so it is four times a turn's.
-    """
-    c = cx.conversation
-    if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
-        raise UnknownConversationError(cx.conversation_id)
-    if not cx.slot_free():
-        raise CompactionRefusedError(cx.conversation_id, "a turn is active")
-    if start_queued(cx, inputs_per_turn=config.inputs_per_turn):
-        raise CompactionRefusedError(cx.conversation_id, "a start is queued")
-    recover_interrupted(cx)
-    deadline = cx.now_us + to_us(config.slot_ttl) * 4
-    cx.take_slot(token, deadline, instance_id, f"compaction:{token[:8]}")
-    return c, cx.history(config.history_messages * 5)
 
 
 def hand_off(cx: ConversationTx, token: str, summary: str, history: Sequence[Message]) -> int:
@@ -118,4 +95,4 @@ def hand_off(cx: ConversationTx, token: str, summary: str, history: Sequence[Mes
     return seq
 
 
-__all__ = ("Summarize", "compact", "hand_off", "take_slot")
+__all__ = ("Summarize", "compact", "hand_off")

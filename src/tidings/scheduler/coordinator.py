@@ -34,6 +34,7 @@ from tidings.errors import (
     UnknownConversationError,
 )
 from tidings.mail.door import Door
+from tidings.mail.stop import request_stop
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.records.transcript import ConversationTx
@@ -43,7 +44,7 @@ from tidings.store import Store, Tx
 from tidings.support.policy import check_id
 from tidings.tasks import journal
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
-from tidings.types import ConversationStatus, RunId, StartKind
+from tidings.types import RunId, StartKind
 
 log = logging.getLogger("tidings.coordinator")
 T = TypeVar("T")
@@ -447,22 +448,11 @@ class Coordinator:
         Returns the runs asked to stop.
         """
         check_id(conversation_id, "conversation id")
-
-        def unit(tx: Tx) -> list[RunId]:
-            cx = ConversationTx.lock(tx, conversation_id, self.clock)
-            if cx.conversation.status is ConversationStatus.TOMBSTONED or (
-                owner is not None and cx.conversation.owner != owner
-            ):
-                raise UnknownConversationError(conversation_id)
-            runs = [RunId(r["run_id"]) for r in tx.all(
-                "request_stop", conversation_id=conversation_id
-            )]
-            cx.update(suppressed=True)
-            cx.record_event("stop_requested", {"runs": list(runs)})
-            cx.save()
-            return runs
-
-        runs = await self.store.transact(unit, route=conversation_id)
+        runs = await self.store.transact(
+            lambda tx: _written(tx, conversation_id, self.clock,
+                                lambda cx: request_stop(cx, owner=owner)),
+            route=conversation_id,
+        )
         entry = self._entries.get(conversation_id)
         if entry is not None:
             entry.kinds = {k for k in entry.kinds if not k.automatic}

@@ -2,8 +2,7 @@
 
 Taking the slot is one unit of work under the conversation's lock (:func:`begin`, over a
 :class:`~tidings.records.transcript.ConversationTx` the caller saves): it reads the queued
-inputs, the
-goal, the suppression and attention flags and the ready signals, decides with the pure
+inputs, the goal, the suppression and attention flags and the ready signals, decides with the pure
 :func:`~tidings.support.policy.decide_start` (C3), and -- only if a turn starts -- writes the
 run, the slot lease and the claim of the signals in the same transaction. A start that yields
 records why; a start that yields writes nothing else.
@@ -13,6 +12,11 @@ holder that dies loses it when the lease expires, and the next unit that finds i
 answers the dead turn's open tool calls ``outcome_unknown`` (:func:`recover_interrupted`) before
 anything else -- nothing is replayed. While a turn runs, :func:`keep` extends the lease and
 reports the moment the turn must stop: its slot was lost, or a stop was asked from anywhere.
+A compaction takes the same slot through its own gate (:func:`take_for_compaction`): refused
+while a turn holds it or a start is queued. A turn's units are fenced by the slot's token and
+its last unit releases it (the row primitives are the locked conversation's: ``take_slot``,
+``require_slot``, ``release_slot``); a person's stop asks the holder to let go
+(:func:`tidings.mail.stop.request_stop`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 from tidings.clock import Clock, to_us
 from tidings.conversations.approvals import expire_run_approvals
 from tidings.conversations.questions import expire_run_questions
-from tidings.errors import TidingsError
+from tidings.errors import CompactionRefusedError, TidingsError, UnknownConversationError
 from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
@@ -42,8 +46,10 @@ from tidings.turns.plan import TurnConfig, TurnPlan
 from tidings.types import (
     Conversation,
     ConversationId,
+    ConversationStatus,
     Input,
     Lease,
+    Message,
     Origin,
     RunId,
     RunStatus,
@@ -358,6 +364,31 @@ def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
 # -- keeping the slot --------------------------------------------------------------------------
 
 
+def take_for_compaction(
+    cx: ConversationTx, token: str, owner: str | None, *, config: TurnConfig, instance_id: str
+) -> tuple[Conversation, list[Message]]:
+    """The compaction's gate (C7): take the slot for a compaction and read the history it
+    summarises.
+
+    Refused while the slot is held or a queued input would start a turn; kernel mail held
+    back (a task's notice while the goal is paused, mail while a stop suppresses continuation)
+    is no queued start, and stays queued for the turn that reads it after the summary. A dead
+    holder is recovered from first. No keeper extends this lease while the model summarises,
+    so it is four times a turn's.
+    """
+    c = cx.conversation
+    if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
+        raise UnknownConversationError(cx.conversation_id)
+    if not cx.slot_free():
+        raise CompactionRefusedError(cx.conversation_id, "a turn is active")
+    if start_queued(cx, inputs_per_turn=config.inputs_per_turn):
+        raise CompactionRefusedError(cx.conversation_id, "a start is queued")
+    recover_interrupted(cx)
+    deadline = cx.now_us + to_us(config.slot_ttl) * 4
+    cx.take_slot(token, deadline, instance_id, f"compaction:{token[:8]}")
+    return c, cx.history(config.history_messages * 5)
+
+
 def keep_interval_s(config: TurnConfig) -> float:
     """How often the slot is extended while a turn runs: every third of its lease (seconds)."""
     return to_us(config.slot_ttl) / 3 / 1e6
@@ -409,5 +440,6 @@ __all__ = (
     "recover_interrupted",
     "start_queued",
     "start_state",
+    "take_for_compaction",
     "would_start",
 )
