@@ -127,7 +127,6 @@ class MCPTasks:
         self._loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):
             self._loop = asyncio.get_running_loop()
-        background.remote = self
 
     @property
     def name(self) -> str:

@@ -168,7 +168,7 @@ class Runtime(BackgroundViews):
         self.takeover = Takeover(store=store, outbox=self.outbox, instance=self.instance,
                                  clock=self.clock, tasks=self.tasks,
                                  conversations=self.coordinator.sweep, relay=self.relay,
-                                 remote=self.remote_children.adopt)
+                                 remote=self.remote_children.adopt, remote_tasks=self.mcp.tasks)
         register_builtins(
             self.tools, store=store, supervisor=self.supervisor, tasks=self.tasks,
             results=self.keyring.known, restart=self.request_restart, relay=self.relay,
@@ -185,7 +185,7 @@ class Runtime(BackgroundViews):
             RelaySweep(config.relay_sweep, self.relay, self.clock),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.tasks,
-                      results=self.keyring.known),
+                      results=self.keyring.known, remote_tasks=self.mcp.tasks),
             Loop("tidings-outbox", lambda: self.instance.run(self.outbox.sweep),
                  then=self.instance.close),
             # Last: the turns' last commits reach the watchers, whose feeds end here.

@@ -20,7 +20,7 @@ from tidings.records.outbox import Outbox
 from tidings.records.results import Results
 from tidings.store import Store
 from tidings.support.lifetime import Loop
-from tidings.tasks.service import BackgroundTasks
+from tidings.tasks.service import BackgroundTasks, RemoteTasks
 from tidings.types import ReconcileReport
 
 log = logging.getLogger("tidings.runtime")
@@ -63,15 +63,17 @@ class SlowSweep(Sweep):
     def __init__(
         self, every: timedelta, *, store: Store, outbox: Outbox, instance: Instance,
         clock: Clock, tasks: BackgroundTasks, results: Callable[[], Results | None],
+        remote_tasks: RemoteTasks | None = None,
     ) -> None:
         super().__init__("tidings-results", every, clock)
         self._store, self._outbox = store, outbox
         self._instance = instance
         self._tasks = tasks
         self._results = results
+        self._remote_tasks = remote_tasks
 
     async def sweep_once(self) -> None:
-        await self._tasks.reconcile_lost()
+        await self._tasks.reconcile_lost(remote=self._remote_tasks)
         # A restart whose instance went while this one runs is completed here, not only by
         # the next instance to boot (one completion: the settle is fenced).
         await complete_restarts(self._store, self._outbox, self._instance, self._clock)
@@ -102,6 +104,7 @@ class Takeover:
         self, *, store: Store, outbox: Outbox, instance: Instance, clock: Clock,
         tasks: BackgroundTasks, conversations: Callable[[], Awaitable[object]],
         relay: ChildRelay, remote: Callable[[], Awaitable[object]] | None = None,
+        remote_tasks: RemoteTasks | None = None,
     ) -> None:
         self._store, self._outbox, self._clock = store, outbox, clock
         self._remote = remote
@@ -109,12 +112,13 @@ class Takeover:
         self._tasks = tasks
         self._conversations = conversations
         self._relay = relay
+        self._remote_tasks = remote_tasks
 
     async def take_up(self) -> None:
         """Their tasks are lost (their processes died with them); their conversations --
         whose slots were voided when the instance was known dead, or have expired -- are
         looked at again; their accepted restarts completed (L2), their replies relayed."""
-        await self._tasks.reconcile_lost()
+        await self._tasks.reconcile_lost(remote=self._remote_tasks)
         if self._remote is not None:
             await self._remote()  # remote children's tasks run on at their agents (P5)
         await self._conversations()

@@ -147,7 +147,6 @@ class BackgroundTasks:
         self.observers: list[Callable[[str, ProcessOutcome], None]] = []
         """Called with each task's key and outcome as its process ends (metrics, benchmarks)."""
         self._journalled: dict[str, asyncio.Future[None]] = {}
-        self.remote: RemoteTasks | None = None
         """Follows MCP servers' tasks: a gone instance's are adopted, not lost, when it can."""
         self._remote_spans: dict[str, Span] = {}
 
@@ -404,7 +403,9 @@ class BackgroundTasks:
         times, at once, so that the shutdown is not held up. Idempotent."""
         self._closing.set()
 
-    async def reconcile_lost(self, *, limit: int = 500) -> int:
+    async def reconcile_lost(
+        self, *, remote: RemoteTasks | None = None, limit: int = 500
+    ) -> int:
         """Tasks whose instance is gone are ``lost`` -- never a success, never re-run (T9).
 
         Their notification is delivered like any other (at a safe point), so the model learns
@@ -423,7 +424,6 @@ class BackgroundTasks:
             conversation_id = ConversationId(row["conversation_id"])
             task_key = str(row["task_key"])
             gone = str(row["instance_id"])
-            remote = self.remote
             if (row["mcp_task_id"] is not None and remote is not None
                     and remote.follows(str(row["mcp_server"]))):
                 await self._adopt(conversation_id, task_key, gone, remote)
