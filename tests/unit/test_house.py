@@ -20,13 +20,12 @@ ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types
 
 # Over the bound when it was set; the size then. Shrink them, never grow them.
 LONG_MODULES = {
-    "store/sqlite.py": 650, "mcp/connection.py": 641, "scheduler/coordinator.py": 587,
-    "runtime/root.py": 588, "service/routes.py": 564, "service/schemas/__init__.py": 542,
-    "errors.py": 541, "records/outbox.py": 529, "cli/render.py": 511,
-    "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
+    "store/sqlite.py": 650, "mcp/connection.py": 640, "runtime/root.py": 588,
+    "scheduler/coordinator.py": 587, "service/routes.py": 564,
+    "service/schemas/__init__.py": 542, "errors.py": 541, "records/outbox.py": 529,
+    "cli/render.py": 511, "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
     "agents/children.py": 486, "tasks/service.py": 485, "mail/relay.py": 475,
-    "service/a2a/handler.py": 474, "tasks/journal.py": 469, "records/results.py": 456,
-    "turns/runner.py": 454,
+    "service/a2a/handler.py": 474, "tasks/journal.py": 469,
 }
 LARGE_CLASSES = {
     "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "store/sqlite.py:SqliteStore": 30,

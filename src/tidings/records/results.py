@@ -24,22 +24,14 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import json
-import os
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError
@@ -48,13 +40,16 @@ from tidings.errors import InvalidInputError
 from tidings.errors import MasterKeyError as MasterKeyError
 from tidings.errors import ResultCorruptError as ResultCorruptError
 from tidings.errors import UnknownResultError as UnknownResultError
+
+# The master key lives in tidings.records.master_key; re-exported for callers of this module.
+from tidings.records.master_key import KEY_VERSION as KEY_VERSION
+from tidings.records.master_key import MASTER_KEY_ENV as MASTER_KEY_ENV
+from tidings.records.master_key import MASTER_KEY_FILE_ENV as MASTER_KEY_FILE_ENV
+from tidings.records.master_key import MasterKey as MasterKey
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import check_cursor, check_id
 from tidings.types import ConversationId, new_id
 
-MASTER_KEY_ENV = "TIDINGS_MASTER_KEY"
-MASTER_KEY_FILE_ENV = "TIDINGS_MASTER_KEY_FILE"
-KEY_VERSION = 1
 _NONCE_BYTES = 12
 
 STORED = "stored"
@@ -65,54 +60,6 @@ FAILED = "failed"
 class Lifetime(enum.StrEnum):
     DURABLE = "durable"
     PROCESS_LOCAL = "process_local"
-
-
-@dataclass(frozen=True, slots=True)
-class MasterKey:
-    """32 bytes from which every envelope key is derived. Never stored in the database."""
-
-    secret: bytes
-
-    def __post_init__(self) -> None:
-        if len(self.secret) != 32:
-            raise MasterKeyError("the master key must be 32 bytes")
-
-    def __repr__(self) -> str:  # never print the secret
-        return "MasterKey(<32 bytes>)"
-
-    @classmethod
-    def generate(cls) -> MasterKey:
-        return cls(secrets.token_bytes(32))
-
-    @classmethod
-    def parse(cls, text: str) -> MasterKey:
-        """32 bytes written as 64 hex digits or as base64."""
-        text = text.strip()
-        try:
-            raw = bytes.fromhex(text) if len(text) == 64 else base64.b64decode(text, validate=True)
-        except (ValueError, binascii.Error):
-            raise MasterKeyError("the master key is neither 64 hex digits nor base64") from None
-        return cls(raw)
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> MasterKey:
-        """From ``TIDINGS_MASTER_KEY``, or the file named by ``TIDINGS_MASTER_KEY_FILE``."""
-        env = os.environ if environ is None else environ
-        if env.get(MASTER_KEY_ENV):
-            return cls.parse(env[MASTER_KEY_ENV])
-        if env.get(MASTER_KEY_FILE_ENV):
-            try:
-                return cls.parse(Path(env[MASTER_KEY_FILE_ENV]).read_text("utf-8"))
-            except OSError as exc:
-                raise MasterKeyError(f"cannot read the master key file: {exc.strerror}") from None
-        raise MasterKeyError(f"set {MASTER_KEY_ENV} or {MASTER_KEY_FILE_ENV}")
-
-    def envelope_key(self, conversation_id: str, version: int = KEY_VERSION) -> AESGCM:
-        hkdf = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None,
-            info=f"tidings result envelope v{version}\x00{conversation_id}".encode(),
-        )
-        return AESGCM(hkdf.derive(self.secret))
 
 
 @dataclass(frozen=True, slots=True)

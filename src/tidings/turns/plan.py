@@ -145,5 +145,9 @@ class TurnProgress:
     """The answer of the step being asked or committed, as streamed to watchers: set
     while the model writes it and until it commits (then None) or is discarded."""
 
+    def outcome(self, run: Run) -> TurnOutcome:
+        """The committed ``run``, with what its last unit read of the work waiting."""
+        return TurnOutcome(run, self.more_work, None if self.more_work else self.settled_ns)
+
 
 __all__ = ("TurnChildren", "TurnConfig", "TurnOutcome", "TurnPlan", "TurnTasks")

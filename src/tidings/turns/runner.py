@@ -185,7 +185,7 @@ class TurnRunner:
         if early is not None and early != "slot_lost":
             # Stopped before it began: end it the way a stopped turn ends.
             stopped = TurnFailed(RunStatus.STOPPED, early, [])
-            return _outcome(await self.ending.finish_failed(plan, progress, stopped), progress)
+            return progress.outcome(await self.ending.finish_failed(plan, progress, stopped))
         try:
             run = await self._loop(plan, progress)
         except TurnFailed as failed:
@@ -219,7 +219,7 @@ class TurnRunner:
                 (run.ended_at_us - plan.started_at_us) / 1e6,
                 {"status": run.status.value, "trigger": plan.trigger.value},
             )
-        return _outcome(run, progress)
+        return progress.outcome(run)
 
     async def _loop(self, plan: TurnPlan, progress: TurnProgress) -> Run:
         profile = retry_profile(plan.profile, plan.inputs)
@@ -437,11 +437,6 @@ class TurnRunner:
                 ModelErrorKind.UNAVAILABLE, f"compaction failed: {failure.code}"
             ) from None
         return reply.text
-
-
-def _outcome(run: Run, progress: TurnProgress) -> TurnOutcome:
-    more_work = progress.more_work
-    return TurnOutcome(run, more_work, None if more_work else progress.settled_ns)
 
 
 SUMMARY_REQUEST = (
