@@ -84,11 +84,14 @@ async def test_s9_a_failed_component_runs_again_after_a_growing_pause(
             raise RuntimeError(f"broke on run {len(runs)}")
         await asyncio.Event().wait()
 
-    lifetime = Lifetime([Loop("sweep", serve)], restart_base_s=0.05, restart_cap_s=0.1)
+    failures: list[str] = []
+    lifetime = Lifetime([Loop("sweep", serve)], restart_base_s=0.05, restart_cap_s=0.1,
+                        on_failure=failures.append)
     with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
         lifetime.start()
         await wait_until(lambda: len(runs) == 4, what="the fourth run, which works")
     assert lifetime.restarts == 3
+    assert failures == ["sweep"] * 3  # each failure told (the runtime counts them by name)
     assert "sweep ended on an error (3 in a row); it runs again in 0.1 s" in caplog.text
     pauses = [b - a for a, b in itertools.pairwise(runs)]
     assert pauses[0] >= 0.05

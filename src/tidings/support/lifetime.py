@@ -9,6 +9,11 @@ commit as stopped while the outbox still heartbeats; the outbox retires the inst
 A component whose ``run()`` fails is logged and run again after a pause that doubles with each
 failure in a row (:data:`RESTART_BASE_S` up to :data:`RESTART_CAP_S`): a sweep, a worker or the
 outbox's heartbeat that broke on one bad moment does not stay dead while the runtime goes on.
+That is the rule for every component of the runtime: none of them holds a promise that running
+on without it would break -- a turn's writes are fenced by its slot, a lost heartbeat only lets
+peers take its work up -- so none stops the runtime. Each failure is logged with the pause
+before the next run and told to ``on_failure`` (the runtime counts it in its metrics, by
+component).
 """
 
 from __future__ import annotations
@@ -115,9 +120,11 @@ class Lifetime:
     def __init__(
         self, components: Sequence[Component], *, restart_base_s: float = RESTART_BASE_S,
         restart_cap_s: float = RESTART_CAP_S, clock: Clock | None = None,
+        on_failure: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.components = tuple(components)
         self._clock: Clock = clock or SystemClock()
+        self._on_failure = on_failure
         self._group: asyncio.Task[None] | None = None
         self._restart = (restart_base_s, restart_cap_s)
         self._stopping = asyncio.Event()
@@ -148,6 +155,7 @@ class Lifetime:
                 pause = min(cap, base * 2 ** (failures - 1))
                 log.exception("%s ended on an error (%d in a row); it runs again in %.1f s",
                               component.name, failures, pause)
+                self._on_failure(component.name)
             if await self._clock.wait(self._stopping, pause):
                 return
             self.restarts += 1
