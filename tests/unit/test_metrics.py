@@ -83,3 +83,14 @@ def test_b8_a_model_call_counts_the_call_and_its_tokens_by_model_and_kind() -> N
     assert 'tidings_model_tokens_total{kind="cache_read",model="m"} 100.0' in lines
     assert 'tidings_model_tokens_total{kind="cache_write",model="m"} 0.0' in lines
     assert 'tidings_model_tokens_total{kind="input",model="other"} 0.0' in lines
+
+
+def test_s9_a_failed_components_runs_are_counted_by_component() -> None:
+    metrics = Metrics()
+    metrics.count_component_failure("tidings-relay")
+    metrics.count_component_failure("tidings-relay")
+    metrics.count_component_failure("tidings-webhooks")
+    lines = metrics.render([]).splitlines()
+    assert "# TYPE tidings_component_failures_total counter" in lines
+    assert 'tidings_component_failures_total{component="tidings-relay"} 2.0' in lines
+    assert 'tidings_component_failures_total{component="tidings-webhooks"} 1.0' in lines

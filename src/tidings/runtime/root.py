@@ -190,10 +190,7 @@ class Runtime(BackgroundViews):
                  then=self.instance.close),
             # Last: the turns' last commits reach the watchers, whose feeds end here.
             Loop("tidings-feed", then=self.feed.close),
-        ), clock=self.clock, on_failure=lambda name: self.metrics.count(
-            "tidings_component_failures_total",
-            "Runs of a runtime component that ended on an error (each runs again after a pause).",
-            labels={"component": name}))
+        ), clock=self.clock, on_failure=self.metrics.count_component_failure)
         self._owns_store = owns_store
         self._closed = False
         self.locked = False

@@ -80,6 +80,13 @@ class Metrics:
             series = self._series[key] = counter.labels(**labels) if labels else counter
         series.inc(amount)
 
+    def count_component_failure(self, component: str) -> None:
+        """A run of a runtime component that ended on an error (it runs again after a pause):
+        ``tidings_component_failures_total{component}``."""
+        self.count("tidings_component_failures_total",
+                   "Runs of a runtime component that ended on an error (each runs again after "
+                   "a pause).", labels={"component": component})
+
     def count_model_call(self, model: str, usage: Usage) -> None:
         """One model call (answered or failed) and the tokens it spent, by model and kind.
 
