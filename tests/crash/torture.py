@@ -19,7 +19,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,7 +103,14 @@ async def run_torture(
     min_s: float = 0.3,
     max_s: float = 1.6,
     log: Callable[[str], None] | None = None,
+    workload: Mapping[str, int] | None = None,
 ) -> TortureResult:
+    """``kills`` SIGKILLs at random moments, then the drain and the invariant checker.
+
+    ``workload``: counts of the checker's (tasks, child requests, runs, ...) the database must
+    exceed before the kills stop -- past ``kills`` they go on, ten at a time, up to three times
+    as many, so that a slow machine still tortures as much work as a quick one.
+    """
     started = time.monotonic()
     rng = random.Random(seed)
     setup = await _run(url, seed, "setup")
@@ -114,7 +121,8 @@ async def run_torture(
     done = before_ready = refused = 0
     spawned = processes
     try:
-        while done < kills:
+        while done < kills or (done < 3 * kills and not (
+                done % 10 == 0 and _worked(check(url).counts, workload))):
             victim = rng.randrange(processes)
             if rng.random() >= IN_BOOT:
                 # Most kills fall while the worker works: its moment is counted from its boot,
@@ -154,6 +162,10 @@ async def run_torture(
                          f"{err.decode()[-1500:]}"))
     return TortureResult(done, processes, time.monotonic() - started, report,
                          kills_before_ready=before_ready, refused_inputs=refused)
+
+
+def _worked(counts: Mapping[str, int], workload: Mapping[str, int] | None) -> bool:
+    return workload is None or all(counts[k] > n for k, n in workload.items())
 
 
 __all__ = ("TortureResult", "run_torture")
