@@ -9,10 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from tidings.agents import RemoteAgent
 from tidings.clock import Clock, ManualClock, SystemClock
-from tidings.conversations.catalog import Conversations
-from tidings.conversations.questions import Question, QuestionConfig
 from tidings.errors import (
     ApprovalDecidedError,
     BacklogFullError,
@@ -49,29 +46,6 @@ from tidings.errors import (
     UnknownRunError,
     UnknownTaskError,
 )
-from tidings.mail.door import Door, DoorConfig
-from tidings.mcp import MCPOAuth, MCPServer
-from tidings.models.base import Model, ModelReply, ModelRequest
-from tidings.models.scripted import Rule, ScriptedModel
-from tidings.push import PushDeliveryConfig
-from tidings.records.instances import Instance
-from tidings.records.outbox import Outbox, OutboxConfig, SweepReport
-from tidings.records.results import (
-    Lifetime,
-    MasterKey,
-    ResultPage,
-    ResultRef,
-    Results,
-    ResultsConfig,
-)
-from tidings.runtime.root import Runtime, RuntimeConfig
-from tidings.scheduler.coordinator import Coordinator, CoordinatorConfig
-from tidings.settings import MCPServerSpec, Settings, load_settings
-from tidings.settings import open as open
-from tidings.store import SqliteStore, Store, Tx, open_store
-from tidings.tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
-from tidings.tools.typed import tool
-from tidings.turns.runner import TurnConfig
 from tidings.types import (
     Answer,
     Author,
@@ -111,19 +85,108 @@ __version__ = "0.1.0"
 # ``tidings.open(config="tidings.toml")`` takes the models, profiles and tools of a config file.
 
 if TYPE_CHECKING:  # at run time, imported on first use (see __getattr__)
+    from tidings.agents import RemoteAgent as RemoteAgent
     from tidings.client import Client as Client
+    from tidings.conversations.catalog import Conversations as Conversations
+    from tidings.conversations.questions import Question as Question
+    from tidings.conversations.questions import QuestionConfig as QuestionConfig
+    from tidings.mail.door import Door as Door
+    from tidings.mail.door import DoorConfig as DoorConfig
+    from tidings.mcp import MCPOAuth as MCPOAuth
+    from tidings.mcp import MCPServer as MCPServer
     from tidings.models.anthropic import AnthropicModel as AnthropicModel
+    from tidings.models.base import Model as Model
+    from tidings.models.base import ModelReply as ModelReply
+    from tidings.models.base import ModelRequest as ModelRequest
     from tidings.models.openai import OpenAIChatModel as OpenAIChatModel
+    from tidings.models.scripted import Rule as Rule
+    from tidings.models.scripted import ScriptedModel as ScriptedModel
+    from tidings.push import PushDeliveryConfig as PushDeliveryConfig
+    from tidings.records.instances import Instance as Instance
+    from tidings.records.outbox import Outbox as Outbox
+    from tidings.records.outbox import OutboxConfig as OutboxConfig
+    from tidings.records.outbox import SweepReport as SweepReport
+    from tidings.records.results import Lifetime as Lifetime
+    from tidings.records.results import MasterKey as MasterKey
+    from tidings.records.results import ResultPage as ResultPage
+    from tidings.records.results import ResultRef as ResultRef
+    from tidings.records.results import Results as Results
+    from tidings.records.results import ResultsConfig as ResultsConfig
+    from tidings.runtime.root import Runtime as Runtime
+    from tidings.runtime.root import RuntimeConfig as RuntimeConfig
+    from tidings.scheduler.coordinator import Coordinator as Coordinator
+    from tidings.scheduler.coordinator import CoordinatorConfig as CoordinatorConfig
+    from tidings.settings import MCPServerSpec as MCPServerSpec
+    from tidings.settings import Settings as Settings
+    from tidings.settings import load_settings as load_settings
+    from tidings.settings import open as open
+    from tidings.store import SqliteStore as SqliteStore
+    from tidings.store import Store as Store
+    from tidings.store import Tx as Tx
+    from tidings.store import open_store as open_store
     from tidings.store.postgres import PostgresStore as PostgresStore
+    from tidings.tools.registry import Tool as Tool
+    from tidings.tools.registry import ToolContext as ToolContext
+    from tidings.tools.registry import ToolOutput as ToolOutput
+    from tidings.tools.registry import ToolRegistry as ToolRegistry
+    from tidings.tools.typed import tool as tool
+    from tidings.turns.runner import TurnConfig as TurnConfig
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "Conversations": ("tidings.conversations.catalog", "Conversations"),
+    "Coordinator": ("tidings.scheduler.coordinator", "Coordinator"),
+    "CoordinatorConfig": ("tidings.scheduler.coordinator", "CoordinatorConfig"),
+    "Door": ("tidings.mail.door", "Door"),
+    "DoorConfig": ("tidings.mail.door", "DoorConfig"),
+    "Instance": ("tidings.records.instances", "Instance"),
+    "Lifetime": ("tidings.records.results", "Lifetime"),
+    "MCPOAuth": ("tidings.mcp", "MCPOAuth"),
+    "MCPServer": ("tidings.mcp", "MCPServer"),
+    "MCPServerSpec": ("tidings.settings", "MCPServerSpec"),
+    "MasterKey": ("tidings.records.results", "MasterKey"),
+    "Model": ("tidings.models.base", "Model"),
+    "ModelReply": ("tidings.models.base", "ModelReply"),
+    "ModelRequest": ("tidings.models.base", "ModelRequest"),
+    "Outbox": ("tidings.records.outbox", "Outbox"),
+    "OutboxConfig": ("tidings.records.outbox", "OutboxConfig"),
+    "PushDeliveryConfig": ("tidings.push", "PushDeliveryConfig"),
+    "Question": ("tidings.conversations.questions", "Question"),
+    "QuestionConfig": ("tidings.conversations.questions", "QuestionConfig"),
+    "RemoteAgent": ("tidings.agents", "RemoteAgent"),
+    "ResultPage": ("tidings.records.results", "ResultPage"),
+    "ResultRef": ("tidings.records.results", "ResultRef"),
+    "Results": ("tidings.records.results", "Results"),
+    "ResultsConfig": ("tidings.records.results", "ResultsConfig"),
+    "Rule": ("tidings.models.scripted", "Rule"),
+    "Runtime": ("tidings.runtime.root", "Runtime"),
+    "RuntimeConfig": ("tidings.runtime.root", "RuntimeConfig"),
+    "ScriptedModel": ("tidings.models.scripted", "ScriptedModel"),
+    "Settings": ("tidings.settings", "Settings"),
+    "SqliteStore": ("tidings.store", "SqliteStore"),
+    "Store": ("tidings.store", "Store"),
+    "SweepReport": ("tidings.records.outbox", "SweepReport"),
+    "Tool": ("tidings.tools.registry", "Tool"),
+    "ToolContext": ("tidings.tools.registry", "ToolContext"),
+    "ToolOutput": ("tidings.tools.registry", "ToolOutput"),
+    "ToolRegistry": ("tidings.tools.registry", "ToolRegistry"),
+    "TurnConfig": ("tidings.turns.runner", "TurnConfig"),
+    "Tx": ("tidings.store", "Tx"),
+    "load_settings": ("tidings.settings", "load_settings"),
+    "open": ("tidings.settings", "open"),
+    "open_store": ("tidings.store", "open_store"),
+    "tool": ("tidings.tools.typed", "tool"),
+}
+"""What the root re-exports, by the module it is imported from when first named."""
 
 _ADAPTERS = {"OpenAIChatModel": ("openai", "openai"), "AnthropicModel": ("anthropic", "anthropic")}
 
 
 def __getattr__(name: str) -> object:
-    """The SDK adapters, imported when first named: the base install needs neither SDK; the
+    """What the root re-exports beyond the vocabulary (errors, types, the clock), imported
+    when first named: ``import tidings`` costs the command line's every start nothing of the
+    runtime it may not use. The SDK adapters likewise: the base install needs neither SDK; the
     HTTP client, which brings in the service's schemas; and PostgreSQL's store, which brings in
-    psycopg (a third of a second of every start, the command line's too, that SQLite never
-    needs)."""
+    psycopg (a third of a second of every start that SQLite never needs)."""
     if name == "Client":
         from tidings.client import Client
 
@@ -132,6 +195,11 @@ def __getattr__(name: str) -> object:
         from tidings.store.postgres import PostgresStore
 
         return PostgresStore
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
     if name in _ADAPTERS:
         extra, module = _ADAPTERS[name]
         try:

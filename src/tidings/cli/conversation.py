@@ -24,7 +24,6 @@ from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
 from tidings.cli.render import Screen, View
 from tidings.cli.sessions import http_session, profile_of, transcript_pages
-from tidings.runtime.inspection import Inspection
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +160,8 @@ def create(where: Where, profile_text: str | None, tools: tuple[str, ...], title
 
     async def run() -> str:
         if where.database is not None:
+            from tidings.runtime.inspection import Inspection
+
             async with await Inspection.open(where.database) as inspection:
                 if isinstance(body, str):
                     raise click.BadParameter(
@@ -189,6 +190,8 @@ def transcript(where: Where, as_json: bool, full: bool, conversation: str) -> No
     async def run() -> list[dict[str, Any]]:
         if where.database is not None:
             check_database(where.database)
+            from tidings.runtime.inspection import Inspection
+
             async with await Inspection.open(where.database, conversation) as inspection:
                 return await transcript_pages(inspection, conversation)
         async with http_session(where.url, where.token) as session:
@@ -213,6 +216,8 @@ def _changed(where: Where, conversation: str, verb: str,
     async def run() -> ConversationOut:
         if where.database is not None:
             check_database(where.database)
+            from tidings.runtime.inspection import Inspection
+
             async with await Inspection.open(where.database) as inspection:
                 if verb == "profile":
                     if isinstance(profile, str):

@@ -23,10 +23,11 @@ from tidings.cli.app import console, main, redact
 from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
 from tidings.clock import SystemClock
-from tidings.runtime.inspection import Inspection, PushDeadLetter, shown_status
 from tidings.types import DeadLetter, QueueStats, RunStatus
 
-if TYPE_CHECKING:  # the service's schemas are imported when a service is asked
+if TYPE_CHECKING:  # the service's schemas are imported when a service is asked, the
+    # inspection's modules when a database is
+    from tidings.runtime.inspection import PushDeadLetter
     from tidings.service.schemas import DeadLetterOut, PushDeadLetterOut, QueueStatsOut
 
 
@@ -90,6 +91,8 @@ def _run_label(status: RunStatus) -> str:
 
 
 async def _seen_in(database: str, conversation: str | None) -> Seen:
+    from tidings.runtime.inspection import Inspection, shown_status
+
     async with await Inspection.open(database, conversation) as inspection:
         seen = await inspection.status(conversation)
     report, now = seen.report, SystemClock().now_us()
@@ -232,6 +235,8 @@ def status(database: str | None, url: str | None, token: str | None,
 
 
 def _push_table(letters: Sequence[PushDeadLetter | PushDeadLetterOut]) -> None:
+    from tidings.runtime.inspection import PushDeadLetter
+
     table = _table(f"webhook dead letters ({len(letters)})", "delivery", "notification",
                    "context", "config", "attempts", "code", "dead since")
     now = SystemClock().now_us()
@@ -267,6 +272,8 @@ def dead_letters(database: str | None, url: str | None, token: str | None,
                 return [d for d in await client.dead_letters(limit=limit)
                         if conversation is None or d.conversation_id == conversation], []
         assert database is not None
+        from tidings.runtime.inspection import Inspection
+
         async with await Inspection.open(database, conversation) as inspection:
             if webhooks:
                 return [], await inspection.push_dead_letters(limit=limit)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidings.cli.render import FeedItem
-from tidings.runtime.root import Runtime
 from tidings.types import Author, AuthorKind, Profile, RunStatus
+
+if TYPE_CHECKING:  # the runtime is imported by the commands that open a database
+    from tidings.runtime.root import Runtime
 
 PAGE = 1_000
 """The service's page size for transcripts and journal pages (a shorter page is the last)."""
