@@ -29,3 +29,9 @@ def test_a3_importing_tidings_names_the_runtime_without_importing_it() -> None:
 
 def test_a3_the_command_line_loads_without_the_runtime_or_the_web_stack() -> None:
     assert _imported_after("import tidings.cli") == []
+
+
+def test_a3_the_client_reads_a_service_without_the_web_stack_or_the_runtime() -> None:
+    wire = ("tidings.service.schemas", "tidings.service.fields", "tidings.service.problems")
+    imported = _imported_after("import tidings.client")
+    assert [m for m in imported if m != "tidings.service" and not m.startswith(wire)] == []

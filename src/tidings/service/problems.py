@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidings.errors import (
     ApprovalDecidedError,
@@ -76,6 +72,12 @@ from tidings.errors import (
     UnknownTaskError,
 )
 from tidings.service.fields import readable
+
+if TYPE_CHECKING:  # the web stack is the service's: a client reading problems does without it
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("tidings.service")
 
@@ -232,6 +234,8 @@ def problem(
 
 
 def problem_response(body: Problem, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
     merged = dict(headers or {})
     # A transient refusal says when to come back -- except an unknown outcome, which must be
     # read (did it land?) before anything is retried.
@@ -310,6 +314,8 @@ def error_response(method: str, path: str, exc: TidingsError) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     """Answer every refusal of ``app`` with a problem document."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     async def on_tidings(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, TidingsError)
