@@ -133,6 +133,8 @@ if TYPE_CHECKING:  # at run time, imported on first use (see __getattr__)
     from tidings.turns.runner import TurnConfig as TurnConfig
 
 _LAZY: dict[str, tuple[str, str]] = {
+    "Client": ("tidings.client", "Client"),
+    "PostgresStore": ("tidings.store.postgres", "PostgresStore"),
     "Conversations": ("tidings.conversations.catalog", "Conversations"),
     "Coordinator": ("tidings.scheduler.coordinator", "Coordinator"),
     "CoordinatorConfig": ("tidings.scheduler.coordinator", "CoordinatorConfig"),
@@ -187,14 +189,6 @@ def __getattr__(name: str) -> object:
     runtime it may not use. The SDK adapters likewise: the base install needs neither SDK; the
     HTTP client, which brings in the service's schemas; and PostgreSQL's store, which brings in
     psycopg (a third of a second of every start that SQLite never needs)."""
-    if name == "Client":
-        from tidings.client import Client
-
-        return Client
-    if name == "PostgresStore":
-        from tidings.store.postgres import PostgresStore
-
-        return PostgresStore
     if name in _LAZY:
         module, attribute = _LAZY[name]
         value = getattr(importlib.import_module(module), attribute)
