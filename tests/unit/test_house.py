@@ -20,7 +20,7 @@ ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types
 
 # Over the bound when it was set; the size then. Shrink them, never grow them.
 LONG_MODULES = {
-    "store/sqlite.py": 650, "mcp/connection.py": 640, "runtime/root.py": 588,
+    "mcp/connection.py": 640, "runtime/root.py": 588,
     "scheduler/coordinator.py": 587, "service/routes.py": 564,
     "service/schemas/__init__.py": 542, "errors.py": 541, "records/outbox.py": 529,
     "cli/render.py": 511, "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
@@ -28,8 +28,8 @@ LONG_MODULES = {
     "service/a2a/handler.py": 474, "tasks/journal.py": 469,
 }
 LARGE_CLASSES = {
-    "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "store/sqlite.py:SqliteStore": 30,
-    "feed/hub.py:FeedHub": 25, "mcp/connection.py:MCPConnection": 25,
+    "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "feed/hub.py:FeedHub": 25,
+    "mcp/connection.py:MCPConnection": 25,
     "scheduler/coordinator.py:Coordinator": 23, "records/transcript.py:ConversationTx": 22,
     "agents/children.py:RemoteChildren": 22, "store/postgres.py:PostgresStore": 21,
 }
