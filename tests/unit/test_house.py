@@ -20,7 +20,7 @@ ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types
 
 # Over the bound when it was set; the size then. Shrink them, never grow them.
 LONG_MODULES = {
-    "mcp/connection.py": 640, "runtime/root.py": 588,
+    "runtime/root.py": 588,
     "scheduler/coordinator.py": 587, "service/routes.py": 564,
     "service/schemas/__init__.py": 542, "errors.py": 541, "records/outbox.py": 529,
     "cli/render.py": 511, "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
@@ -29,7 +29,6 @@ LONG_MODULES = {
 }
 LARGE_CLASSES = {
     "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "feed/hub.py:FeedHub": 25,
-    "mcp/connection.py:MCPConnection": 25,
     "scheduler/coordinator.py:Coordinator": 23, "records/transcript.py:ConversationTx": 22,
     "agents/children.py:RemoteChildren": 22, "store/postgres.py:PostgresStore": 21,
 }
