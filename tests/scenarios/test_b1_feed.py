@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import RuntimeFactory
 from tests.feeding import (
+    WITHIN_S,
     Collector,
     Pieces,
     assembled,
@@ -446,3 +447,73 @@ async def test_b1_a_watcher_that_leaves_its_loop_is_let_go(runtimes: RuntimeFact
     assert conv in rt.feed.watched
     await closed.aclose()
     assert conv not in rt.feed.watched
+
+
+@pytest.mark.parametrize("first", ["watch", "reader", "cursor"])
+async def test_b1_a_watcher_gets_the_last_rows_whichever_read_comes_first(
+    runtimes: RuntimeFactory, monkeypatch: pytest.MonkeyPatch, first: str,
+) -> None:
+    """A new watch reads its backlog while the conversation's reader finds where to start,
+    each on its own snapshot. Rows committed between the two, after which the conversation
+    falls quiet (here a run holding on a call a person must decide: no answer is being
+    written, nothing more commits), still reach the watcher: when the watch's read ends
+    first, the reader starts where it ended; when the reader's start passed rows the watch's
+    read had not reached, the watch reads on. (The slow poll is off: it would only hint rows
+    the reader had passed already.)"""
+    gate, headed = asyncio.Event(), asyncio.Event()
+    head = channel.Channel._head
+
+    async def late_head(self: channel.Channel) -> int:
+        await gate.wait()
+        try:
+            return await head(self)
+        finally:
+            headed.set()
+
+    async def deploy(context: ToolContext, arguments: Mapping[str, Any]) -> str:
+        return "deployed"
+
+    monkeypatch.setattr(channel.Channel, "_head", late_head)
+    model = ScriptedModel(rules=[Rule({"text_contains": "deploy it"}, {
+        "tool_calls": [{"name": "deploy", "arguments": {"target": "prod"}}]})])
+    rt = await runtimes(models=[model], tools=[Tool("deploy", "Deploy.", deploy)],
+                        config=RuntimeConfig(feed_poll=timedelta(hours=1)))
+    conv = (await rt.create_conversation(OWNER, Profile(
+        model="scripted", tools=("deploy",), approval_mode="writes"))).conversation_id
+    release, snapshot = asyncio.Event(), asyncio.Event()
+    reads = 0
+
+    async def read(after: int) -> list[Any]:
+        nonlocal reads
+        reads += 1
+        page = await rt.events(conv, after_seq=after, owner=OWNER)
+        if reads == 1:  # the first read's snapshot is taken now; it answers when released
+            snapshot.set()
+            if first == "reader":
+                await release.wait()
+        return list(page)
+
+    if first == "cursor":  # a client's cursor from elsewhere, past this journal's end, first
+        ahead = Collector(rt.watch(conv, after_seq=10_000, owner=OWNER))
+        await wait_until(lambda: bool(rt.feed.watched), what="the first watch joined")
+    watcher = Collector(rt.feed.watch(conv, after_seq=0, read=read))
+    await asyncio.wait_for(snapshot.wait(), WITHIN_S)
+    await watcher.until(lambda events: first == "reader" or journal(events),
+                        what="the backlog")
+    await rt.post(conv, "deploy it", owner=OWNER)
+    [held] = await asyncio.wait_for(rt.settle(conv), WITHIN_S)  # nothing more will commit
+    assert held.status.value == "awaiting_approval"
+    gate.set()
+    if first == "reader":  # the reader has its start, the journal's head, before the read ends
+        await asyncio.wait_for(headed.wait(), WITHIN_S)
+    release.set()
+    events = await watcher.until(
+        lambda events: turn_ended(events, "awaiting_approval"), what="the held call")
+    whole = await rt.events(conv, after_seq=0, owner=OWNER)
+    assert [e.seq for e in journal(events)] == [e.seq for e in whole]
+    assert journal(events)[-1].data["approvals"] == [
+        a.approval_id for a in await rt.approvals_of(conv, owner=OWNER)]
+    await watcher.stop()
+    if first == "cursor":
+        assert not journal(ahead.events)
+        await ahead.stop()

@@ -36,14 +36,18 @@ class Host:
         self.reads: list[int] = []
         self.attached: list[Watch] = []
 
-    def attach(self, watch: Watch) -> None:
+    def attach(self, watch: Watch) -> Host:
         self.attached.append(watch)
+        return self
 
     def detach(self, watch: Watch) -> None:
         self.attached.remove(watch)
 
     def drafts_of(self, conversation_id: str) -> list[tuple[DraftKey, str]]:
         return list(self.drafts)
+
+    def joined(self, seq: int) -> bool:
+        return True
 
     def now_us(self) -> int:
         return 0
@@ -66,6 +70,44 @@ async def take(watch: Watch, count: int) -> list[FeedEvent]:
 
 def delta(offset: int, text: str, key: DraftKey = KEY) -> FeedEvent:
     return delta_event(CONV, key, offset, text, 0)
+
+
+class StaleHost(Host):
+    """A first read from a snapshot older than where the conversation's reader starts."""
+
+    def __init__(self, journal: list[Event], snapshot: int, reader_at: int) -> None:
+        super().__init__(journal)
+        self.snapshot, self.reader_at = snapshot, reader_at
+        self.joins: list[int] = []
+
+    async def read(self, after: int) -> list[Event]:
+        page = await super().read(after)
+        if len(self.reads) == 1:
+            return [e for e in page if e.seq <= self.snapshot]
+        return page
+
+    def joined(self, seq: int) -> bool:
+        self.joins.append(seq)
+        return self.reader_at <= seq
+
+
+async def test_b1_a_watch_whose_read_ended_before_the_reader_started_reads_on() -> None:
+    # Rows 2 and 3 committed after the watch's read took its snapshot and before the
+    # conversation's reader found where to start (at 3): nobody would hand them out.
+    host = StaleHost([event(1), event(2), event(3)], snapshot=1, reader_at=3)
+    watch = host.watch()
+    assert [e.seq for e in await take(watch, 3)] == [1, 2, 3]
+    assert host.reads == [0, 1]
+    assert host.joins == [1, 3]
+    # Reading on is bounded: a reader that is still ahead after a second read is taken at
+    # its word (what it hands out from then on queues for the watch), never read in a loop.
+    stuck = StaleHost([event(1)], snapshot=1, reader_at=5)
+    watch = stuck.watch()
+    assert [e.seq for e in await take(watch, 1)] == [1]
+    watch.push(FeedEvent.of(event(2)))
+    stuck.journal.append(event(2))
+    assert [e.seq for e in await take(watch, 1)] == [2]
+    assert len(stuck.reads) == 2
 
 
 async def test_b1_journal_events_pass_once_and_a_gap_is_read_first() -> None:

@@ -68,6 +68,8 @@ class Channel:
         self.remote = RemoteDrafts()
         self.last: int | None = None
         """The last journal sequence the reader handed out (None until it knows where)."""
+        self._start: int | None = None
+        """The least position a watch's read ended at before the reader knew where to start."""
         self._hinted = 0
         self._hint = asyncio.Event()
         self._done: OrderedDict[object, None] = OrderedDict()  # committed steps, ended runs
@@ -113,7 +115,11 @@ class Channel:
             self._hint.clear()  # before reading: a hint that comes during the read reads again
             try:
                 if self.last is None:
-                    self.last = await self._head()
+                    head = await self._head()
+                    # From the journal's head, or from where a watch's read ended meanwhile
+                    # if that is before it (the rows between are read and handed out).
+                    self.last = head if self._start is None else min(head, self._start)
+                    self._hinted = max(self._hinted, head)
                 while self.last < self._hinted and await self._read_new():
                     pass
             except StoreError as exc:
@@ -122,6 +128,16 @@ class Channel:
                             exc.message)
             self._release()
             await self._hint.wait()
+
+    def joined(self, seq: int) -> bool:
+        """A watch read the journal to ``seq`` and takes what follows from this reader:
+        whether it can (False: rows after ``seq`` were passed by already, and it reads on).
+        A reader that has not found its start yet starts no later than ``seq`` (a position
+        past the journal's end -- a client's cursor from elsewhere -- changes nothing)."""
+        if self.last is None:
+            self._start = seq if self._start is None else min(self._start, seq)
+            return True
+        return self.last <= seq
 
     async def _head(self) -> int:
         rows = await self.store.read(lambda tx: tx.all(

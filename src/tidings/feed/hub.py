@@ -35,7 +35,7 @@ from tidings.errors import StoreError
 from tidings.feed.channel import Channel
 from tidings.feed.drafts import Draft, DraftKey, delta_event, discarded_event
 from tidings.feed.publisher import Publisher
-from tidings.feed.watch import ReadPage, Watch
+from tidings.feed.watch import Reader, ReadPage, Watch
 from tidings.feed.wire import DELTA, DISCARD, REQUEST, WATCH, Live, decode
 from tidings.store import Row, Store, Tx
 from tidings.store.feed import FeedSubscription
@@ -175,10 +175,12 @@ class FeedHub:
             watch.close()
         return watch
 
-    def attach(self, watch: Watch) -> None:
+    def attach(self, watch: Watch) -> Reader | None:
+        """Add ``watch`` to its conversation's channel (started for the first): what commits
+        from now on queues for it. Returns the conversation's reader (None: the hub closed)."""
         if self._closed:
             watch.close()
-            return
+            return None
         self._listen()
         channel = self._channels.get(watch.conversation_id)
         if channel is None:
@@ -195,6 +197,7 @@ class FeedHub:
         # its channel is looked at again (and stopped if nobody else watches).
         weakref.finalize(watch, _soon, asyncio.get_running_loop(), self._prune,
                          watch.conversation_id)
+        return channel
 
     def detach(self, watch: Watch) -> None:
         channel = self._channels.get(watch.conversation_id)

@@ -2,7 +2,10 @@
 
 A watch joins the conversation's live stream *first* (events start queueing for it), then
 reads its backlog from the journal, then takes the answers in progress, then serves what
-queued meanwhile. Two rules make that seamless:
+queued meanwhile. Its read and the conversation's reader (:mod:`~tidings.feed.channel`) run
+side by side, each on its own snapshot: a read that ended before rows the reader had already
+passed by reads on, so that the last rows of a conversation that then falls quiet (a run
+waiting for a person) are never left between the two. Two rules make that seamless:
 
 - **Journal events** pass once, in sequence: one at or below the last sequence served is a
   duplicate and is skipped; one past the next expected means a gap (hints raced, or the queue
@@ -59,10 +62,19 @@ _REMEMBERED = 64
 """Steps committed and runs ended that a watch remembers (to refuse their late deltas)."""
 
 
+class Reader(Protocol):
+    """The conversation's one journal reader in this process, as a watch sees it."""
+
+    def joined(self, seq: int) -> bool:
+        """A watch read the journal to ``seq`` and takes the rest from the reader: whether it
+        can (False: rows after ``seq`` went by before, and the watch reads on)."""
+        ...
+
+
 class WatchHost(Protocol):
     """What a watch needs of the hub."""
 
-    def attach(self, watch: Watch) -> None: ...
+    def attach(self, watch: Watch) -> Reader | None: ...
 
     def detach(self, watch: Watch) -> None: ...
 
@@ -116,8 +128,10 @@ class Watch:
         self._wake: asyncio.Event = asyncio.Event()
         self._ended = asyncio.Event()
         self._attached = False
+        self._reader: Reader | None = None
         self._started = False
         self._catching_up = True
+        self._read_on = False  # reading once more: the reader had passed this watch's read
         self._ending = False  # the conversation was deleted: end once what is ready is served
         self._closed = False
         self._deferred: FeedEvent | None = None
@@ -191,7 +205,7 @@ class Watch:
     async def _catch_up(self) -> None:
         """Read the journal after the last sequence served, to its end; then the drafts."""
         if not self._attached:
-            self._host.attach(self)  # first: what commits from now on queues here
+            self._reader = self._host.attach(self)  # first: what commits from now on queues here
             self._attached = True
         try:
             page = await self._read(self.last)
@@ -214,6 +228,13 @@ class Watch:
             self._journal(FeedEvent.of(event))
         self._serve_live_before()
         if len(page) < PAGE and not self._ending:
+            reader = self._reader
+            if reader is not None and not reader.joined(self.last) and not self._read_on:
+                # Rows after this read went by before it: read once more (a read that starts
+                # now sees them; what the reader hands out from now on queues here).
+                self._read_on = True
+                return
+            self._read_on = False
             self._catching_up = False
             now = self._host.now_us()
             for key, text in self._host.drafts_of(self.conversation_id):
@@ -334,4 +355,4 @@ class Watch:
             self._host.detach(self)
 
 
-__all__ = ("PAGE", "QUEUE_LIMIT", "ReadPage", "Watch", "WatchHost")
+__all__ = ("PAGE", "QUEUE_LIMIT", "ReadPage", "Reader", "Watch", "WatchHost")
