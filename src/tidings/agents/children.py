@@ -10,95 +10,38 @@ remote's answer becomes the request's reply exactly as a local child's turn answ
 unit that also marks the remote task followed to its end; the relay then gives it to the parent
 once, as ``child`` mail (batching, order, stop cascade: all the relay's own).
 
-At most once, across a crash: a brief whose send was not recorded (the process died between
-sending it and storing the task id, or a send broke without an answer) is never sent blindly
-again. The task it made is looked up in the context chosen for it (``ListTasks``); only when the
-agent has no task there is it sent -- with the same message id. An agent that cannot list its
-tasks leaves the outcome unknown: the child is ``lost``, not asked twice. An agent that refuses
-a context its caller chose (tidings' own A2A server opens its contexts itself) is sent the brief
-without one, once that is recorded; the context it opens is stored with its task, and a later
-``send`` continues there. Such a brief whose answer was not recorded cannot be looked up: lost.
-
-Following: each open remote task is asked about (``GetTask``) every ``poll`` until it ends;
-an unreachable agent is asked again after a capped backoff; nothing is decided while it is away.
-Where the agent's card says it streams, the task is also watched (``SubscribeToTask``): a state
-it streams that ends the task (or makes it wait) has the follower ask at once, so the answer is
-relayed as soon as it exists, and while the stream is open the polls are ``SUBSCRIBED_POLLS``
-times rarer. The stream only hastens: what is written is always what ``GetTask`` answered. A
-stream that drops is resumed by asking (``GetTask``), then subscribing again; after
-``SUBSCRIBE_TRIES`` subscriptions in a row that said nothing, the task is only polled.
-``completed`` -> the artifacts' text is the reply (``completed``); ``failed`` / ``rejected`` ->
-``failed``, ``canceled`` -> ``stopped``, saying what the agent said; a task the agent no longer
-knows -> ``lost``; ``input-required`` -> the reply is the agent's question (status
-``input_required``), and the parent answers it with ``send`` to the child, which continues the
-same remote task. A request cancelled (its parent's run stopped, or a ``cancel``) is cancelled
-at the agent (``CancelTask``). Each instance follows its own; a live one adopts those of a gone
-one (:meth:`RemoteChildren.adopt`).
+:class:`RemoteChildren` opens the requests, adopts those of gone instances and is the
+component of the lifetime; the rest has a module each: sending the message at most once,
+across a crash (:mod:`tidings.agents.sending`), following the remote task to its end -- polled,
+watched, hinted by pushes, cancelled (:mod:`tidings.agents.following`) -- and what its end
+makes of the request's reply (:mod:`tidings.agents.replies`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from tidings.agents.declaration import RemoteAgent
-from tidings.agents.remote import (
-    ENDED,
-    INTERRUPTED,
-    RemoteCannotFindError,
-    RemoteRefusedError,
-    RemoteTask,
-    RemoteTaskUnknownError,
-    RemoteUnreachableError,
-)
+from tidings.agents.following import Followers
+from tidings.agents.replies import Replies
+from tidings.agents.sending import Sender
 from tidings.clock import Clock
 from tidings.conversations.catalog import Conversations
 from tidings.errors import InvalidInputError
-from tidings.mail.relay import (
-    CHILD_TASK_PREFIX,
-    REPLY_LIMIT_CHARS,
-    Cancelled,
-    ChildRequest,
-)
+from tidings.mail.child_requests import CHILD_TASK_PREFIX, Cancelled, ChildRequest
 from tidings.records.transcript import ConversationTx
-from tidings.store import Row, Store, Tx
-from tidings.support.policy import backoff, frozen_environment
+from tidings.store import Store, Tx
+from tidings.support.policy import frozen_environment
 from tidings.tools.registry import ToolContext
 from tidings.types import ConversationId, new_id
 
-if TYPE_CHECKING:
-    from tidings.agents.client import AgentClient
-
 log = logging.getLogger("tidings.agents")
-
-REFUSALS_BEFORE_LOST = 8
-"""Protocol errors in a row (other than "no such task") before a remote task is taken for lost:
-its outcome cannot be learnt."""
-SUBSCRIBED_POLLS = 5
-"""While a remote task's stream is open, it is asked about every this many polls (the safety
-net: a stream that says nothing of the end does not hold the answer back for long)."""
-SUBSCRIBE_TRIES = 3
-"""Subscriptions in a row that said nothing (refused, or dropped at once) before a remote task is
-only polled."""
-_RETRY_BASE = timedelta(milliseconds=200)
-_RETRY_CAP = timedelta(seconds=30)
-
-_STATUS = {"completed": "completed", "failed": "failed", "rejected": "failed",
-           "canceled": "stopped", "input-required": "input_required",
-           "auth-required": "failed"}
-"""The reply's status for each state a remote task can stop in."""
-
-
-class _Lost(Exception):
-    """The remote task's outcome cannot be learnt."""
 
 
 class RemoteChildren:
@@ -115,16 +58,13 @@ class RemoteChildren:
 
         self._clients = {name: AgentClient(a) for name, a in self.agents.items()}
         self._store = store
-        self._clock = clock
         self._conversations = conversations
         self._instance_id = instance_id
-        self._replied = replied
-        self._rng = rng or random.Random()
-        self._fresh: set[str] = set()
-        """Requests opened here whose message was never tried: sent without a look-up."""
-        self._followers: dict[str, asyncio.Task[None]] = {}
-        self._wakes: dict[str, asyncio.Event] = {}
-        self._stopping = False
+        self._sender = Sender(self.agents, store=store, clock=clock)
+        self._followers = Followers(
+            self.agents, self._clients, store=store, clock=clock, instance_id=instance_id,
+            sender=self._sender, rng=rng or random.Random(),
+            replies=Replies(store=store, conversations=conversations, replied=replied))
         self._stopped = asyncio.Event()
 
     @property
@@ -136,7 +76,7 @@ class RemoteChildren:
 
     def following(self) -> tuple[str, ...]:
         """The requests whose remote tasks are followed now."""
-        return tuple(self._followers)
+        return self._followers.following()
 
     # -- opening (from a parent's tool call) ---------------------------------------------------
 
@@ -200,8 +140,8 @@ class RemoteChildren:
                               token=hook_token)
 
         await self._conversations.change(child_id, write)
-        self._fresh.add(request_id)
-        self._begin(request_id)
+        self._sender.opened(request_id)
+        self._followers.begin(request_id)
         return ChildRequest(
             request_id, ConversationId(parent_id), child_id, input_id, context.run_id,
             context.call_id, task_key, kind, "open", None, None, False,
@@ -213,9 +153,7 @@ class RemoteChildren:
         """Requests were cancelled (a stop's cascade, a ``cancel``): their followers look now
         (they would at their next poll anyway) and cancel the remote tasks."""
         for request in requests:
-            wake = self._wakes.get(request.request_id)
-            if wake is not None:
-                wake.set()
+            self._followers.wake(request.request_id)
 
     async def adopt(self, *, limit: int = 500) -> int:
         """Remote tasks followed by gone instances, for the agents this runtime declares, are
@@ -224,7 +162,7 @@ class RemoteChildren:
             "orphaned_remote_children", instance_id=self._instance_id(), limit=limit))
         adopted = 0
         for row in rows:
-            if row["agent"] not in self.agents or self._stopping:
+            if row["agent"] not in self.agents or self._followers.stopping:
                 continue
             request_id = str(row["request_id"])
             gone = str(row["instance_id"])
@@ -237,102 +175,9 @@ class RemoteChildren:
             if taken:
                 log.info("following the remote task of child request %s (agent %s) left by "
                          "instance %s", request_id, row["agent"], row["instance_id"])
-                self._begin(request_id)
+                self._followers.begin(request_id)
                 adopted += 1
         return adopted
-
-    def _begin(self, request_id: str) -> None:
-        if self._stopping or request_id in self._followers:
-            return
-        self._wakes[request_id] = asyncio.Event()
-        self._followers[request_id] = asyncio.create_task(
-            self._follow(request_id), name=f"tidings-remote-child {request_id}")
-
-    async def _row(self, request_id: str) -> Row | None:
-        return await self._store.read(lambda tx: tx.one("remote_child", request_id=request_id))
-
-    async def _follow(self, request_id: str) -> None:
-        try:
-            await self._until_ended(request_id)
-        except asyncio.CancelledError:
-            raise  # the runtime is closing: the next one follows the task again
-        except Exception:
-            log.exception("following the remote task of child request %s failed", request_id)
-        finally:
-            self._followers.pop(request_id, None)
-            self._wakes.pop(request_id, None)
-            self._fresh.discard(request_id)
-
-    async def _until_ended(self, request_id: str) -> None:
-        wake = self._wakes[request_id]
-        watcher: asyncio.Task[bool] | None = None
-        unreachable = refusals = silent = 0
-        try:
-            while True:
-                wake.clear()  # before asking: a wake while the question is out is not lost
-                row = await self._row(request_id)
-                if row is None or row["ended_at_us"] is not None \
-                        or row["instance_id"] != self._instance_id():
-                    return
-                agent = str(row["agent"])
-                client = self._clients[agent]
-                delay = self.agents[agent].poll
-                try:
-                    if row["state"] == "cancelled":
-                        await self._cancel(client, row)
-                        return
-                    if row["sent_at_us"] is None:
-                        now = await self._send(client, row)
-                    elif row["remote_task_id"] is None:
-                        raise _Lost("the agent answered with no task")  # not written so
-                    else:
-                        now = await client.get(str(row["remote_task_id"]))
-                    unreachable = refusals = 0
-                    if now.ended or now.waiting:
-                        await self._reply(row, _STATUS.get(now.state, "failed"),
-                                          _said(agent, now), now.state)
-                        return
-                    if now.task_id is not None and now.state != row["remote_state"]:
-                        await self._seen(request_id, now.state)
-                    if now.task_id is not None and (watcher is None or watcher.done()):
-                        if watcher is not None:
-                            silent = 0 if watcher.result() else silent + 1
-                        watcher = None
-                        if silent < SUBSCRIBE_TRIES and await client.streams():
-                            watcher = asyncio.create_task(
-                                self._watch(client, now.task_id, wake),
-                                name=f"tidings-remote-child-stream {request_id}")
-                    if watcher is not None and not watcher.done():
-                        delay = delay * SUBSCRIBED_POLLS
-                except RemoteTaskUnknownError as exc:
-                    log.warning("the remote agent %s no longer knows task %s (child request "
-                                "%s): lost: %s", agent, row["remote_task_id"], request_id, exc)
-                    await self._reply(row, "lost", f"the remote agent {agent} no longer knows "
-                                      f"task {row['remote_task_id']}: its outcome is unknown",
-                                      "unknown")
-                    return
-                except _Lost as exc:
-                    await self._reply(row, "lost", f"the remote agent {agent}: {exc}", "unknown")
-                    return
-                except RemoteRefusedError as exc:
-                    refusals += 1
-                    if refusals >= REFUSALS_BEFORE_LOST:
-                        await self._reply(row, "lost", f"the remote agent {agent} kept refusing "
-                                          f"to say how its task goes: {exc}", "unknown")
-                        return
-                    delay = backoff(refusals, self._rng, base=_RETRY_BASE, cap=_RETRY_CAP)
-                except (RemoteUnreachableError, InvalidInputError) as exc:
-                    unreachable += 1
-                    if unreachable == 1:
-                        log.warning("the remote agent %s cannot be asked now (child request "
-                                    "%s): %s; asking again", agent, request_id, exc)
-                    delay = backoff(unreachable, self._rng, base=_RETRY_BASE, cap=_RETRY_CAP)
-                await self._clock.wait(wake, delay.total_seconds())
-        finally:
-            if watcher is not None and not watcher.done():
-                watcher.cancel()
-                with contextlib.suppress(BaseException):
-                    await watcher
 
     async def hinted(self, request_id: str, token: str) -> bool:
         """A push from the agent about a request's task: with the token it was given, the task
@@ -343,114 +188,8 @@ class RemoteChildren:
         if row is None or not secrets.compare_digest(str(row["token"]).encode(),
                                                      token.encode()):
             return False
-        wake = self._wakes.get(request_id)
-        if wake is not None:
-            wake.set()
+        self._followers.wake(request_id)
         return True
-
-    async def _seen(self, request_id: str, state: str) -> None:
-        """The remote task's state as last seen, kept for whoever looks (the console)."""
-        await self._store.transact(lambda tx: tx.execute(
-            "remote_child_state", request_id=request_id, remote_state=state))
-
-    @staticmethod
-    async def _watch(client: AgentClient, task_id: str, wake: asyncio.Event) -> bool:
-        """Watch the remote task's stream until it tells an end or a wait (then the follower is
-        woken to ask), or drops (woken too: it asks, then subscribes again). Whether the stream
-        said anything."""
-        said = False
-        try:
-            async with contextlib.aclosing(client.watch(task_id)) as states:
-                async for state in states:
-                    said = True
-                    if state in ENDED or state in INTERRUPTED:
-                        break
-        except Exception as exc:  # the follower's question says what is wrong, if anything
-            log.debug("the stream of remote task %s ended: %s", task_id, exc)
-        finally:
-            wake.set()
-        return said
-
-    async def _send(self, client: AgentClient, row: Row) -> RemoteTask:
-        """The message, sent at most once: a request opened here and never tried is sent; any
-        other (a crash, or a send that broke without an answer, came between) is first looked
-        up at the agent, and sent only when the agent has no task for it."""
-        request_id = str(row["request_id"])
-        task_id = row["remote_task_id"]
-        context_id = str(row["context_id"])  # "": the agent opens its own
-        found: RemoteTask | None = None
-        if request_id not in self._fresh:
-            if task_id is None and not context_id:
-                raise _Lost("it opens its own contexts, so a message whose answer was not "
-                            "recorded cannot be looked up; it is not sent again")
-            try:
-                found = await (client.get(str(task_id)) if task_id is not None
-                               else client.find(str(row["context_id"]), str(row["message_id"])))
-            except RemoteCannotFindError as exc:
-                raise _Lost(f"could not learn whether the message reached it ({exc}); it is "
-                            "not sent again") from None
-            if found is not None and task_id is not None and found.waiting:
-                found = None  # the task still waits for this answer: it did not arrive
-        if found is None:
-            self._fresh.discard(request_id)  # from here on, a broken send is looked up first
-            found = await self._sent(client, row, context_id)
-        if found.task_id is None:  # answered with a message: that is the reply
-            return found
-        await self._store.transact(lambda tx: tx.execute(
-            "remote_child_sent", request_id=request_id, remote_task_id=found.task_id,
-            remote_state=found.state, context_id=found.context_id or context_id,
-            now_us=self._clock.now_us()))
-        return found
-
-    async def _sent(self, client: AgentClient, row: Row, context_id: str) -> RemoteTask:
-        task_id = row["remote_task_id"]
-
-        hook = self.agents[str(row["agent"])].hook(str(row["request_id"]))
-        push = None if hook is None or not row["hook_token"] else (hook, str(row["hook_token"]))
-
-        async def send(context_id: str) -> RemoteTask:
-            return await client.send(str(row["message"]), message_id=str(row["message_id"]),
-                                     context_id=context_id,
-                                     task_id=None if task_id is None else str(task_id),
-                                     push=push)
-        try:
-            return await send(context_id)
-        except RemoteTaskUnknownError:
-            if task_id is not None or not context_id or row["kind"] != "spawn":
-                raise
-        # The agent does not know the context chosen for the brief (nothing was made there):
-        # it opens its own. Recorded first, so a crash before the answer is stored never
-        # sends the brief again.
-        await self._store.transact(lambda tx: tx.execute(
-            "remote_child_own_context", request_id=row["request_id"]))
-        log.info("the remote agent %s opens its own contexts: the brief of child request %s "
-                 "goes without one", row["agent"], row["request_id"])
-        return await send("")
-
-    async def _cancel(self, client: AgentClient, row: Row) -> None:
-        """The request was cancelled: so is its remote task (nothing is sent if the message
-        never went); then it is no longer followed."""
-        task_id = row["remote_task_id"]
-        if task_id is not None and row["sent_at_us"] is not None:
-            with contextlib.suppress(RemoteTaskUnknownError):
-                await client.cancel(str(task_id))
-            log.info("cancelled the remote task %s of child request %s (agent %s)", task_id,
-                     row["request_id"], row["agent"])
-        await self._store.transact(lambda tx: tx.execute(
-            "end_remote_child", request_id=row["request_id"], remote_state="canceled",
-            now_us=self._clock.now_us()))
-
-    async def _reply(self, row: Row, status: str, text: str, state: str) -> None:
-        """The remote's answer is the request's reply -- once, as a local child's turn answers
-        it -- in the unit that ends the following; the relay is kicked."""
-        def write(cx: ConversationTx) -> None:
-            cx.tx.execute("reply_child_request", input_id=row["input_id"], reply_status=status,
-                          reply=text[:REPLY_LIMIT_CHARS], reply_run_id=None, now_us=cx.now_us)
-            cx.tx.execute("end_remote_child", request_id=row["request_id"], remote_state=state,
-                          now_us=cx.now_us)
-
-        await self._conversations.change(str(row["child_conversation_id"]), write)
-        self._replied()
 
     # -- the component -------------------------------------------------------------------------
 
@@ -460,27 +199,12 @@ class RemoteChildren:
     async def shutdown(self) -> None:
         """Stop following (the remote tasks stay followed in the database: the next runtime on
         it follows them again). Idempotent."""
-        if self._stopping:
+        if self._followers.stopping:
             return
-        self._stopping = True
-        work = list(self._followers.values())
-        for item in work:
-            item.cancel()
-        if work:
-            await asyncio.gather(*work, return_exceptions=True)
+        await self._followers.shutdown()
         for client in self._clients.values():
             await client.close()
         self._stopped.set()
-
-
-def _said(agent: str, task: RemoteTask) -> str:
-    """The reply's text: the answer, or what the agent said of its task's end."""
-    if task.state == "completed":
-        return task.text
-    said = f": {task.text}" if task.text else ""
-    if task.state == "input-required":
-        return f"the remote agent {agent} asks{said} (answer it with send to this child)"
-    return f"the remote agent {agent}'s task ended {task.state}{said}"
 
 
 __all__ = ("RemoteChildren",)

@@ -29,6 +29,10 @@ class RemoteCannotFindError(Exception):
     """The remote agent cannot list its tasks (``ListTasks`` is not supported)."""
 
 
+class RemoteTaskLostError(Exception):
+    """The remote task's outcome cannot be learnt."""
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteTask:
     """What the remote agent says of a task (or of a brief it answered with a message)."""
@@ -50,4 +54,4 @@ class RemoteTask:
 
 
 __all__ = ("ENDED", "INTERRUPTED", "RemoteCannotFindError", "RemoteRefusedError", "RemoteTask",
-           "RemoteTaskUnknownError", "RemoteUnreachableError")
+           "RemoteTaskLostError", "RemoteTaskUnknownError", "RemoteUnreachableError")
