@@ -17,215 +17,37 @@ happens only at a safe point: while any tool call of the conversation is open, n
 (the turn that holds the call reads it at its next safe point; a turn that starts reads it
 first). One exception waits to be accepted: the running turn's own conversation-lifetime tasks
 come due as its reply is final (M4).
+
+This module holds the notification's flags and its way in: delivered, read, joined. The row
+itself and its states (started, where it runs, adopted, finished) are :mod:`.states`; this
+module offers those names too, so the journal is one import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from tidings.mail import queue
 from tidings.mail.door import Door, kernel_author
 from tidings.records.results import Drop, dropped_from
 from tidings.records.rows import input_from_row
 from tidings.records.transcript import ConversationTx
-from tidings.store import Row
-from tidings.tasks.notify import (
-    NotificationFlags,
-    Notify,
-    ProcessFacts,
-    TaskState,
-    is_eligible,
-    is_notice,
-    render,
+from tidings.tasks.notify import ProcessFacts, is_eligible, is_notice, render
+from tidings.tasks.states import (
+    TaskRecord,
+    adopt,
+    finish,
+    get,
+    of_run,
+    open_references,
+    record_mcp_task,
+    record_process,
+    set_flags,
+    start,
+    task_from_row,
 )
-from tidings.types import ConversationId, ConversationStatus, Input, Origin, new_id
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """One journal row."""
-
-    task_id: str
-    conversation_id: ConversationId
-    task_key: str
-    run_id: str | None
-    call_id: str | None
-    command: str
-    notify: Notify
-    lifetime: str
-    state: TaskState
-    exit_code: int | None
-    signal: str | None
-    event_id: str | None
-    committed: bool
-    handed_off: bool
-    delivered: bool
-    consumed: bool
-    cancelled: bool
-    reported_in_tool_result: bool
-    continuation_error: str | None
-    notification_seq: int | None
-    result_id: str | None
-    stdout_bytes: int
-    stderr_bytes: int
-    excerpt: bytes
-    excerpt_truncated: bool
-    duration_ms: int | None
-    started_at_us: int = 0
-    ended_at_us: int | None = None
-    mcp_server: str | None = None
-    """An MCP server's task (its work runs there): the server, the tool and its task id."""
-    mcp_tool: str | None = None
-    mcp_task_id: str | None = None
-    instance_id: str | None = None
-    """The instance that follows the task (started it, or adopted it)."""
-
-    @property
-    def flags(self) -> NotificationFlags:
-        return NotificationFlags(
-            state=self.state, event_id=self.event_id, notify=self.notify,
-            committed=self.committed, handed_off=self.handed_off, delivered=self.delivered,
-            cancelled=self.cancelled, reported_in_tool_result=self.reported_in_tool_result,
-        )
-
-
-def task_from_row(row: Row) -> TaskRecord:
-    excerpt = row["excerpt"]
-    return TaskRecord(
-        task_id=row["task_id"],
-        conversation_id=ConversationId(row["conversation_id"]),
-        task_key=row["task_key"],
-        run_id=row["run_id"],
-        call_id=row["call_id"],
-        command=row["command"],
-        notify=Notify(row["notify"]),
-        lifetime=row["lifetime"],
-        state=TaskState(row["state"]),
-        exit_code=row["exit_code"],
-        signal=row["signal"],
-        event_id=row["event_id"],
-        committed=bool(row["committed"]),
-        handed_off=bool(row["handed_off"]),
-        delivered=bool(row["delivered"]),
-        consumed=bool(row["consumed"]),
-        cancelled=bool(row["cancelled"]),
-        reported_in_tool_result=bool(row["reported_in_tool_result"]),
-        continuation_error=row["continuation_error"],
-        notification_seq=row["notification_seq"],
-        result_id=row["result_id"],
-        stdout_bytes=int(row["stdout_bytes"]),
-        stderr_bytes=int(row["stderr_bytes"]),
-        excerpt=b"" if excerpt is None else bytes(excerpt),
-        excerpt_truncated=bool(row["excerpt_truncated"]),
-        duration_ms=row["duration_ms"],
-        started_at_us=int(row["started_at_us"]),
-        ended_at_us=row["ended_at_us"],
-        mcp_server=row.get("mcp_server"),
-        mcp_tool=row.get("mcp_tool"),
-        mcp_task_id=row.get("mcp_task_id"),
-        instance_id=row.get("instance_id"),
-    )
-
-
-def start(
-    cx: ConversationTx,
-    *,
-    task_key: str,
-    command: str,
-    instance_id: str,
-    run_id: str | None = None,
-    call_id: str | None = None,
-    notify: Notify = Notify.ON_EXIT,
-    lifetime: str = "conversation",
-    handed_off: bool = True,
-) -> str:
-    """Record a started task; returns its id. A task_key is unique in its conversation."""
-    task_id = new_id("task")
-    cx.tx.run_later(
-        "insert_task", task_id=task_id, conversation_id=cx.conversation_id, task_key=task_key,
-        run_id=run_id, call_id=call_id, command=command, notify=notify.value,
-        lifetime=lifetime, handed_off=int(handed_off), instance_id=instance_id,
-        now_us=cx.now_us,
-    )
-    return task_id
-
-
-def record_process(
-    cx: ConversationTx, task: TaskRecord, *, pid: int, host: str, identity: str | None
-) -> None:
-    """Where the task's process runs: found again, and stopped, if its runtime dies (T9)."""
-    cx.tx.run_later(
-        "set_task_process", task_id=task.task_id, pid=pid, host=host, process_started=identity
-    )
-
-
-def record_mcp_task(
-    cx: ConversationTx, task_id: str, *, server: str, tool: str, mcp_task_id: str
-) -> None:
-    """The task's work runs on an MCP server, under that server's task id (B5): written with
-    the task's start, so that a runtime started after a crash can follow it again."""
-    cx.tx.run_later("insert_mcp_task", task_id=task_id, server=server, tool=tool,
-                    mcp_task_id=mcp_task_id)
-
-
-def adopt(cx: ConversationTx, task: TaskRecord, *, gone_instance_id: str,
-          instance_id: str) -> bool:
-    """``instance_id`` follows the task from now on, in place of the gone instance that started
-    it (an MCP server's task outlives the runtime that started it). Whether it did: only one
-    instance adopts a task, and only a running one."""
-    return cx.tx.execute("adopt_task", task_id=task.task_id, instance_id=instance_id,
-                         gone_instance_id=gone_instance_id) == 1
-
-
-def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
-    row = cx.tx.one("get_task", conversation_id=cx.conversation_id, task_key=task_key)
-    return None if row is None else task_from_row(row)
-
-
-def finish(
-    cx: ConversationTx,
-    task: TaskRecord,
-    *,
-    state: TaskState,
-    exit_code: int | None = None,
-    signal: str | None = None,
-    result_id: str | None = None,
-    stdout_bytes: int = 0,
-    stderr_bytes: int = 0,
-    excerpt: bytes = b"",
-    excerpt_truncated: bool = False,
-    duration_ms: int | None = None,
-) -> TaskRecord:
-    """Record the terminal state and its stable event id (once). The notification, when due,
-    is delivered by :func:`deliver_due` at the unit's safe point: the unit that takes the
-    conversation's slot, or the turn that holds it, at its own next safe point or as it ends.
-    """
-    if not state.terminal:
-        raise ValueError("finish records a terminal state")
-    if task.state.terminal:
-        return task  # recorded already: the first terminal state stands
-    finished = replace(
-        task, state=state, exit_code=exit_code, signal=signal, event_id=new_id("evt"),
-        result_id=result_id, stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes,
-        excerpt=excerpt, excerpt_truncated=excerpt_truncated, duration_ms=duration_ms,
-        ended_at_us=cx.now_us,
-    )
-    cx.tx.run_later(
-        "finish_task", task_id=task.task_id, state=state.value, exit_code=exit_code,
-        signal=signal, event_id=finished.event_id, result_id=result_id,
-        stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes, excerpt=excerpt,
-        excerpt_truncated=int(excerpt_truncated), duration_ms=duration_ms, now_us=cx.now_us,
-        expect=1, mismatch=lambda: ValueError(f"task {task.task_key} is not running"),
-    )
-    cx.changed_tasks[finished.task_id] = finished
-    return finished
-
-
-def of_run(cx: ConversationTx, run_id: str) -> list[TaskRecord]:
-    """The tasks a run started."""
-    rows = cx.tx.all("tasks_of_run", conversation_id=cx.conversation_id, run_id=run_id)
-    return [task_from_row(r) for r in rows]
+from tidings.types import ConversationStatus, Input, Origin
 
 
 def hand_off(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
@@ -234,7 +56,7 @@ def hand_off(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     round, or as the turn ends)."""
     if task.handed_off:
         return task
-    return _set(cx, replace(task, handed_off=True))
+    return set_flags(cx, replace(task, handed_off=True))
 
 
 def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
@@ -242,7 +64,7 @@ def mark_committed(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     notification, when due, is delivered at the unit's safe point."""
     if task.committed:
         return task
-    return _set(cx, replace(task, committed=True))
+    return set_flags(cx, replace(task, committed=True))
 
 
 def commit_calls(cx: ConversationTx, run_id: str, call_ids: set[str]) -> None:
@@ -273,12 +95,12 @@ def mark_reported(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
          "resolved_by": {"kind": "tool_result"}},
         task.run_id,
     )
-    return _set(cx, replace(task, reported_in_tool_result=True))
+    return set_flags(cx, replace(task, reported_in_tool_result=True))
 
 
 def cancel(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
     """No notification, ever (its run was stopped)."""
-    return task if task.cancelled else _set(cx, replace(task, cancelled=True))
+    return task if task.cancelled else set_flags(cx, replace(task, cancelled=True))
 
 
 def cancel_run(cx: ConversationTx, run_id: str) -> None:
@@ -290,21 +112,21 @@ def cancel_run(cx: ConversationTx, run_id: str) -> None:
         if not task.delivered:
             cancel(cx, task)
         elif task.notification_seq is None and not task.consumed and not task.cancelled:
-            _set(cx, replace(task, delivered=False, cancelled=True))
+            set_flags(cx, replace(task, delivered=False, cancelled=True))
 
 
 def consume(cx: ConversationTx, tasks: Sequence[TaskRecord]) -> None:
     """The model step that saw these notifications succeeded and is being committed (T5)."""
     for task in tasks:
         if task.delivered and not task.consumed:
-            _set(cx, replace(task, consumed=True, continuation_error=None))
+            set_flags(cx, replace(task, consumed=True, continuation_error=None))
 
 
 def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str) -> None:
     """The step failed: delivered stays, consumed does not, and the error is kept (T5)."""
     for task in tasks:
         if task.delivered and not task.consumed:
-            _set(cx, replace(task, continuation_error=error[:500]))
+            set_flags(cx, replace(task, continuation_error=error[:500]))
 
 
 def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
@@ -435,7 +257,7 @@ def _deliver(
              "resolved_by": {"kind": "notification", "input_id": item.input_id}},
             task.run_id,
         )
-        delivered.append((_set(cx, replace(task, delivered=True)), item))
+        delivered.append((set_flags(cx, replace(task, delivered=True)), item))
     return delivered
 
 
@@ -447,23 +269,9 @@ def output_dropped(cx: ConversationTx, task: TaskRecord) -> tuple[Drop, ...]:
     return dropped_from(cx.tx, task.result_id)
 
 
-def _set(cx: ConversationTx, task: TaskRecord) -> TaskRecord:
-    cx.changed_tasks[task.task_id] = task
-    cx.tx.run_later(
-        "set_task_flags", task_id=task.task_id, committed=int(task.committed),
-        handed_off=int(task.handed_off), delivered=int(task.delivered),
-        consumed=int(task.consumed), cancelled=int(task.cancelled),
-        reported_in_tool_result=int(task.reported_in_tool_result),
-        continuation_error=task.continuation_error, notification_seq=task.notification_seq,
-    )
-    return task
-
-
-def open_references(cx: ConversationTx) -> list[dict[str, object]]:
-    """The tasks a compaction must not erase (T7): running, or with a notification still owed
-    or unhandled -- as references the hand-off carries."""
-    return [
-        {"task_key": r["task_key"], "state": r["state"], "event_id": r["event_id"],
-         "result_id": r["result_id"], "notification_delivered": bool(r["delivered"])}
-        for r in cx.tx.all("open_tasks", conversation_id=cx.conversation_id)
-    ]
+__all__ = (
+    "TaskRecord", "accept_due", "adopt", "cancel", "cancel_run", "commit_calls", "consume",
+    "deliver_due", "finish", "get", "hand_off", "join", "keep_unconsumed", "mark_committed",
+    "mark_reported", "of_run", "open_references", "output_dropped", "queued_notices", "read",
+    "record_mcp_task", "record_process", "start", "task_from_row", "unconsumed",
+)
