@@ -5,14 +5,16 @@ Person input, agent sends, kernel mail, signal wake-ups and goal checkpoints all
 (C4); one driver task per busy conversation takes them in order. No task, timer or poll exists
 for an idle conversation: it costs nothing until something arrives.
 
-Taking the slot is one unit of work under the conversation's lock, written in :mod:`.slot`:
-the coordinator runs it, runs the turn it plans, keeps the slot while the turn runs, and
-re-checks after the slot is released. A slot found busy elsewhere is retried when its lease is
-due to expire. Compaction (:mod:`.compaction`) holds the same slot.
+Taking the slot is one unit of work under the conversation's lock, written in :mod:`.slot`
+and bound to this process in :mod:`.starter`: the coordinator runs it, runs the turn it plans,
+keeps the slot while the turn runs, and re-checks after the slot is released. A slot found busy
+elsewhere is retried when its lease is due to expire. Compaction (:mod:`.compaction`) holds the
+same slot.
 
-The coordinator's own bookkeeping (the pending sets and driver handles) is touched only in
-synchronous sections of the event loop, so it can never be held across a model call or a disk
-read (C5): a conversation whose model hangs delays no other.
+The coordinator's own bookkeeping (the pending sets and driver handles, one entry per
+conversation: :mod:`.entries`) is touched only in synchronous sections of the event loop, so it
+can never be held across a model call or a disk read (C5): a conversation whose model hangs
+delays no other.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from tidings.clock import Clock, to_us, wait_set
+from tidings.clock import Clock, to_us
 from tidings.errors import (
     CompactionRefusedError,
     SlotLostError,
@@ -38,11 +40,12 @@ from tidings.mail.stop import request_stop
 from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.records.transcript import ConversationTx
-from tidings.scheduler import compaction, slot
+from tidings.scheduler import compaction
+from tidings.scheduler.entries import Entries, Entry
 from tidings.scheduler.slot import Begin, recover_interrupted
-from tidings.store import Store, Tx
+from tidings.scheduler.starter import Starter, written
+from tidings.store import Store
 from tidings.support.policy import check_id
-from tidings.tasks import journal
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import RunId, StartKind
 
@@ -58,57 +61,6 @@ class CoordinatorConfig:
     sweep_interval: timedelta = timedelta(seconds=5)
     sweep_batch: int = 500
     busy_retry_margin: timedelta = timedelta(milliseconds=50)
-
-
-@dataclass
-class _Entry:
-    """A conversation with work pending or running; dropped as soon as it is idle."""
-
-    kinds: set[StartKind] = field(default_factory=set)
-    recheck: bool = False
-    record: bool = False
-    driver: asyncio.Task[None] | None = None
-    turn: asyncio.Task[TurnOutcome] | None = None
-    turn_started: bool = False
-    stop_reason: str | None = None
-    stopped_runs: set[str] = field(default_factory=set)
-    """Runs a stop named before their turn task existed here (the gap after the start's
-    commit): such a turn begins stopped."""
-    compacting: bool = False
-    starting: bool = False
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    settled_ns: int | None = None
-    """Set when the entry's last unit read, under the lock, that a re-check would start
-    nothing: when that unit began (``time.monotonic_ns``). Cleared by every request and
-    every unit the driver submits, so it is only ever the newest unit's word."""
-    released: bool = False
-    """The running turn's end committed (its slot is free); its task may not have returned
-    yet. Set from the committing thread, before anything the commit wakes runs."""
-
-    moved: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set by every request and when the entry is dropped: what a post waiting for a finishing
-    driver (:meth:`Coordinator.start_with`) waits on."""
-
-    def turn_released(self) -> None:
-        self.released = True
-
-
-_FINISHING_PASSES = 8
-"""How many passes of the loop :meth:`Coordinator.start_with` lets a finishing driver have
-before it waits for the driver to go."""
-_FINISHING_WAIT_S = 2.0
-"""How long, at most, :meth:`Coordinator.start_with` waits for a finishing driver: its turn's
-end has committed, only its return is left (the committing thread's hand-back, the keeper's
-stop), so the bound is only a guard against a store that hangs."""
-
-
-def _finishing(entry: _Entry) -> bool:
-    """Whether the entry's driver has nothing left to run: its turn is over, nothing is pending
-    (or it is between a request and its start unit, which a few passes do not end either)."""
-    return (entry.driver is not None
-            and (entry.turn is None or entry.turn.done() or entry.released)
-            and not entry.kinds
-            and not entry.recheck and not entry.starting and not entry.compacting)
 
 
 class Coordinator:
@@ -133,7 +85,8 @@ class Coordinator:
         """The door the slot-taking unit delivers due task notifications through."""
         self.clock = clock
         self.config = config or CoordinatorConfig()
-        self._entries: dict[str, _Entry] = {}
+        self._starter = Starter(store, outbox, runner, clock, door=self.door, instance=instance)
+        self._entries = Entries()
         self._capacity = asyncio.Semaphore(self.config.max_concurrent_turns)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
@@ -159,7 +112,7 @@ class Coordinator:
             return
         entry = self._entries.get(conversation_id)
         if entry is None:
-            entry = self._entries[conversation_id] = _Entry()
+            entry = self._entries.add(conversation_id, Entry())
         if kind is None:
             entry.recheck = True
         else:
@@ -186,34 +139,21 @@ class Coordinator:
         go, rather than write alone and leave the start to a unit of its own (one commit more
         per turn). The wait ends early if anything else asks for the conversation meanwhile.
         """
-        await self._let_finish(conversation_id)
+        await self._entries.let_finish(conversation_id)
         if self._closing or conversation_id in self._entries or self._capacity.locked():
-
-            def alone(tx: Tx) -> T:
-                cx = ConversationTx.lock(tx, conversation_id, self.clock)
-                result = write(cx)
-                # A task's end written beside a turn: its notice is accepted now, not when a
-                # turn reads it (M13); the turn holding the slot reads it at its next safe
-                # point, the next turn first.
-                journal.accept_due(cx, self.door)
-                cx.save()
-                return result
-
-            result = await self.store.transact(alone, route=conversation_id)
+            result = await self.store.transact(
+                lambda tx: self._starter.alone(tx, conversation_id, write), route=conversation_id
+            )
             self.request(conversation_id, kind, record=record)
             return result
-        entry = self._entries[conversation_id] = _Entry(starting=True)
+        entry = self._entries.add(conversation_id, Entry(starting=True))
         await self._capacity.acquire()  # free (checked above, nothing awaited since)
-
-        def unit(tx: Tx) -> tuple[T, Begin]:
-            cx = ConversationTx.lock(tx, conversation_id, self.clock)
-            result = write(cx)
-            begin = self._begin_locked(cx, frozenset({kind}), record=record)
-            cx.save()
-            return result, begin
-
         try:
-            result, begin = await self.store.transact(unit, route=conversation_id)
+            result, begin = await self.store.transact(
+                lambda tx: self._starter.begin_with(tx, conversation_id, kind, write,
+                                                    record=record),
+                route=conversation_id,
+            )
         except BaseException:
             self._capacity.release()
             entry.starting = False
@@ -223,33 +163,14 @@ class Coordinator:
         entry.driver = asyncio.create_task(self._drive(conversation_id, entry, begin))
         return result
 
-    async def _let_finish(self, conversation_id: str) -> None:
-        """Wait while the conversation's driver is finishing (see :func:`_finishing`): a few
-        passes of the loop, which is all it takes unless the committing thread is slow to hand
-        back, then on :attr:`_Entry.moved`, at most :data:`_FINISHING_WAIT_S`."""
-        for _ in range(_FINISHING_PASSES):
-            entry = self._entries.get(conversation_id)
-            if entry is None or not _finishing(entry):
-                return
-            await asyncio.sleep(0)
-        deadline = time.monotonic() + _FINISHING_WAIT_S
-        while (entry := self._entries.get(conversation_id)) is not None and _finishing(entry):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            entry.moved.clear()
-            await wait_set(entry.moved, left)
-
-    def _settle_entry(self, conversation_id: str, entry: _Entry) -> None:
+    def _settle_entry(self, conversation_id: str, entry: Entry) -> None:
         """Start a driver for what is pending, or drop the idle entry."""
         if entry.compacting or entry.starting or entry.driver is not None:
             return
         if (entry.kinds or entry.recheck) and not self._closing:
             entry.driver = asyncio.create_task(self._drive(conversation_id, entry))
         else:
-            self._entries.pop(conversation_id, None)
-            entry.idle.set()
-            entry.moved.set()
+            self._entries.drop(conversation_id, entry)
 
     def active(self, conversation_id: str) -> bool:
         """Whether a turn of the conversation is running in this process."""
@@ -270,24 +191,16 @@ class Coordinator:
         """
         called = time.monotonic_ns()
         while True:
-            await asyncio.sleep(0)
-            entry = self._entries.get(conversation_id)
-            if entry is not None:
-                await entry.idle.wait()
-                settled = entry.settled_ns
-                if settled is not None and settled > called:
-                    await asyncio.sleep(0)  # a hint already handed to the loop goes first
-                    if conversation_id not in self._entries:
-                        return
-                continue
+            if await self._entries.quiet(conversation_id, called):
+                return
             if self._closing or not await self.store.read(
-                lambda tx: self._would_start(tx, conversation_id)
+                lambda tx: self._starter.would_start(tx, conversation_id)
             ):
                 return
             self.request(conversation_id, None)
 
     async def _drive(
-        self, conversation_id: str, entry: _Entry, begun: Begin | None = None
+        self, conversation_id: str, entry: Entry, begun: Begin | None = None
     ) -> None:
         """Take the pending starts in turn until none is left. ``begun`` is a start already
         made (by :meth:`start_with`), whose capacity is already held."""
@@ -313,14 +226,11 @@ class Coordinator:
             self._settle_entry(conversation_id, entry)
 
     async def _start(
-        self, conversation_id: str, entry: _Entry, kinds: frozenset[StartKind], record: bool
+        self, conversation_id: str, entry: Entry, kinds: frozenset[StartKind], record: bool
     ) -> None:
         try:
             begin = await self.store.transact(
-                lambda tx: _written(
-                    tx, conversation_id, self.clock,
-                    lambda cx: self._begin_locked(cx, kinds, record=record),
-                ),
+                lambda tx: self._starter.begin(tx, conversation_id, kinds, record=record),
                 route=conversation_id,
             )
         except UnknownConversationError:
@@ -331,7 +241,7 @@ class Coordinator:
             return
         await self._run_begun(conversation_id, entry, begin)
 
-    async def _run_begun(self, conversation_id: str, entry: _Entry, begin: Begin) -> None:
+    async def _run_begun(self, conversation_id: str, entry: Entry, begin: Begin) -> None:
         decision = begin.decision
         for _, reason in decision.yielded:
             self.yields[reason] = self.yields.get(reason, 0) + 1
@@ -347,8 +257,7 @@ class Coordinator:
         entry.turn_started = False
         entry.released = False
         entry.turn = asyncio.create_task(self._turn(begin.plan, entry))
-        plan = begin.plan
-        keeper = _Keeper(lambda: self._keep(plan, entry), slot.keep_interval_s(self.turn_config))
+        keeper = self._starter.keeper(begin.plan, entry)
         more_work = True
         settled_ns = None
         try:
@@ -381,21 +290,13 @@ class Coordinator:
         elif not (entry.kinds or entry.recheck):
             entry.settled_ns = settled_ns  # what the turn's last unit read (see idle)
 
-    async def _turn(self, plan: TurnPlan, entry: _Entry) -> TurnOutcome:
+    async def _turn(self, plan: TurnPlan, entry: Entry) -> TurnOutcome:
         # A task cancelled before its first step never runs its body, so its cleanup would
         # never run either: until the turn has started, an interruption is only recorded, and
         # run_turn sees it on entry.
         entry.turn_started = True
         return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason,
                                           released=entry.turn_released)
-
-    @staticmethod
-    def _interrupt(entry: _Entry, reason: str) -> None:
-        entry.stop_reason = reason
-        # A turn whose end has committed is over: cancelling it now would only make it try to
-        # end a run that has ended, and lose the outcome its driver is about to read.
-        if entry.turn is not None and entry.turn_started and not entry.released:
-            entry.turn.cancel()
 
     def _retry_at(self, conversation_id: str, deadline_us: int) -> None:
         delay = max(0.0, (deadline_us - self.clock.now_us()) / 1e6)
@@ -411,34 +312,6 @@ class Coordinator:
 
         self._timers[conversation_id] = loop.call_later(delay, fire)
 
-    # -- the slot-taking unit (slot.py) -------------------------------------------------------
-
-    def _begin_locked(
-        self, cx: ConversationTx, kinds: frozenset[StartKind], *, record: bool
-    ) -> Begin:
-        """Take the slot (or yield) in ``cx``; the caller saves it -- which writes only if
-        something changed."""
-        return slot.begin(
-            cx, kinds, record=record, config=self.turn_config, outbox=self.outbox, door=self.door,
-            instance_id=self.instance.instance_id,
-        )
-
-    def _would_start(self, tx: Tx, conversation_id: str) -> bool:
-        return slot.would_start(
-            tx, conversation_id, self.clock.now_us(),
-            inputs_per_turn=self.turn_config.inputs_per_turn,
-            max_attempts=self.outbox.config.max_attempts,
-        )
-
-    async def _keep(self, plan: TurnPlan, entry: _Entry) -> None:
-        """Extend the slot while the turn runs; stop the turn when asked to from another
-        process, or when the slot was lost."""
-        reason = await slot.keep(
-            self.store, self.outbox, self.clock, plan, config=self.turn_config, first_wait=False
-        )
-        if entry.turn is not None:
-            self._interrupt(entry, reason)
-
     # -- stop (C6) ----------------------------------------------------------------------------
 
     async def stop(self, conversation_id: str, *, owner: str | None = None) -> list[RunId]:
@@ -449,15 +322,15 @@ class Coordinator:
         """
         check_id(conversation_id, "conversation id")
         runs = await self.store.transact(
-            lambda tx: _written(tx, conversation_id, self.clock,
-                                lambda cx: request_stop(cx, owner=owner)),
+            lambda tx: written(tx, conversation_id, self.clock,
+                               lambda cx: request_stop(cx, owner=owner)),
             route=conversation_id,
         )
         entry = self._entries.get(conversation_id)
         if entry is not None:
             entry.kinds = {k for k in entry.kinds if not k.automatic}
             if entry.turn is not None:
-                self._interrupt(entry, "stopped")
+                entry.interrupt("stopped")
             else:
                 entry.stopped_runs.update(runs)
         return runs
@@ -481,7 +354,7 @@ class Coordinator:
                 else "a start is queued"
             )
             raise CompactionRefusedError(conversation_id, reason)
-        entry = self._entries[conversation_id] = _Entry(compacting=True)
+        entry = self._entries.add(conversation_id, Entry(compacting=True))
         try:
             return await compaction.compact(
                 self.store, self.clock, conversation_id, owner=owner,
@@ -539,49 +412,14 @@ class Coordinator:
             timer.cancel()
         self._timers.clear()
         drivers = []
-        for entry in list(self._entries.values()):
+        for entry in self._entries:
             if entry.turn is not None:
-                self._interrupt(entry, "shutdown")
+                entry.interrupt("shutdown")
             if entry.driver is not None:
                 drivers.append(entry.driver)
         for driver in drivers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await driver
-
-
-class _Keeper:
-    """The slot's keeper of one turn, started only once the first extension is due: most
-    turns end before that, and then no task was made for it."""
-
-    def __init__(self, keep: Callable[[], Coroutine[Any, Any, None]], delay_s: float) -> None:
-        self._keep = keep
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            delay_s, self._start
-        )
-
-    def _start(self) -> None:
-        self._timer = None
-        self._task = asyncio.create_task(self._keep())
-
-    async def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        task = self._task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-def _written(
-    tx: Tx, conversation_id: str, clock: Clock, write: Callable[[ConversationTx], T]
-) -> T:
-    cx = ConversationTx.lock(tx, conversation_id, clock)
-    result = write(cx)
-    cx.save()
-    return result
 
 
 __all__ = ("Coordinator", "CoordinatorConfig", "recover_interrupted")
