@@ -10,24 +10,20 @@ conversation's feed. The SDK's routes parse, validate and serialise around it.
   ``contextId`` is posted to that conversation. The task is the input the message made.
 - ``SendMessage`` waits until the run that reads it ends or waits for a person (approval, an
   MCP server's question), unless ``returnImmediately``; then it answers the task as it stands.
-- A message naming a ``taskId`` that waits for input decides it: ``approve`` / ``deny`` (text,
-  or a data part ``{"decision": ...}``) for held tool calls; a data part ``{"action":
-  "accept", "content": {...}}`` (or the text ``decline`` / ``cancel``) for a question.
-- Streams carry the task first (placed at the position the stream starts from), then the
-  task's events from the conversation's feed (:mod:`~tidings.service.a2a.stream`: one stream
-  event per journal event, each with its position), until a final state or ``input-required``.
-  ``SubscribeToTask`` with a ``Last-Event-ID`` header resumes after that position, in any
-  process and after a restart; a task that ended is replayed from the journal, not waited on.
-  A stream starts from the conversation's journal head (one row), never by reading the journal.
+- A message naming a ``taskId`` that waits for input decides it
+  (:mod:`~tidings.service.a2a.messages`: what a message says and decides).
+- Streams carry the task first, then the task's events from the conversation's feed, until a
+  final state or ``input-required`` (:mod:`~tidings.service.a2a.stream`); ``SubscribeToTask``
+  with a ``Last-Event-ID`` header resumes after that position, in any process and after a
+  restart. A stream starts from the conversation's journal head (one row), never by reading
+  the journal.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -52,29 +48,23 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
 )
 from a2a.utils.errors import (
-    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from google.protobuf.json_format import MessageToDict
 
 from tidings.errors import (
-    ApprovalDecidedError,
     BacklogFullError,
     ConversationClosedError,
     InputQueueFullError,
     InvalidInputError,
-    QuestionDecidedError,
     RuntimeLockedError,
-    UnknownApprovalError,
     UnknownConversationError,
-    UnknownQuestionError,
 )
-from tidings.feed import Watch
 from tidings.runtime.answers import DEFAULT_TIMEOUT
+from tidings.service.a2a.messages import content_of, decide
 from tidings.service.a2a.stores import (
     Caller,
     RuntimePushConfigStore,
@@ -82,7 +72,7 @@ from tidings.service.a2a.stores import (
     caller_of,
     find_input,
 )
-from tidings.service.a2a.stream import SEQ, TaskStream
+from tidings.service.a2a.stream import last_event_id, task_events
 from tidings.service.a2a.tasks import (
     FINAL_STATES,
     MESSAGE_ID_META,
@@ -91,57 +81,17 @@ from tidings.service.a2a.tasks import (
     timestamp,
 )
 from tidings.support.policy import check_id
-from tidings.types import Answer, FeedEvent, Input, new_id
+from tidings.types import Answer, Input, new_id
 
 log = logging.getLogger("tidings.service.a2a")
 
 TITLE_CHARS = 80
 _REFUSED_AT_THE_DOOR = (InputQueueFullError, ConversationClosedError, BacklogFullError,
                         RuntimeLockedError)
-_APPROVE = {"approve", "approved", "yes", "allow"}
-_DENY = {"deny", "denied", "no", "reject"}
-_ANSWER_ACTIONS = {"accept", "decline", "cancel"}
 _STATUS_STATES = {
     "running": TaskState.TASK_STATE_WORKING,
     "awaiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED,
 }
-
-
-def content_of(message: Message) -> str:
-    """The words of an A2A message: its text parts, and its data parts as JSON, one a line.
-    Files are refused (a conversation holds words)."""
-    lines: list[str] = []
-    for part in message.parts:
-        kind = part.WhichOneof("content")
-        if kind == "text":
-            lines.append(part.text)
-        elif kind == "data":
-            lines.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
-        else:
-            raise ContentTypeNotSupportedError(
-                f"a {kind or 'empty'} part: this agent takes text and data parts")
-    text = "\n".join(lines)
-    if not text.strip():
-        raise InvalidParamsError("the message has no words")
-    return text
-
-
-def _decision(message: Message) -> dict[str, Any]:
-    """What a message sent to an input-required task decides (see the module docstring)."""
-    for part in message.parts:
-        if part.WhichOneof("content") == "data":
-            data = MessageToDict(part.data)
-            if isinstance(data, dict):
-                return data
-        elif part.WhichOneof("content") == "text":
-            word = part.text.strip().lower()
-            if word in _APPROVE:
-                return {"decision": "approve"}
-            if word in _DENY:
-                return {"decision": "deny"}
-            if word in ("decline", "cancel"):
-                return {"action": word}
-    return {}
 
 
 class TidingsRequestHandler(RequestHandler):
@@ -183,7 +133,7 @@ class TidingsRequestHandler(RequestHandler):
             item = await find_input(caller, message.task_id)
             before = await caller.runtime.conversations.head(item.conversation_id,
                                                              owner=caller.principal)
-            return await self._decide(caller, message), before
+            return await decide(caller, message), before
         text = content_of(message)
         before = 0
         if message.context_id:
@@ -253,54 +203,6 @@ class TidingsRequestHandler(RequestHandler):
         except InvalidInputError as exc:
             raise InvalidParamsError(exc.message) from None
 
-    async def _decide(self, caller: Caller, message: Message) -> Input:
-        """A message to a task that waits for input decides what it waits for."""
-        runtime, owner = caller.runtime, caller.principal
-        item = await find_input(caller, message.task_id)
-        if message.context_id and message.context_id != item.conversation_id:
-            raise InvalidParamsError(f"task {item.input_id!r} is not in context "
-                                     f"{message.context_id!r}")
-        task = await read_task(runtime, item, owner=owner, history=False)
-        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
-            raise UnsupportedOperationError(
-                f"task {item.input_id!r} does not wait for input: send a new message in its "
-                "context instead")
-        run_id = task.metadata["tidings"]["run_id"]
-        decision = _decision(message)
-        conversation_id = item.conversation_id
-        try:
-            if "decision" in decision:
-                word = str(decision["decision"]).lower()
-                if word not in _APPROVE | _DENY:
-                    raise InvalidParamsError('a decision is "approve" or "deny"')
-                for approval in await runtime.approvals_of(conversation_id, owner=owner,
-                                                           status="pending"):
-                    if approval.run_id == run_id:
-                        await runtime.decide(conversation_id, approval.approval_id,
-                                             approve=word in _APPROVE, decided_by=owner,
-                                             owner=owner)
-            elif "action" in decision:
-                action = str(decision["action"]).lower()
-                if action not in _ANSWER_ACTIONS:
-                    raise InvalidParamsError('an action is "accept", "decline" or "cancel"')
-                content = decision.get("content")
-                for question in await runtime.questions_of(conversation_id, owner=owner,
-                                                           status="pending"):
-                    if question.run_id == run_id:
-                        await runtime.answer(
-                            conversation_id, question.question_id, action=action,
-                            content=content if isinstance(content, dict) else None,
-                            decided_by=owner, owner=owner)
-                        break  # one answer per message: each question has its own form
-            else:
-                raise InvalidParamsError(
-                    'this task waits for a decision: "approve" or "deny" for a tool call, or '
-                    'a data part {"action": "accept", "content": {...}} for a question')
-        except (ApprovalDecidedError, QuestionDecidedError, UnknownApprovalError,
-                UnknownQuestionError, InvalidInputError) as exc:
-            raise InvalidParamsError(exc.message) from None
-        return item
-
     async def _wait(self, caller: Caller, item: Input) -> None:
         """Until the run that reads ``item`` ends or waits for a person (or the wait's bound)."""
         await caller.runtime.answers.wait(item, DEFAULT_TIMEOUT, until=_asking(caller))
@@ -337,8 +239,8 @@ class TidingsRequestHandler(RequestHandler):
             return
         item = admitted.input if isinstance(admitted, Answer) else admitted
         await self._register_push(params, item, context)
-        async with aclosing(self._stream(caller, item, after_seq=before,
-                                         resumed=False)) as events:
+        async with aclosing(task_events(caller, item, after_seq=before,
+                                        resumed=False)) as events:
             async for event in events:
                 yield event
 
@@ -355,34 +257,10 @@ class TidingsRequestHandler(RequestHandler):
                     "will happen to it")
             last = await caller.runtime.conversations.head(item.conversation_id,
                                                            owner=caller.principal)
-        async with aclosing(self._stream(caller, item, after_seq=last,
-                                         resumed=last_event_id(context) is not None)) as events:
+        async with aclosing(task_events(caller, item, after_seq=last,
+                                        resumed=last_event_id(context) is not None)) as events:
             async for event in events:
                 yield event
-
-    async def _stream(self, caller: Caller, item: Input, *, after_seq: int, resumed: bool
-                      ) -> AsyncGenerator[Event]:
-        """The task as it stands (placed at ``after_seq``), then its events after
-        ``after_seq`` (:class:`~tidings.service.a2a.stream.TaskStream`) until it ends or waits
-        for a person. A task that ended already has all its events in the journal: they are
-        read up to its end, never waited for."""
-        runtime, owner = caller.runtime, caller.principal
-        task = await read_task(runtime, item, owner=owner)
-        task.metadata.get_or_create_struct("tidings")[SEQ] = after_seq
-        yield task
-        run = (await runtime.answer_of(item)).run
-        stream = TaskStream(caller, item, None if run is None else str(run.run_id),
-                            resumed=resumed)
-        feed: Watch | AsyncGenerator[FeedEvent] = (
-            _journal(caller, item.conversation_id, after_seq)
-            if task.status.state in FINAL_STATES
-            else runtime.watch(item.conversation_id, after_seq=after_seq, owner=owner))
-        try:
-            async with aclosing(stream.events(feed)) as events:
-                async for event in events:
-                    yield event
-        finally:
-            await feed.aclose()
 
     # -- cancelling ------------------------------------------------------------------------
 
@@ -447,28 +325,4 @@ def _asking(caller: Caller) -> Callable[[Answer], Awaitable[bool]]:
     return asking
 
 
-def last_event_id(context: ServerCallContext) -> int | None:
-    """The position a client resumes after: its ``Last-Event-ID`` header (None: none)."""
-    headers = context.state.get("headers") or {}
-    last = str(headers.get("last-event-id", "")).strip()
-    if not last:
-        return None
-    if not last.isdigit() or len(last) > 18:
-        raise InvalidParamsError("Last-Event-ID must be a stream event's id (a position)")
-    return int(last)
-
-
-async def _journal(caller: Caller, conversation_id: str, after_seq: int
-                   ) -> AsyncGenerator[FeedEvent]:
-    """The conversation's journal after ``after_seq`` as it stands, page by page."""
-    while True:
-        page = await caller.runtime.events(conversation_id, after_seq=after_seq,
-                                           owner=caller.principal)
-        for event in page:
-            yield FeedEvent.of(event)
-        if not page:
-            return
-        after_seq = page[-1].seq
-
-
-__all__ = ("TidingsRequestHandler", "content_of")
+__all__ = ("TidingsRequestHandler", "content_of")  # content_of is messages.py's, named here too

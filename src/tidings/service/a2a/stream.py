@@ -1,5 +1,11 @@
 """A task's stream: the journal events of the run that reads the task, as A2A events.
 
+A stream carries the task first (placed at the position the stream starts from), then the
+task's events from the conversation's feed (:func:`task_events`: one stream event per journal
+event, each with its position), until a final state or ``input-required``. ``SubscribeToTask``
+with a ``Last-Event-ID`` header (:func:`last_event_id`) resumes after that position, in any
+process and after a restart; a task that ended is replayed from the journal, not waited on.
+
 One journal event makes at most one stream event, and which one depends on the event alone
 (for the run's end, on the ended run too, which no longer changes). So a position in the
 conversation's journal is a position in the task's stream, the same after a restart and in
@@ -23,8 +29,10 @@ stream resumed after a seq replays the task's events after it, each once.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
+from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.types.a2a_pb2 import (
     Artifact,
@@ -35,10 +43,13 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from a2a.utils.errors import InvalidParamsError
 
+from tidings.feed import Watch
 from tidings.service.a2a.stores import Caller
 from tidings.service.a2a.tasks import (
     ANSWER_ARTIFACT,
+    FINAL_STATES,
     history_message,
     person_words,
     read_task,
@@ -199,4 +210,52 @@ def _said(event: FeedEvent) -> Said | None:
     )
 
 
-__all__ = ("SEQ", "TaskStream", "at")
+async def task_events(caller: Caller, item: Input, *, after_seq: int, resumed: bool
+                      ) -> AsyncGenerator[Event]:
+    """The task as it stands (placed at ``after_seq``), then its events after ``after_seq``
+    (:class:`TaskStream`) until it ends or waits for a person. A task that ended already has
+    all its events in the journal: they are read up to its end, never waited for."""
+    runtime, owner = caller.runtime, caller.principal
+    task = await read_task(runtime, item, owner=owner)
+    task.metadata.get_or_create_struct("tidings")[SEQ] = after_seq
+    yield task
+    run = (await runtime.answer_of(item)).run
+    stream = TaskStream(caller, item, None if run is None else str(run.run_id),
+                        resumed=resumed)
+    feed: Watch | AsyncGenerator[FeedEvent] = (
+        _journal(caller, item.conversation_id, after_seq)
+        if task.status.state in FINAL_STATES
+        else runtime.watch(item.conversation_id, after_seq=after_seq, owner=owner))
+    try:
+        async with aclosing(stream.events(feed)) as events:
+            async for event in events:
+                yield event
+    finally:
+        await feed.aclose()
+
+
+def last_event_id(context: ServerCallContext) -> int | None:
+    """The position a client resumes after: its ``Last-Event-ID`` header (None: none)."""
+    headers = context.state.get("headers") or {}
+    last = str(headers.get("last-event-id", "")).strip()
+    if not last:
+        return None
+    if not last.isdigit() or len(last) > 18:
+        raise InvalidParamsError("Last-Event-ID must be a stream event's id (a position)")
+    return int(last)
+
+
+async def _journal(caller: Caller, conversation_id: str, after_seq: int
+                   ) -> AsyncGenerator[FeedEvent]:
+    """The conversation's journal after ``after_seq`` as it stands, page by page."""
+    while True:
+        page = await caller.runtime.events(conversation_id, after_seq=after_seq,
+                                           owner=caller.principal)
+        for event in page:
+            yield FeedEvent.of(event)
+        if not page:
+            return
+        after_seq = page[-1].seq
+
+
+__all__ = ("SEQ", "TaskStream", "at", "last_event_id", "task_events")
