@@ -172,8 +172,27 @@ _SLOW_FIRST = (
 two workers do not end with one of them alone on a long test and the other idle."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own (see _keep_groups)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))  # stable: order kept
+    if getattr(config.option, "loadgroup", False):  # a test worker under --dist loadgroup
+        _keep_groups(items)
+
+
+def _keep_groups(items: list[pytest.Item]) -> None:
+    """Give each test marked ``xdist_group`` the ``@group`` suffix on its id by which
+    ``--dist loadgroup`` keeps a group on one worker. pytest-xdist 3.8 writes it to ``_nodeid``,
+    which pytest 9.2 no longer reads (its ids are structured, in ``_id``): without this, the
+    groups are silently spread over the workers as if unmarked (pytest-xdist issue 1386).
+    Written the same way pytest-xdist writes it; a test that has its suffix is left alone."""
+    for item in items:
+        names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                 for mark in item.iter_markers("xdist_group")}
+        suffix = f"@{'_'.join(sorted(names))}"
+        if names and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest 9.2 on; before, the suffix is there
+
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 _skipped_postgres: list[str] = []

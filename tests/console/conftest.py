@@ -1,7 +1,10 @@
 """The console in a real browser: headless Chromium, driven by Selenium, against a real
 ``tidings serve`` process on a loopback port -- one server per backend and test module, on a
-database that ``tidings demo`` filled first (so the console is seen working on the demo's
-database), and one browser per module.
+database that ``tidings demo`` filled (so the console is seen working on the demo's database),
+and one browser per module. The demo runs once per backend and test session: each module's
+server gets a copy of its database (a file copy on SQLite, a database cloned from it on
+PostgreSQL), and a module's tests of one backend run together on one test worker, so that the
+set-up is done once per module and backend.
 
 The server answers with a scripted model whose replies stream in small pieces with short
 pauses, run background and foreground commands, spawn a child, fail, and hold a call for
@@ -12,6 +15,8 @@ screenshots under ``tests/artifacts/``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -236,19 +241,98 @@ def demo(database: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+class DemoDatabases:
+    """The demo's database on each backend, filled once per test session and shared by the
+    session's workers (under a file lock in the session's shared temporary folder): what a
+    module's server runs on is a copy of it. A worker drops at its end the PostgreSQL database
+    it filled; a worker that finds it gone fills it again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.built: list[tuple[str, str]] = []  # (admin, url) of what this worker filled
+
+    @contextlib.contextmanager
+    def locked(self, backend: str) -> Iterator[None]:
+        with (self.folder / f"{backend}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def sqlite(self, target: Path) -> str:
+        """A copy of the demo's SQLite database at ``target``."""
+        source = self.folder / "demo.db"
+        with self.locked("sqlite"):
+            if not source.exists():
+                building = self.folder / "building.db"
+                for stale in self.folder.glob("building.db*"):
+                    stale.unlink()
+                demo(str(building))
+                db = sqlite3.connect(building)  # the whole log into the file, then one file
+                try:
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    db.close()
+                assert not Path(f"{building}-wal").exists(), "the demo's database is one file"
+                building.rename(source)
+            shutil.copyfile(source, target)
+        return str(target)
+
+    def postgres(self, admin: str) -> str:
+        """A new database cloned from the demo's PostgreSQL database."""
+        named = self.folder / "postgres.name"
+        with self.locked("postgres"):
+            name = named.read_text("utf-8") if named.exists() else ""
+            with psycopg.connect(admin, autocommit=True) as conn:
+                present = name and conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not present:
+                url = fresh_postgres_database(admin)
+                name = url.rsplit("/", 1)[1]
+                self.built.append((admin, url))
+                demo(url)
+                named.write_text(name, "utf-8")
+            return fresh_postgres_database(admin, template=name)
+
+    def close(self) -> None:
+        with self.locked("postgres"):
+            for admin, url in self.built:
+                drop_postgres_database(admin, url)
+                with contextlib.suppress(FileNotFoundError):
+                    named = self.folder / "postgres.name"
+                    if named.read_text("utf-8") == url.rsplit("/", 1)[1]:
+                        named.unlink()
+
+
+@pytest.fixture(scope="session")
+def demo_databases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   ) -> Iterator[DemoDatabases]:
+    """The session's demo databases (see ``DemoDatabases``)."""
+    base = tmp_path_factory.getbasetemp()
+    # A test worker's temporary folder is in the session's; run alone, the session's is its own.
+    shared = base.parent if hasattr(request.config, "workerinput") else base
+    databases = DemoDatabases(shared / "console-demo")
+    try:
+        yield databases
+    finally:
+        databases.close()
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         ) -> Iterator[Site]:
-    """The console's server on each backend (ids ``sqlite`` and ``postgres``)."""
+         demo_databases: DemoDatabases) -> Iterator[Site]:
+    """The console's server on each backend (ids ``sqlite`` and ``postgres``), on a copy of the
+    demo's database."""
     folder = tmp_path_factory.mktemp(f"console-{request.param}")
     admin: str | None = None
     if request.param == "sqlite":
-        database = str(folder / "demo.db")
+        database = demo_databases.sqlite(folder / "demo.db")
     else:
         admin = request.getfixturevalue("postgres_template")
-        database = fresh_postgres_database(admin)
+        database = demo_databases.postgres(admin)
     try:
-        demo(database)
         conversation = asyncio.run(seed_conversation(database))
         extra = asyncio.run(dead_letter(database, conversation))
         webhook_dead_letter(database, conversation)
@@ -261,6 +345,18 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     finally:
         if admin is not None:
             drop_postgres_database(admin, database)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A module's tests of one backend form one group (``--dist loadgroup``): they run on one
+    worker, one after the other, around the one server the module's set-up starts for them."""
+    here = Path(__file__).parent
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if params is None or "site" not in params.params or here not in item.path.parents:
+            continue
+        item.add_marker(pytest.mark.xdist_group(f"console-{item.path.stem}-{params.params['site']}"))
 
 
 # -- the browser ---------------------------------------------------------------------------------

@@ -314,7 +314,9 @@ def test_o5_an_operator_sees_everything_and_settles_dead_letters(
     assert page.text("#me") == "operator"
     # Every principal's conversations, the demo's among them, with their owners.
     page.find("#conversations tbody tr")
-    owners = {c.text for c in page.all("#conversations tbody tr td:nth-child(2)")}
+    # Read in one go, again if the list is drawn anew meanwhile (the page's wait retries).
+    owners = page.wait(lambda d: {c.text for c in page.all(
+        "#conversations tbody tr td:nth-child(2)")}, "the owners")
     assert "alice" in owners
     page.find("#nav-operator").click()
     page.find("#instances tr[data-instance] .serving")
@@ -330,9 +332,9 @@ def test_o5_an_operator_sees_everything_and_settles_dead_letters(
     assert '"n": 1' in str(payload.get_attribute("textContent"))
     page.shot("console-dead-letters")  # docs/console-dead-letters.png is SQLite's
 
-    other = next(str(row.get_attribute("data-delivery")) for row in page.all(
+    other = page.wait(lambda d: next(str(row.get_attribute("data-delivery")) for row in page.all(
         "#dead-letters tr.letter") if row.get_attribute("data-delivery") != str(
-        site.extra_dead_letter))
+        site.extra_dead_letter)), "the demo's dead letter")
     page.find(f"#dead-letters tr[data-delivery='{other}'] button.retry").click()
     page.wait(lambda d: not page.all(f"#dead-letters tr[data-delivery='{other}']"), "retried")
     discard = f"#dead-letters tr[data-delivery='{site.extra_dead_letter}'] button.discard"
