@@ -6,6 +6,7 @@ on as before."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from tests.waiting import eventually
 from tidings.conversations.approvals import ApprovalConfig
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.runtime.root import Runtime, RuntimeConfig
+from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import Profile, Run, RunStatus
 
@@ -186,3 +188,46 @@ async def test_l5_awaiting_approval_a_held_run_is_stopped_like_a_running_one(
     assert await settle(rt, conv) == []
     runs = await rt.runs(conv)
     assert [r.status for r in runs] == [RunStatus.STOPPED, RunStatus.COMPLETED]
+
+
+async def test_l5_c1_held_calls_lend_their_place_to_the_other_conversations(
+    runtimes: RuntimeFactory,
+) -> None:
+    """Room for one turn at a time: two runs holding on calls nobody has decided yet do not
+    keep a third conversation from being answered. Decided, each takes its place back and
+    ends; and the places stay exact -- afterwards no two turns ever ran at once."""
+    deploys = Deploys()
+    slow = ScriptedModel(rules=list(MODEL.rules),
+                         default={"text": "ok", "delay_seconds": 0.05})
+    rt = await runtimes(models=[slow], tools=[deploys.tool()], config=RuntimeConfig(
+        coordinator=CoordinatorConfig(max_concurrent_turns=1)))
+    held = [(await rt.create_conversation("alice", PROFILE)).conversation_id for _ in range(2)]
+    await rt.post(held[0], "deploy twice")
+    await rt.post(held[1], "deploy it")
+    for conv in held:
+        assert [r.status for r in await settle(rt, conv)] == [RunStatus.AWAITING_APPROVAL]
+    other = (await rt.create_conversation("alice", PROFILE)).conversation_id
+    await rt.post(other, "hello")
+    assert await settle(rt, other) == []
+    [answered] = await rt.runs(other)
+    assert answered.status is RunStatus.COMPLETED
+
+    for conv in held:
+        for approval in await rt.approvals_of(conv):
+            await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    for conv in held:
+        [run] = await rt.runs(conv)
+        assert (await ended(rt, run.run_id)).status is RunStatus.COMPLETED
+    assert len(deploys.applied) == 3
+
+    # Three conversations at once, one place: their turns one after another.
+    for conv in [*held, other]:
+        await rt.post(conv, "hello again")
+    for conv in [*held, other]:
+        await settle(rt, conv)
+    runs = sorted([max(await rt.runs(conv), key=lambda r: r.started_at_us or 0)
+                   for conv in [*held, other]], key=lambda r: r.started_at_us or 0)
+    for earlier, later in itertools.pairwise(runs):
+        assert earlier.ended_at_us is not None
+        assert later.started_at_us is not None
+        assert earlier.ended_at_us <= later.started_at_us, "two turns ran at once"

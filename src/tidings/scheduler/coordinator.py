@@ -41,6 +41,7 @@ from tidings.records.instances import Instance
 from tidings.records.outbox import Outbox
 from tidings.records.transcript import ConversationTx
 from tidings.scheduler import compaction
+from tidings.scheduler.capacity import Capacity
 from tidings.scheduler.entries import Entries, Entry
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.scheduler.starter import Starter, written
@@ -87,7 +88,7 @@ class Coordinator:
         self.config = config or CoordinatorConfig()
         self._starter = Starter(store, outbox, runner, clock, door=self.door, instance=instance)
         self._entries = Entries()
-        self._capacity = asyncio.Semaphore(self.config.max_concurrent_turns)
+        self._capacity = Capacity(self.config.max_concurrent_turns)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
         self.turns_started = 0
@@ -140,14 +141,14 @@ class Coordinator:
         per turn). The wait ends early if anything else asks for the conversation meanwhile.
         """
         await self._entries.let_finish(conversation_id)
-        if self._closing or conversation_id in self._entries or self._capacity.locked():
+        if self._closing or conversation_id in self._entries or self._capacity.full():
             result = await self.store.transact(
                 lambda tx: self._starter.alone(tx, conversation_id, write), route=conversation_id
             )
             self.request(conversation_id, kind, record=record)
             return result
         entry = self._entries.add(conversation_id, Entry(starting=True))
-        await self._capacity.acquire()  # free (checked above, nothing awaited since)
+        await self._capacity.take()  # free (checked above, nothing awaited since)
         try:
             result, begin = await self.store.transact(
                 lambda tx: self._starter.begin_with(tx, conversation_id, kind, write,
@@ -155,7 +156,7 @@ class Coordinator:
                 route=conversation_id,
             )
         except BaseException:
-            self._capacity.release()
+            self._capacity.give_back()
             entry.starting = False
             self._settle_entry(conversation_id, entry)
             raise
@@ -209,7 +210,7 @@ class Coordinator:
                 try:
                     await self._run_begun(conversation_id, entry, begun)
                 finally:
-                    self._capacity.release()
+                    self._capacity.give_back()
             while (entry.kinds or entry.recheck) and not self._closing:
                 entry.settled_ns = None
                 kinds = frozenset(entry.kinds)
@@ -296,7 +297,8 @@ class Coordinator:
         # run_turn sees it on entry.
         entry.turn_started = True
         return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason,
-                                          released=entry.turn_released)
+                                          released=entry.turn_released,
+                                          for_a_person=self._capacity.lender())
 
     def _retry_at(self, conversation_id: str, deadline_us: int) -> None:
         delay = max(0.0, (deadline_us - self.clock.now_us()) / 1e6)

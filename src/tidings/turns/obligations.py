@@ -9,6 +9,7 @@ holds and calls; it writes through the turn's :class:`~tidings.turns.writer.Turn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -172,10 +173,13 @@ class TurnObligations:
         self, plan: TurnPlan, progress: TurnProgress, offered: Sequence[Tool], call: ToolCall,
         approval_id: str,
     ) -> ToolOutput:
-        """Hold the call until a person decides (L5); run it only through the fence."""
+        """Hold the call until a person decides (L5), lending the turn's place in the process
+        meanwhile; run it only through the fence."""
         assert self.approvals is not None
         approvals = self.approvals
-        approval = await approvals.wait(approval_id)
+        lend = progress.for_a_person
+        async with lend() if lend is not None else contextlib.nullcontext():
+            approval = await approvals.wait(approval_id)
         meta = {"approval_id": approval_id, "approval": approval.status}
         if approval.status == "denied":
             return ToolOutput(f"denied by {approval.decided_by}: the tool was not run",

@@ -7,6 +7,7 @@ the turn runner (which carries it out).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -124,6 +125,9 @@ class TurnProgress:
     released: Callable[[], None] | None = None
     """Called once the unit that gave the slot back committed, before any caller or watcher
     that commit wakes runs (on the thread that committed it)."""
+    for_a_person: Callable[[], AbstractAsyncContextManager[None]] | None = None
+    """A block in which the turn waits for a person's decision: its place among the turns
+    the process runs at once is lent meanwhile (the coordinator's; none: nothing is lent)."""
     turn_tasks: list[str] = field(default_factory=list)
     """Turn-lifetime tasks started by this turn, not yet drained."""
     trimmed: dict[str, int] | None = None

@@ -28,6 +28,7 @@ import functools
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import TypeVar
 
@@ -52,7 +53,7 @@ from tidings.records.results import Results
 from tidings.records.transcript import ConversationTx
 from tidings.store import Store
 from tidings.support.metrics import Metrics
-from tidings.support.tracing import Span, Tracing
+from tidings.support.tracing import Tracing
 from tidings.tasks import journal
 from tidings.tools.registry import (
     ToolOutput,
@@ -152,6 +153,7 @@ class TurnRunner:
     async def run_turn(
         self, plan: TurnPlan, *, stop_reason: Callable[[], str | None],
         released: Callable[[], None] | None = None,
+        for_a_person: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> TurnOutcome:
         """Run the model loop to a committed answer, or to a committed failure or stop.
 
@@ -159,20 +161,19 @@ class TurnRunner:
         by a person, ``shutdown``, ``slot_lost``); None means the caller's own cancellation,
         which is re-raised after the turn's state is committed. ``released`` is called once
         the unit that ends the turn (and gives its slot back) committed, before whatever that
-        commit wakes runs.
+        commit wakes runs. ``for_a_person``: see :attr:`TurnProgress.for_a_person`.
         """
+        progress = TurnProgress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs},
+                                released=released, for_a_person=for_a_person)
         with spans.turn(self.tracing, plan) as span:
-            outcome = await self._run_turn(plan, stop_reason, span, released)
+            progress.span = span
+            outcome = await self._run_turn(plan, progress, stop_reason)
             spans.turn_ended(span, outcome.run)
             return outcome
 
     async def _run_turn(
-        self, plan: TurnPlan, stop_reason: Callable[[], str | None], span: Span,
-        released: Callable[[], None] | None,
+        self, plan: TurnPlan, progress: TurnProgress, stop_reason: Callable[[], str | None],
     ) -> TurnOutcome:
-        progress = TurnProgress(pending=list(plan.inputs), taken={i.input_id for i in plan.inputs})
-        progress.span = span
-        progress.released = released
         if self.metrics is not None and plan.lease is not None and plan.lease.deliveries:
             # From the oldest fact's publication to the turn that reads it (A6).
             oldest = min(d.published_at_us for d in plan.lease.deliveries)
