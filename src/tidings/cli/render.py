@@ -8,6 +8,10 @@ says on its own -- a background task's notice, a child conversation's reply, a r
 or was stopped -- starts with ``[runtime]``. What the chat client itself reports (a lost
 connection) starts with ``[chat]``.
 
+Text is made safe and folded by :mod:`tidings.cli.text`; the lines for what waits on a person
+(a held call, a question) are :mod:`tidings.cli.words`'; all of it is printed on a
+:class:`~tidings.cli.screen.Screen`. This module re-exports their names.
+
 The agent's answer is printed piece by piece as ``message_delta`` events bring it; the
 committed message is the truth: when it differs from what was streamed, the committed text is
 printed again, and a draft that is discarded is said to be.
@@ -16,35 +20,33 @@ printed again, and a draft that is discarded is said to be.
 from __future__ import annotations
 
 import contextlib
-import html
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape as escape_markup
-
-from tidings.cli.forms import form_words, properties
+from tidings.cli.forms import properties
+from tidings.cli.screen import Screen
+from tidings.cli.text import (
+    RESULT_LINES,
+    WHOLE_HINT,
+    by_runtime,
+    escape,
+    fold,
+    result_lines,
+    runtime_summary,
+    short,
+    visible,
+)
+from tidings.cli.words import (
+    answer_command,
+    answer_words,
+    approval_command,
+    call_words,
+    decision_words,
+    progress_words,
+    question_words,
+)
 from tidings.types import Origin, RunStatus
-
-FOLD_CHARS = 100
-"""A folded line (a tool call's arguments, a tool's result, a notice) is cut here."""
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with every control character but line breaks and tabs written out (``\\x1b``):
-    what a model or a process wrote can colour nothing, move no cursor, clear no screen."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
-
-
-def escape(text: str) -> str:
-    """Text from the feed, safe inside rich markup and on a terminal."""
-    return escape_markup(visible(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,222 +58,6 @@ class FeedItem:
     type: str
     run_id: str | None
     data: Mapping[str, Any]
-
-
-def fold(text: str, limit: int = FOLD_CHARS) -> str:
-    """The first line of ``text``, at most ``limit`` characters, saying what was left out."""
-    lines = text.strip().splitlines() or [""]
-    first = lines[0]
-    rest = len(lines) - 1
-    if len(first) > limit:
-        first = first[: limit - 1] + "…"
-    elif rest:
-        first += " …"
-    return first + (f" (+{rest} lines)" if rest else "")
-
-
-RESULT_LINES = 8
-"""A tool's result shows its first lines, this many at most, each cut at ``RESULT_CHARS``;
-``tidings transcript --full`` (and ``--json``) shows it whole."""
-
-RESULT_CHARS = 200
-
-WHOLE_HINT = "tidings transcript --full shows it whole"
-
-
-def result_lines(text: str, *, full: bool = False) -> tuple[list[str], int]:
-    """A tool's result as the lines to show, and how many lines were left out (``-1``: none
-    left out, but a line was cut). ``full``: every line, whole."""
-    lines = text.strip("\n").splitlines() or [""]
-    if full:
-        return lines, 0
-    shown = [line if len(line) <= RESULT_CHARS else line[: RESULT_CHARS - 1] + "…"
-             for line in lines[:RESULT_LINES]]
-    left = len(lines) - len(shown)
-    return shown, left or (-1 if shown != lines[:RESULT_LINES] else 0)
-
-
-def _short(value: Any, limit: int = FOLD_CHARS) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_FACTS = re.compile(r"<process_facts>(.*?)</process_facts>", re.S)
-_OUTPUT = re.compile(r"<untrusted_process_output[^>]*>(.*?)</untrusted_process_output>", re.S)
-_CHILD = re.compile(
-    r'^<task_result task="([^"]*)" status="([^"]*)" conversation="([^"]*)">(.*)</task_result>$',
-    re.S)
-
-
-def runtime_summary(content: str) -> str:
-    """One line for the runtime's own words: a task's notice, a child's reply, or else the
-    first line of what it said."""
-    facts = _FACTS.search(content)
-    if facts is not None:
-        try:
-            observed = json.loads(facts.group(1))
-        except ValueError:
-            observed = None
-        if isinstance(observed, dict):
-            how = [f"exit {observed['exit_code']}" if observed.get("exit_code") is not None
-                   else f"signal {observed['signal']}" if observed.get("signal") else "",
-                   f"{observed['duration_ms'] / 1000:.1f} s"
-                   if isinstance(observed.get("duration_ms"), int | float) else ""]
-            line = f"task {observed.get('task_key', '?')} {observed.get('state', 'ended')}"
-            if any(how):
-                line += f" ({', '.join(h for h in how if h)})"
-            output = _OUTPUT.search(content)
-            if output is not None:
-                try:
-                    text = json.loads(output.group(1))
-                except ValueError:
-                    text = None
-                if isinstance(text, str) and text.strip():
-                    line += ": " + fold(text)
-            return line
-    child = _CHILD.match(content.strip())
-    if child is not None:
-        task, status, conversation, body = child.groups()
-        line = f"child {html.unescape(conversation)} ({html.unescape(task)}) {status}"
-        body = html.unescape(body)
-        return line + (": " + fold(body) if body.strip() else "")
-    return fold(content)
-
-
-def by_runtime(message: Mapping[str, Any]) -> bool:
-    """Whether a message is the runtime's own words; the feed says so (``by_runtime``), a
-    transcript's message by its kernel origin."""
-    if "by_runtime" in message:
-        return bool(message["by_runtime"])
-    try:
-        return Origin(str(message.get("origin"))).is_kernel
-    except ValueError:
-        return False
-
-
-def progress_words(d: Mapping[str, Any]) -> str:
-    """An MCP call's progress as one line: ``desk.book: 3/10 -- message``."""
-
-    def number(value: Any) -> str:
-        return f"{round(value, 2):g}" if isinstance(value, int | float) else str(value)
-
-    done = number(d.get("progress", "?"))
-    if d.get("total") is not None:
-        done += "/" + number(d["total"])
-    message = d.get("message")
-    return f"{d.get('tool', '?')}: {done}" + (f" — {message}" if message else "")
-
-
-def answer_command(conversation_id: str, question: Mapping[str, Any]) -> str:
-    """The command that answers a question, its fields left for the person to fill."""
-    schema = question.get("requested_schema")
-    fields = properties(schema) if isinstance(schema, Mapping) else {}
-    accept = " ".join(f"--field {name}=…" for name in fields) or "--accept '{}'"
-    return (f"tidings answer {conversation_id} {question.get('question_id', '?')} {accept} "
-            "(or --decline, --cancel)")
-
-
-def call_words(approval: Mapping[str, Any]) -> str:
-    """A held tool call as one line: its tool and its arguments."""
-    return f"{approval.get('tool_name', '?')} {_short(approval.get('arguments', {}))}"
-
-
-def decision_words(approval: Mapping[str, Any]) -> str:
-    """How an approval stands: ``approved by alice``, ``denied by bob``, ``expired``."""
-    status = str(approval.get("status", "?"))
-    return status + (f" by {approval['decided_by']}" if approval.get("decided_by") else "")
-
-
-def approval_command(conversation_id: str, approval_id: str) -> str:
-    """The commands that decide a held call from a shell."""
-    return (f"tidings approve {conversation_id} {approval_id} (or tidings deny "
-            f"{conversation_id} {approval_id})")
-
-
-def question_words(q: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """A question as text: its first line (who asks what) and its form's fields."""
-    kind = q.get("kind", "elicitation")
-    what = "asks" if kind == "elicitation" else "asks to use the model"
-    head = f"{q.get('asker', '?')} {what}: {q.get('message', '')}"
-    schema = q.get("requested_schema")
-    return head, form_words(schema) if isinstance(schema, Mapping) else []
-
-
-def answer_words(q: Mapping[str, Any]) -> str:
-    """How a question stands, after its first line: ``accepted by alice: {"seats": 2}``."""
-    status = str(q.get("status", "?"))
-    line = status + (f" by {q['decided_by']}" if q.get("decided_by") else "")
-    if q.get("answer") is not None:
-        line += ": " + _short(q["answer"])
-    return line
-
-
-class Screen:
-    """The terminal as the chat uses it: whole lines, one streamed line, and the prompt.
-
-    Whatever is printed while the prompt is shown first takes the prompt's line (and the
-    prompt is shown again after it by the chat); a streamed answer stays on its line until it
-    is committed, discarded, or something else must be printed.
-    """
-
-    def __init__(self, console: Console, *, prompt: str = "you> ") -> None:
-        self.console = console
-        self.prompt_text = prompt
-        self.prompt_shown = False
-        self.streaming: tuple[str, int] | None = None
-
-    def _write(self, text: str) -> None:
-        self.console.file.write(text)
-        self.console.file.flush()
-
-    def _take_line(self) -> None:
-        if self.prompt_shown:
-            self._write("\r\x1b[2K" if self.console.is_terminal else "\n")
-            self.prompt_shown = False
-
-    def end_stream(self) -> None:
-        if self.streaming is not None:
-            self._write("\n")
-            self.streaming = None
-
-    def line(self, markup: str) -> None:
-        """Print one line of rich markup (its parts from elsewhere escaped by the caller)."""
-        self._take_line()
-        self.end_stream()
-        self.console.print(markup, highlight=False, soft_wrap=True)
-
-    def stream(self, key: tuple[str, int], header: str, text: str) -> None:
-        """Append ``text`` to the streamed line of ``key`` (opened with ``header``)."""
-        self._take_line()
-        if self.streaming != key:
-            self.end_stream()
-            self.console.print(header, end="", highlight=False)
-            self.streaming = key
-        self.console.print(visible(text), end="", markup=False, highlight=False,
-                           soft_wrap=True)
-
-    def broken(self) -> None:
-        """The terminal wrote on the current line itself (``^C``): end it."""
-        if self.streaming is not None:
-            self.end_stream()
-        elif not self.prompt_shown:
-            self._write("\n")
-
-    def prompt(self) -> None:
-        if not self.prompt_shown:
-            self.end_stream()
-            self.console.print(f"[bold green]{escape(self.prompt_text)}[/]", end="",
-                               highlight=False)
-            self.prompt_shown = True
-
-    def typed(self, echo: str | None = None) -> None:
-        """The person ended a line at the prompt: the cursor is on a new line. ``echo``: the
-        line, when no terminal showed it as it was typed (input from a pipe)."""
-        if echo is not None:
-            if not self.prompt_shown:
-                self.prompt()
-            self.console.print(visible(echo), markup=False, highlight=False, soft_wrap=True)
-        self.prompt_shown = False
 
 
 AGENT = "[bold cyan]agent>[/] "
@@ -371,7 +157,7 @@ class View:
         for call in message.get("tool_calls") or ():
             if isinstance(call, Mapping):
                 self.screen.line(f"  [yellow]→ {escape(str(call.get('name')))}[/] "
-                                 f"[dim]{escape(_short(call.get('arguments', {})))}[/]")
+                                 f"[dim]{escape(short(call.get('arguments', {})))}[/]")
 
     def transcript(self, messages: Sequence[Mapping[str, Any]], *, last: int | None = None
                    ) -> None:
