@@ -10,7 +10,8 @@ and closes the store and holds the connections that are neither:
   committed transaction gives a unit anyway, a fresh snapshot per statement; a read is run
   again after a lost connection (it changes nothing);
 - wake-ups: the publish statement NOTIFYs ``tidings_signals``; one listener connection per
-  process LISTENs and fans the conversation ids out in-process;
+  process LISTENs and fans the conversation ids out in-process
+  (:mod:`tidings.store.postgres_listen`, which also connects again when it dies);
 - the feed: journal hints (NOTIFYed by the statement that writes a conversation's events, so
   they are sent at commit) and live messages (deltas of answers being written, sent on a
   connection of their own, :mod:`tidings.store.postgres_feed`) arrive on ``tidings_feed`` at
@@ -23,10 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import select
-import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +35,10 @@ from psycopg_pool import ConnectionPool
 
 from tidings.errors import StoreError
 from tidings.store.base import Row, Store, Tx
-from tidings.store.feed import FEED_CHANNEL, LIVE_PREFIX, PAYLOAD_BYTES
+from tidings.store.feed import LIVE_PREFIX, PAYLOAD_BYTES
 from tidings.store.jobs import Answerer, Job
 from tidings.store.postgres_feed import FeedPublisher
+from tidings.store.postgres_listen import Listener
 from tidings.store.postgres_tx import (
     RETRIES,
     PostgresTx,
@@ -58,21 +56,6 @@ T = TypeVar("T")
 __all__ = (
     "PostgresStore", "PostgresTx", "classify", "describe_postgres_schema", "to_psycopg",
 )
-
-
-_FEED = FEED_CHANNEL.encode("ascii")
-
-
-def _listen(dsn: str) -> psycopg.Connection[Any]:
-    """The listener's connection: wake-ups and the feed."""
-    listener = psycopg.connect(dsn, autocommit=True, application_name="tidings-listen")
-    try:
-        listener.execute("LISTEN tidings_signals")
-        listener.execute(f"LISTEN {FEED_CHANNEL}")
-    except BaseException:
-        listener.close()
-        raise
-    return listener
 
 
 def _read_only(conn: psycopg.Connection[Any]) -> None:
@@ -128,10 +111,7 @@ class PostgresStore(Store):
             configure=_read_only,
         )
         self._executor = ThreadPoolExecutor(readers, thread_name_prefix="tidings-pg-read")
-        self._listener: psycopg.Connection[Any] | None = None
-        self._listener_thread: threading.Thread | None = None
-        self._listener_lock = threading.Lock()
-        self._stop_r, self._stop_w = os.pipe()
+        self._listener = Listener(dsn, self.wakeups, self.feed)
         self._liveness: psycopg.Connection[Any] | None = None
         self._held: set[str] = set()
         self._closed = False
@@ -183,53 +163,11 @@ class PostgresStore(Store):
             self._migrate(conn)
         self._pool.open(wait=True, timeout=30)
         self._writer.start()
-        self._listener = _listen(self.dsn)
-        self._listener_thread = threading.Thread(
-            target=self._listen_loop, name="tidings-pg-listen", daemon=True
-        )
-        self._listener_thread.start()
+        self._listener.start()
 
     def _migrate(self, conn: psycopg.Connection[Row]) -> None:
         with conn.transaction():
             self.apply_migrations(PostgresTx(self.queries, conn), "the database")
-
-    def _listen_loop(self) -> None:
-        # select() on the socket, not psycopg's notifies() generator: waiting then releases the
-        # GIL completely, so the listener costs the units of work nothing while idle.
-        while not self._closed:
-            listener = self._listener
-            assert listener is not None
-            try:
-                ready, _, _ = select.select([listener.fileno(), self._stop_r], [], [], 1.0)
-                if listener.fileno() not in ready:
-                    continue
-                listener.pgconn.consume_input()
-                heard: list[str] = []
-                while (notify := listener.pgconn.notifies()) is not None:
-                    payload = notify.extra.decode("utf-8", "replace")
-                    if notify.relname == _FEED:
-                        heard.append(payload)
-                    else:
-                        self.wakeups.notify(payload)
-                self.feed.heard(heard)
-            except (psycopg.Error, OSError, ValueError):
-                if self._closed:
-                    return
-                # The listener's connection died; wake-ups missed meanwhile are re-found by
-                # polling and the sweep.
-                self._reconnect_listener()
-
-    def _reconnect_listener(self) -> None:
-        with self._listener_lock:
-            with contextlib.suppress(psycopg.Error):
-                if self._listener is not None:
-                    self._listener.close()
-            while not self._closed:
-                try:
-                    self._listener = _listen(self.dsn)
-                    return
-                except psycopg.Error:
-                    time.sleep(0.5)
 
     # -- units of work: group-committed by the writers ---------------------------------------
 
@@ -329,19 +267,13 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
+        self._listener.end()
         await self._publisher.close()
         await self._writer.stop()
         answerer = self._answerers.get(asyncio.get_running_loop())
         if answerer is not None:
             answerer.flush()  # every caller learns its outcome now, not in later passes
-        os.write(self._stop_w, b"x")
-        if self._listener_thread is not None:
-            await asyncio.to_thread(self._listener_thread.join)
-        os.close(self._stop_r)
-        os.close(self._stop_w)
-        with self._listener_lock:
-            if self._listener is not None:
-                self._listener.close()
+        await self._listener.stop()
         if self._liveness is not None:
             await asyncio.to_thread(_release_liveness, self._liveness)
         self._executor.shutdown(wait=True)
