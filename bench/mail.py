@@ -283,7 +283,7 @@ async def one_round(
                      f"only {model.waiting} of {children} children reached their model")
     if mode == "held":
         def hold(cx: ConversationTx) -> None:
-            cx.take_slot("held-by-bench", cx.now_us + 60_000_000, rt.instance_id, "run_hold")
+            cx.slot.take("held-by-bench", cx.now_us + 60_000_000, rt.instance_id, "run_hold")
 
         await rt.conversations.change(parent, hold)
 
@@ -322,7 +322,7 @@ async def one_round(
         pass_window, pass_counters = (start, now_us()), (start_counters, probe.counters())
         if mode == "held":
             def release(cx: ConversationTx) -> None:
-                cx.release_slot("held-by-bench")
+                cx.slot.release("held-by-bench")
 
             await rt.conversations.change(parent, release)
             rt.coordinator.request(parent, None)

@@ -244,7 +244,7 @@ async def test_m14_stopping_a_source_removes_its_queued_supplementary_inputs(
     # The parent is busy (a turn holds its slot), so the relayed mail waits in its queue.
 
     def hold(cx: ConversationTx) -> None:
-        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+        cx.slot.take("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
 
     await rt.conversations.change(parent, hold)
     assert await rt.relay.relay_pending() == 1
@@ -255,7 +255,7 @@ async def test_m14_stopping_a_source_removes_its_queued_supplementary_inputs(
     assert mail.state is InputState.CANCELLED
 
     def release(cx: ConversationTx) -> None:
-        cx.release_slot("held-by-test")
+        cx.slot.release("held-by-test")
 
     await rt.conversations.change(parent, release)
     rt.coordinator.request(parent, None)
@@ -360,7 +360,7 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
 
     def hold(cx: ConversationTx) -> None:  # the parent is busy: mail waits in its queue
-        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+        cx.slot.take("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
 
     await rt.conversations.change(parent, hold)
     for n in range(3):  # worker finals of run_a (each child's first report)...
@@ -376,7 +376,7 @@ async def test_m8_compatible_receipts_share_one_reply_and_a_foreign_run_goes_alo
     assert len(await child_mail(rt, parent)) == 4
 
     def release(cx: ConversationTx) -> None:
-        cx.release_slot("held-by-test")
+        cx.slot.release("held-by-test")
 
     await rt.conversations.change(parent, release)
     rt.coordinator.request(parent, None)
@@ -402,7 +402,7 @@ async def test_m8_a_batch_commits_only_on_uncut_history_else_the_head_goes_alone
         await wait_for_runs(rt, parent, n + 1)
 
     def hold(cx: ConversationTx) -> None:
-        cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
+        cx.slot.take("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_test")
 
     await rt.conversations.change(parent, hold)
     for n in range(3):  # three compatible receipts of one source run
@@ -411,7 +411,7 @@ async def test_m8_a_batch_commits_only_on_uncut_history_else_the_head_goes_alone
         assert await rt.relay.relay_pending() == 1
 
     def release(cx: ConversationTx) -> None:
-        cx.release_slot("held-by-test")
+        cx.slot.release("held-by-test")
 
     await rt.conversations.change(parent, release)
     rt.coordinator.request(parent, None)

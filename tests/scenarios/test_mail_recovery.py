@@ -33,7 +33,7 @@ async def hold(rt: Runtime, conversation: str) -> None:
     """Take the conversation's slot as a turn elsewhere would (a minute's lease)."""
 
     def take(cx: ConversationTx) -> None:
-        cx.take_slot(HELD, cx.now_us + 60_000_000, rt.instance_id, "run_held")
+        cx.slot.take(HELD, cx.now_us + 60_000_000, rt.instance_id, "run_held")
 
     await rt.conversations.change(conversation, take)
 
@@ -42,7 +42,7 @@ async def release_silently(rt: Runtime, conversation: str) -> None:
     """Free the slot the way a dying holder would: nobody is asked for a turn."""
 
     def free(cx: ConversationTx) -> None:
-        cx.release_slot(HELD)
+        cx.slot.release(HELD)
 
     await rt.conversations.change(conversation, free)
 

@@ -54,7 +54,7 @@ async def test_m16_children_are_listed_and_a_queued_request_is_cancelled_over_ht
 
         # A request queued behind a busy child is withdrawn by the cancel.
         def hold(cx: ConversationTx) -> None:
-            cx.take_slot("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_held")
+            cx.slot.take("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_held")
 
         await rt.conversations.change(first.child_conversation_id, hold)
         queued = await rt.relay.send(parent, first.child_conversation_id, "run_host", "call-2",

@@ -51,7 +51,7 @@ def queued_steers(cx: ConversationTx, limit: int) -> list[Input]:
 def in_flight(cx: ConversationTx) -> tuple[str | None, frozenset[str]]:
     """The run holding the slot, and the queued inputs it took when it started (they stay
     queued until it materializes them at its first commit)."""
-    _, _, running = cx.slot_holder()
+    _, _, running = cx.slot.holder()
     if running is None:
         return None, frozenset()
     return str(running), taken_by(cx.tx, cx.conversation_id, str(running))

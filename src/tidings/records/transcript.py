@@ -10,6 +10,9 @@ Strict pairing is enforced by the store, not by good manners: while a tool call 
 ``insert_message`` query refuses anything but its result, and this class raises
 :class:`~tidings.errors.PairingViolationError` so the whole unit rolls back.
 
+The conversation's slot (which turn, or compaction, may write, until when) lives on the same
+row: :class:`Slot` (``cx.slot``) takes, fences and releases it there, and :meth:`save` writes it.
+
 Each message is journalled as it is written: a ``message_committed`` event in the same unit,
 holding only the message's position (the feed's reads fill in the rest).
 
@@ -66,6 +69,40 @@ def _json(value: Any) -> str:
     return _ENCODER.encode(value)  # one encoder: json.dumps makes one per call with options
 
 
+class Slot:
+    """The conversation's slot as its locked row holds it: who runs a turn (or a compaction)
+    on it, until when. Changes are written by :meth:`ConversationTx.save` with the row."""
+
+    def __init__(self, cx: ConversationTx) -> None:
+        self._cx = cx
+
+    def holder(self) -> tuple[str | None, int | None, str | None]:
+        """The slot's token, deadline and run (None when free)."""
+        row = self._cx.row
+        return row["slot_token"], row["slot_deadline_us"], row["slot_run"]
+
+    def free(self) -> bool:
+        token, deadline, _ = self.holder()
+        return token is None or deadline is None or deadline <= self._cx.now_us
+
+    def take(self, token: str, deadline_us: int, instance_id: str, run_id: str) -> None:
+        self._cx.row.update(
+            slot_token=token, slot_deadline_us=deadline_us, slot_instance=instance_id,
+            slot_run=run_id,
+        )
+
+    def require(self, token: str) -> None:
+        """Fence: the caller's writes go through only while it holds the unexpired slot."""
+        held, deadline, _ = self.holder()
+        if held != token or deadline is None or deadline <= self._cx.now_us:
+            raise SlotLostError(self._cx.conversation_id)
+
+    def release(self, token: str) -> None:
+        row = self._cx.row
+        if row["slot_token"] == token:
+            row.update(slot_token=None, slot_deadline_us=None, slot_instance=None, slot_run=None)
+
+
 class ConversationTx:
     """One conversation, locked for the rest of a unit of work. Call :meth:`save` last."""
 
@@ -75,6 +112,8 @@ class ConversationTx:
         self.clock = clock
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
+        self.slot = Slot(self)
+        """The conversation's slot, on its row: hold, fence and release it here."""
         self._saved_conversation = self.conversation
         self._saved_state = tuple(map(self.row.__getitem__, STATE_COLUMNS))
         self._events: list[dict[str, Any]] = []
@@ -112,32 +151,6 @@ class ConversationTx:
         """Change fields of the conversation (written by :meth:`save`)."""
         self.conversation = replace(self.conversation, **changes)
         return self.conversation
-
-    def slot_holder(self) -> tuple[str | None, int | None, str | None]:
-        """The slot's token, deadline and run (None when free)."""
-        return self.row["slot_token"], self.row["slot_deadline_us"], self.row["slot_run"]
-
-    def slot_free(self) -> bool:
-        token, deadline, _ = self.slot_holder()
-        return token is None or deadline is None or deadline <= self.now_us
-
-    def take_slot(self, token: str, deadline_us: int, instance_id: str, run_id: str) -> None:
-        self.row.update(
-            slot_token=token, slot_deadline_us=deadline_us, slot_instance=instance_id,
-            slot_run=run_id,
-        )
-
-    def require_slot(self, token: str) -> None:
-        """Fence: the caller's writes go through only while it holds the unexpired slot."""
-        held, deadline, _ = self.slot_holder()
-        if held != token or deadline is None or deadline <= self.now_us:
-            raise SlotLostError(self.conversation_id)
-
-    def release_slot(self, token: str) -> None:
-        if self.row["slot_token"] == token:
-            self.row.update(
-                slot_token=None, slot_deadline_us=None, slot_instance=None, slot_run=None
-            )
 
     def save(self) -> None:
         """Write the unit's events and the conversation's state and counters."""

@@ -55,7 +55,7 @@ async def compact(
 
     def give_back(tx: Tx) -> None:
         cx = locked(tx)
-        cx.release_slot(token)
+        cx.slot.release(token)
         cx.save()
 
     try:
@@ -75,7 +75,7 @@ def hand_off(cx: ConversationTx, token: str, summary: str, history: Sequence[Mes
 
     Fenced by ``token``: a compaction whose slot was lost writes nothing.
     """
-    cx.require_slot(token)
+    cx.slot.require(token)
     # Summarising never erases a long-running task: the hand-off carries every active or
     # unhandled task by reference (T7).
     tasks = journal.open_references(cx)
@@ -91,7 +91,7 @@ def hand_off(cx: ConversationTx, token: str, summary: str, history: Sequence[Mes
     cx.record_event(
         "context_compacted", {"message_seq": seq, "summarized_messages": len(history)}
     )
-    cx.release_slot(token)
+    cx.slot.release(token)
     return seq
 
 

@@ -14,9 +14,9 @@ anything else -- nothing is replayed. While a turn runs, :func:`keep` extends th
 reports the moment the turn must stop: its slot was lost, or a stop was asked from anywhere.
 A compaction takes the same slot through its own gate (:func:`take_for_compaction`): refused
 while a turn holds it or a start is queued. A turn's units are fenced by the slot's token and
-its last unit releases it (the row primitives are the locked conversation's: ``take_slot``,
-``require_slot``, ``release_slot``); a person's stop asks the holder to let go
-(:func:`tidings.mail.stop.request_stop`).
+its last unit releases it (the row primitives are the locked conversation's slot,
+:class:`tidings.records.transcript.Slot`: ``take``, ``require``, ``release``); a person's stop
+asks the holder to let go (:func:`tidings.mail.stop.request_stop`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def begin(
             cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
     trigger = decision.trigger
     if trigger is None:
-        _, deadline, _ = cx.slot_holder()
+        _, deadline, _ = cx.slot.holder()
         return Begin(None, decision, deadline, cx.locked_ns)
     run_id = RunId(new_id("run"))
     deadline_us = cx.now_us + to_us(config.slot_ttl)
@@ -148,11 +148,11 @@ def begin(
 def _recover_expired(cx: ConversationTx) -> bool:
     """Whether the slot is free; a holder whose lease expired (its process died or stalled)
     is recovered from first, before anyone else writes, whether or not a turn starts now."""
-    slot_free = cx.slot_free()
-    token_held, _, _ = cx.slot_holder()
+    slot_free = cx.slot.free()
+    token_held, _, _ = cx.slot.holder()
     if slot_free and token_held is not None:
         recover_interrupted(cx)
-        cx.release_slot(token_held)
+        cx.slot.release(token_held)
     return slot_free
 
 
@@ -166,7 +166,7 @@ def _take(
         trigger=trigger.value, status=RunStatus.RUNNING.value,
         instance_id=instance_id, now_us=cx.now_us,
     )
-    cx.take_slot(token, deadline_us, instance_id, run_id)
+    cx.slot.take(token, deadline_us, instance_id, run_id)
     return token
 
 
@@ -333,7 +333,7 @@ def recover_interrupted(cx: ConversationTx) -> int:
         answered += 1
     for run_id, call_ids in calls.items():
         journal.commit_calls(cx, run_id, call_ids)  # a task such a call started is still told
-    _, _, prior = cx.slot_holder()
+    _, _, prior = cx.slot.holder()
     if prior is not None and not prior.startswith("compaction:"):
         _fail_interrupted(cx, prior)
     return answered
@@ -379,13 +379,13 @@ def take_for_compaction(
     c = cx.conversation
     if c.status is ConversationStatus.TOMBSTONED or (owner is not None and c.owner != owner):
         raise UnknownConversationError(cx.conversation_id)
-    if not cx.slot_free():
+    if not cx.slot.free():
         raise CompactionRefusedError(cx.conversation_id, "a turn is active")
     if start_queued(cx, inputs_per_turn=config.inputs_per_turn):
         raise CompactionRefusedError(cx.conversation_id, "a start is queued")
     recover_interrupted(cx)
     deadline = cx.now_us + to_us(config.slot_ttl) * 4
-    cx.take_slot(token, deadline, instance_id, f"compaction:{token[:8]}")
+    cx.slot.take(token, deadline, instance_id, f"compaction:{token[:8]}")
     return c, cx.history(config.history_messages * 5)
 
 

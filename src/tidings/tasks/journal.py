@@ -163,8 +163,8 @@ def accept_due(cx: ConversationTx, door: Door) -> list[TaskRecord]:
     (M4). A unit that changed no task made nothing due."""
     if not cx.changed_tasks:
         return []
-    _, _, running = cx.slot_holder()
-    return deliver_due(cx, door, during_run=None if cx.slot_free() else running)
+    _, _, running = cx.slot.holder()
+    return deliver_due(cx, door, during_run=None if cx.slot.free() else running)
 
 
 def join(cx: ConversationTx, door: Door, run_id: str) -> list[int]:

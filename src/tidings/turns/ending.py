@@ -215,7 +215,7 @@ class TurnEnding:
                 if e.get("model") and e.get("kind") in ("retryable", "permanent")
             ))
         cx.record_event("turn_status", data, plan.run_id)
-        cx.release_slot(plan.slot_token)
+        cx.slot.release(plan.slot_token)
         if progress.released is not None:
             cx.tx.after_commit(progress.released)
         # Read under the lock, before the slot is released: what it shows was committed

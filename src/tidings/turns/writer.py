@@ -38,7 +38,7 @@ class TurnWriter:
 
         def unit(tx: Tx) -> tuple[T, list[Message]]:
             cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
-            cx.require_slot(plan.slot_token)
+            cx.slot.require(plan.slot_token)
             result = write(cx)
             cx.save()
             return result, cx.appended
