@@ -3,8 +3,9 @@ watchers in this process and (on PostgreSQL) written in any process of the clust
 
 :mod:`~tidings.feed.hub` holds a runtime's drafts and watchers; :mod:`~tidings.feed.watch` is
 one watcher; :mod:`~tidings.feed.channel` one watched conversation; :mod:`~tidings.feed.drafts`
-the answers in progress; :mod:`~tidings.feed.publisher` and :mod:`~tidings.feed.wire` the live
-messages between processes.
+the answers in progress; :mod:`~tidings.feed.peers` the other processes' hubs (what they watch
+and ask for); :mod:`~tidings.feed.publisher` and :mod:`~tidings.feed.wire` the live messages
+between processes.
 """
 
 from tidings.feed.drafts import MESSAGE_DELTA, MESSAGE_DISCARDED, Draft

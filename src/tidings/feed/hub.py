@@ -11,13 +11,10 @@ watcher of a conversation in this process, without polling.
 - **A slow poll** (``poll``, about a second) asks, in one query for every watched
   conversation, how far their journals are: a lost hint costs that much latency, never an
   event. It is the only way commits of other SQLite processes arrive (their deltas do not).
-- **Joining mid-answer.** A process that starts watching while another process writes an
-  answer asks for it (a snapshot request); the writer sends its draft again from offset 0.
-- **Only to processes that watch.** A draft's pieces go to other processes only while one of
-  them watches the conversation: it says so with its snapshot request and renews it with a
-  watch notice every few seconds (``_RENEW_US``); a notice not renewed lapses
-  (``_WATCHED_US``). A turn nobody elsewhere watches sends nothing (a round trip, and a wake-up
-  of every process, per piece).
+- **Other processes** (:class:`~tidings.feed.peers.Peers`): what is heard of them passes
+  through the hub to its channels; what they watch and ask for, and what this process sends
+  them of its drafts, is :mod:`tidings.feed.peers` (joining mid-answer, and pieces only to
+  processes that watch).
 """
 
 from __future__ import annotations
@@ -34,24 +31,15 @@ from tidings.clock import Clock
 from tidings.errors import StoreError
 from tidings.feed.channel import Channel
 from tidings.feed.drafts import Draft, DraftKey, delta_event, discarded_event
-from tidings.feed.publisher import Publisher
+from tidings.feed.peers import Peers
 from tidings.feed.watch import Reader, ReadPage, Watch
-from tidings.feed.wire import DELTA, DISCARD, REQUEST, WATCH, Live, decode
+from tidings.feed.wire import DISCARD, REQUEST, WATCH, decode
 from tidings.store import Row, Store, Tx
 from tidings.store.feed import FeedSubscription
 from tidings.support.policy import check_position
 from tidings.types import new_id
 
 log = logging.getLogger("tidings.feed")
-
-_ASK_AGAIN_US = 500_000
-"""How soon a watching process may ask a conversation's writers for their drafts again."""
-
-_RENEW_US = 3_000_000
-"""How often a watching process tells the others that it still watches its conversations."""
-
-_WATCHED_US = 10_000_000
-"""How long another process's word that it watches a conversation holds, unrenewed."""
 
 
 def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[[str], None], arg: str) -> None:
@@ -78,13 +66,10 @@ class FeedHub:
         self.hub_id = new_id("feed")
         self._channels: dict[str, Channel] = {}
         self._drafts: dict[str, dict[DraftKey, Draft]] = {}
-        self._publisher = Publisher(store)
+        self._peers = Peers(store, self.hub_id, self.now_us)
         self._subscription: FeedSubscription | None = None
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
-        self._elsewhere: dict[str, int] = {}  # watched by another process, until (µs)
-        self._renewed_at_us = 0
-        self._pruned_at_us = 0
 
     def now_us(self) -> int:
         return self.clock.now_us()
@@ -108,17 +93,11 @@ class FeedHub:
         if channel is not None:
             channel.live(delta_event(draft.conversation_id, draft.key, offset, piece,
                                           self.now_us()))
-        if self._watched_elsewhere(draft.conversation_id):
-            run_id, step = draft.key
-            self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
-                                      offset, piece))
+        self._peers.drafted(draft, offset, piece)
 
     def sealed(self, draft: Draft) -> None:
         self._forget(draft)
-        if self._watched_elsewhere(draft.conversation_id):
-            run_id, step = draft.key
-            self._publisher.send(Live(DELTA, self.hub_id, draft.conversation_id, run_id, step,
-                                      draft.length, "", final=True))
+        self._peers.sealed(draft)
 
     def discarded(self, draft: Draft, reason: str) -> None:
         self._forget(draft)
@@ -126,28 +105,7 @@ class FeedHub:
         if channel is not None:
             channel.live(discarded_event(draft.conversation_id, draft.key, reason,
                                               self.now_us()))
-        if self._watched_elsewhere(draft.conversation_id):
-            run_id, step = draft.key
-            self._publisher.send(Live(DISCARD, self.hub_id, draft.conversation_id, run_id, step,
-                                      reason=reason))
-
-    def _watched_elsewhere(self, conversation_id: str) -> bool:
-        """Whether another process said lately that it watches the conversation."""
-        until = self._elsewhere.get(conversation_id)
-        if until is None:
-            return False
-        if until < self.now_us():
-            del self._elsewhere[conversation_id]
-            return False
-        return True
-
-    def _forget_lapsed(self) -> None:
-        """Drop the notices that lapsed (at most once per lapse time: the map stays as large
-        as what other processes watch now, not as what they ever watched)."""
-        now = self.now_us()
-        if now - self._pruned_at_us >= _WATCHED_US:
-            self._pruned_at_us = now
-            self._elsewhere = {c: until for c, until in self._elsewhere.items() if until >= now}
+        self._peers.discarded(draft, reason)
 
     def _forget(self, draft: Draft) -> None:
         drafts = self._drafts.get(draft.conversation_id)
@@ -188,7 +146,7 @@ class FeedHub:
                 self.store, watch.conversation_id, self.now_us
             )
             channel.start()
-            self._ask_for_drafts(channel)
+            self._peers.ask_for_drafts(channel)
             self._want_hints()
             if self._poller is None or self._poller.done():
                 self._poller = asyncio.create_task(self._poll(), name="tidings-feed-poll")
@@ -217,18 +175,12 @@ class FeedHub:
         if self._subscription is not None:
             self._subscription.journal = bool(self._channels)
 
-    def _ask_for_drafts(self, channel: Channel) -> None:
-        now = self.now_us()
-        if self._publisher.reaches_peers and now - channel.asked_at_us >= _ASK_AGAIN_US:
-            channel.asked_at_us = now
-            self._publisher.send(Live(REQUEST, self.hub_id, channel.conversation_id))
-
     # -- what the store hears -----------------------------------------------------------------
 
     def start(self) -> None:
         """Listen from now on (a draft or a watch would start it anyway): on a store that
         reaches other processes, their watchers' notices are heard before any turn here."""
-        if self._publisher.reaches_peers:
+        if self._peers.reachable:
             self._listen()
 
     def _listen(self) -> None:
@@ -248,12 +200,7 @@ class FeedHub:
             if live is None or live.hub == self.hub_id:
                 continue  # not understood, or this hub's own
             if live.kind in (REQUEST, WATCH):
-                news = not self._watched_elsewhere(live.conversation_id)
-                self._elsewhere[live.conversation_id] = self.now_us() + _WATCHED_US
-                self._forget_lapsed()
-                if live.kind == REQUEST or news:
-                    # Its pieces went nowhere until now (or it asks): the draft from offset 0.
-                    self._resend(live.conversation_id)
+                self._peers.noticed(live, self._drafts.get(live.conversation_id, {}).values())
                 continue
             channel = self._channels.get(live.conversation_id)
             if channel is None:
@@ -262,13 +209,7 @@ class FeedHub:
             if live.kind == DISCARD:
                 channel.remote_discard(key, live.reason)
             elif channel.remote_delta(key, live.offset, live.text, live.final):
-                self._ask_for_drafts(channel)
-
-    def _resend(self, conversation_id: str) -> None:
-        for draft in self._drafts.get(conversation_id, {}).values():
-            run_id, step = draft.key
-            self._publisher.resend(Live(DELTA, self.hub_id, conversation_id, run_id, step, 0,
-                                        draft.text))
+                self._peers.ask_for_drafts(channel)
 
     async def _poll(self) -> None:
         """The slow poll: one query for every watched conversation's journal head (and, every
@@ -277,7 +218,7 @@ class FeedHub:
             await self.clock.sleep(self.poll_s)
             if not self._channels:
                 return
-            self._renew()
+            self._peers.renew(self._channels)
             try:
                 rows = await self.store.read(functools.partial(
                     _heads, conversation_ids=list(self._channels)
@@ -286,13 +227,6 @@ class FeedHub:
                 log.warning("feed poll: %s (%s)", exc.code, exc.message)
                 continue
             self._journal_hints({r["conversation_id"]: int(r["last_event_seq"]) for r in rows})
-
-    def _renew(self) -> None:
-        now = self.now_us()
-        if self._publisher.reaches_peers and now - self._renewed_at_us >= _RENEW_US:
-            self._renewed_at_us = now
-            self._publisher.announce([Live(WATCH, self.hub_id, conversation_id)
-                                      for conversation_id in self._channels])
 
     # -- closing ------------------------------------------------------------------------------
 
@@ -313,7 +247,7 @@ class FeedHub:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
-        await self._publisher.close()
+        await self._peers.close()
 
 
 __all__ = ("FeedHub",)
