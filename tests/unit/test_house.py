@@ -16,22 +16,12 @@ import tidings
 SRC = Path(tidings.__file__).parent
 MAX_LINES = 450
 MAX_METHODS = 20
-ROOT = {"__init__.py", "__main__.py", "clock.py", "errors.py", "logs.py", "types.py"}
+ROOT = {"__init__.py", "__main__.py", "clock.py", "logs.py"}
+VOCABULARY = {"errors", "types"}  # packages: the errors by concern, the types by concern
 
 # Over the bound when it was set; the size then. Shrink them, never grow them.
-LONG_MODULES = {
-    "runtime/root.py": 588,
-    "scheduler/coordinator.py": 587, "service/routes.py": 564,
-    "service/schemas/__init__.py": 542, "errors.py": 541, "records/outbox.py": 529,
-    "cli/render.py": 511, "conversations/catalog.py": 501, "types.py": 500, "cli/chat.py": 490,
-    "agents/children.py": 486, "tasks/service.py": 485, "mail/relay.py": 475,
-    "service/a2a/handler.py": 474, "tasks/journal.py": 469,
-}
-LARGE_CLASSES = {
-    "runtime/root.py:Runtime": 44, "client/api.py:Client": 44, "feed/hub.py:FeedHub": 25,
-    "scheduler/coordinator.py:Coordinator": 23, "records/transcript.py:ConversationTx": 22,
-    "agents/children.py:RemoteChildren": 22, "store/postgres.py:PostgresStore": 21,
-}
+LONG_MODULES = {"runtime/root.py": 588}
+LARGE_CLASSES = {"runtime/root.py:Runtime": 44, "client/api.py:Client": 44}
 
 
 def _modules() -> dict[str, Path]:
@@ -54,7 +44,8 @@ def test_house_the_root_keeps_the_public_api_and_the_vocabulary() -> None:
     root = {p.name for p in SRC.glob("*.py")}
     assert root == ROOT
     packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
-    assert {"scheduler", "records", "conversations", "runtime", "support"} <= packages
+    assert {*VOCABULARY, "scheduler", "records", "conversations", "runtime", "support"} <= (
+        packages)
 
 
 def test_house_no_module_grows_past_its_bound() -> None:
