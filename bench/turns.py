@@ -524,16 +524,17 @@ class TimedSql:
 def timed_sql(store: Store) -> Iterator[TimedSql | None]:
     """SQLite's writer connection timed while inside (None on PostgreSQL, whose statements run
     on the writer threads' connections, in pipelines)."""
-    conn = getattr(store, "_writer", None)
+    writer = getattr(store, "_loop_writer", None)  # SQLite's group-committing writer
+    conn = getattr(writer, "conn", None)
     if not isinstance(conn, sqlite3.Connection):
         yield None
         return
     timed = TimedSql(conn)
-    setattr(store, "_writer", timed)  # noqa: B010 -- this store, for the breakdown only
+    setattr(writer, "conn", timed)  # noqa: B010 -- this store, for the breakdown only
     try:
         yield timed
     finally:
-        setattr(store, "_writer", conn)  # noqa: B010
+        setattr(writer, "conn", conn)  # noqa: B010
 
 
 async def unit_breakdown(
