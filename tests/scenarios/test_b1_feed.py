@@ -42,7 +42,7 @@ from tidings import (
     TurnConfig,
     UnknownConversationError,
 )
-from tidings.conversations import catalog
+from tidings.conversations import journal as journal_of_conversation
 from tidings.errors import ModelError, ModelErrorKind
 from tidings.feed import Watch, channel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
@@ -410,7 +410,7 @@ async def test_b1_many_watchers_of_one_conversation_share_one_reader(
     runtimes: RuntimeFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads: list[str] = []
-    read_events = catalog.read_events
+    read_events = journal_of_conversation.read_events
 
     def counted(tx: Tx, conversation_id: str, **kwargs: Any) -> Any:
         reads.append(conversation_id)

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from tests.conftest import RuntimeFactory
 from tests.scenarios.test_tasks import wait_for_runs
-from tidings.mail.relay import ChildRequest, consume_in_run
+from tidings.mail.child_requests import ChildRequest, consume_in_run
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.transcript import ConversationTx
 from tidings.runtime.root import Runtime, RuntimeConfig

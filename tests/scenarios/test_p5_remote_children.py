@@ -21,7 +21,7 @@ from tests.a2a_agents import TOKEN, TOKEN_ENV, cancelled, received, remote_agent
 from tests.conftest import Backend
 from tests.waiting import eventually
 from tidings import Origin, Profile, RemoteAgent, Rule, Runtime, ScriptedModel
-from tidings.mail.relay import ChildRequest
+from tidings.mail.child_requests import ChildRequest
 from tidings.types import Message, RunStatus, StartKind
 
 WITHIN_S = 15.0

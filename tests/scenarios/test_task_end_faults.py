@@ -202,7 +202,7 @@ async def test_t2_record_end_of_an_ended_task_answers_not_recorded_and_counts_on
     assert ended.state is TaskState.EXITED
     assert _ended_total(rt) == 1
 
-    again = await rt.tasks.record_end(
+    again = await rt.tasks.ends.record_end(
         ConversationId(cid), task.task_key, TaskEnd(TaskState.KILLED, signal="SIGKILL"))
 
     assert again is False

@@ -12,7 +12,9 @@ from typing import Any
 from rich.console import Console
 
 from tidings.cli.chat import Runs
-from tidings.cli.render import FeedItem, Screen, View, fold, runtime_summary
+from tidings.cli.render import FeedItem, View
+from tidings.cli.screen import Screen
+from tidings.cli.text import fold, runtime_summary
 from tidings.types import RunStatus
 
 

@@ -17,8 +17,8 @@ from rich.markup import escape
 from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
 from tidings.cli.client import client_options, listing_options, print_found
-from tidings.cli.render import approval_command, call_words, decision_words
 from tidings.cli.sessions import http_session
+from tidings.cli.words import approval_command, call_words, decision_words
 
 
 def show(conversation_id: str, approval: dict[str, Any]) -> None:

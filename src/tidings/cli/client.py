@@ -21,8 +21,8 @@ from rich.markup import escape
 
 from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
-from tidings.cli.render import (
-    WHOLE_HINT,
+from tidings.cli.text import WHOLE_HINT
+from tidings.cli.words import (
     answer_command,
     answer_words,
     approval_command,

@@ -22,7 +22,8 @@ import click
 from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
 from tidings.cli.client import DEFAULT_URL
-from tidings.cli.render import Screen, View
+from tidings.cli.render import View
+from tidings.cli.screen import Screen
 from tidings.cli.sessions import http_session, profile_of, transcript_pages
 
 

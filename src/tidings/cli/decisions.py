@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidings.cli.forms import FormError, parse_answer
-from tidings.cli.render import FeedItem, View, escape
+from tidings.cli.render import FeedItem, View
 from tidings.cli.sessions import Session
+from tidings.cli.text import escape
 from tidings.errors import TidingsError
 from tidings.types import RunStatus
 

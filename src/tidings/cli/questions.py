@@ -18,8 +18,8 @@ from tidings.cli.app import console, main
 from tidings.cli.app import run as run_async
 from tidings.cli.client import client_options, listing_options, print_found
 from tidings.cli.forms import FormError, parse_fields, parse_json
-from tidings.cli.render import answer_command, answer_words, question_words
 from tidings.cli.sessions import http_session
+from tidings.cli.words import answer_command, answer_words, question_words
 
 
 def show(conversation_id: str, question: dict[str, Any]) -> None:

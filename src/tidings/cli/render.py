@@ -27,7 +27,6 @@ from typing import Any
 from tidings.cli.forms import properties
 from tidings.cli.screen import Screen
 from tidings.cli.text import (
-    RESULT_LINES,
     WHOLE_HINT,
     by_runtime,
     escape,
@@ -35,12 +34,9 @@ from tidings.cli.text import (
     result_lines,
     runtime_summary,
     short,
-    visible,
 )
 from tidings.cli.words import (
-    answer_command,
     answer_words,
-    approval_command,
     call_words,
     decision_words,
     progress_words,
@@ -291,7 +287,4 @@ class View:
                          + (f" ({escape(str(code))})" if code else ""))
 
 
-__all__ = ("RESULT_LINES", "WHOLE_HINT", "FeedItem", "Screen", "View", "answer_command",
-           "answer_words", "approval_command", "by_runtime", "call_words", "decision_words",
-           "escape", "fold", "progress_words", "question_words", "result_lines",
-           "runtime_summary", "visible")
+__all__ = ("FeedItem", "View")

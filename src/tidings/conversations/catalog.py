@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tidings.clock import Clock
-from tidings.conversations.history import MAX_PAGE, History, check_page
-from tidings.conversations.journal import committed_data, read_events
+from tidings.conversations.history import History, check_page
 from tidings.errors import InvalidInputError, UnknownConversationError, UnknownModelOrToolError
 from tidings.records.rows import conversation_from_row, encode_profile, run_status
-from tidings.records.transcript import MESSAGE_COMMITTED, ConversationTx
+from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import check_cursor, check_id, check_text
 from tidings.types import (
@@ -280,6 +279,6 @@ class Conversations(History):
 
 
 __all__ = (
-    "MAX_PAGE", "MESSAGE_COMMITTED", "ConversationSummary", "Conversations", "Registered",
-    "RunGlance", "check_profile", "check_registered", "committed_data", "read_events",
+    "ConversationSummary", "Conversations", "Registered", "RunGlance", "check_profile",
+    "check_registered",
 )

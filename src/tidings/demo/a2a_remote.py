@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 from tidings.agents import RemoteAgent
 from tidings.demo.checks import Check
 from tidings.demo.timeline import Snapshot, Timeline, snapshot
-from tidings.mail.relay import ChildRequest
+from tidings.mail.child_requests import ChildRequest
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.results import MasterKey
 from tidings.runtime.root import Runtime, RuntimeConfig

@@ -17,7 +17,7 @@ from rich.markup import escape
 from tidings.conversations.lifecycle import RESTART_COMPLETED
 from tidings.demo.timeline import Snapshot
 from tidings.feed import MESSAGE_DELTA
-from tidings.mail.relay import ChildRequest
+from tidings.mail.child_requests import ChildRequest
 from tidings.store import Store, Tx
 from tidings.tasks.notify import NOTIFICATION_KIND, Notify, TaskState
 from tidings.types import FeedEvent, Input, Message, Origin, StartKind

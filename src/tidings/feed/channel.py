@@ -28,7 +28,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from tidings.conversations.catalog import MAX_PAGE, read_events
+from tidings.conversations.history import MAX_PAGE
+from tidings.conversations.journal import read_events
 from tidings.errors import StoreError
 from tidings.feed.drafts import (
     MESSAGE_DELTA,

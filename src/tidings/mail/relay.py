@@ -27,17 +27,8 @@ from tidings.errors import InputQueueFullError, InvalidInputError, UnknownConver
 from tidings.mail.child_requests import (
     CHILD_REQUEST,
     CHILD_TASK_PREFIX,
-    REPLY_LIMIT_CHARS,
-    Cancelled,
     ChildRequest,
-    answer,
-    cancel_request,
-    cancel_run,
-    consume_in_run,
-    owned_replies,
     request_from_row,
-    started_reply_to,
-    withdraw,
 )
 from tidings.mail.door import Door, kernel_author
 from tidings.records.transcript import ConversationTx
@@ -293,21 +284,4 @@ class ChildRelay:
         return [request_from_row(r) for r in rows]
 
 
-__all__ = (  # the requests' names too, where the rest of tidings has always found them
-    "CHILD_REQUEST",
-    "CHILD_TASK_PREFIX",
-    "REPLY_LIMIT_CHARS",
-    "Cancelled",
-    "ChildRelay",
-    "ChildRequest",
-    "answer",
-    "cancel_request",
-    "cancel_run",
-    "consume_in_run",
-    "owned_replies",
-    "render",
-    "request_from_row",
-    "started_reply_to",
-    "withdraw",
-    "worker_final",
-)
+__all__ = ("ChildRelay", "render", "worker_final")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from tidings.conversations.catalog import Conversations
 from tidings.errors import UnknownConversationError, UnknownRunError, UnknownTaskError
-from tidings.mail import queue, relay
-from tidings.mail.relay import Cancelled
+from tidings.mail import child_requests, queue
+from tidings.mail.child_requests import Cancelled
 from tidings.records.transcript import ConversationTx
 from tidings.types import ConversationStatus, RunId, RunStatus
 
@@ -69,10 +69,10 @@ def stop_source(cx: ConversationTx, run_id: str, cancel_tasks: CancelTasks) -> S
     if row is None or row["conversation_id"] != cx.conversation_id:
         raise UnknownRunError(run_id)
     cancelled = queue.cancel_supplementary(cx, run_id)  # its tasks' unread notices too
-    requests = relay.cancel_run(cx, run_id)
+    requests = child_requests.cancel_run(cx, run_id)
     cancel_tasks(cx, run_id)
     # A supplementary reply to this source that has started is not delivered (M14).
-    answering = relay.started_reply_to(cx, run_id)
+    answering = child_requests.started_reply_to(cx, run_id)
     cx.record_event("run_stopped", {
         "run_public_id": run_id, "cancelled_inputs": cancelled,
         "cancelled_requests": [r.task_key for r in requests],
@@ -87,7 +87,7 @@ def cancel_child_request(cx: ConversationTx, task_key: str) -> list[Cancelled]:
     if cx.tx.one("child_request_by_key", parent_conversation_id=cx.conversation_id,
                  task_key=task_key) is None:
         raise UnknownTaskError(task_key)
-    return relay.cancel_request(cx, task_key)
+    return child_requests.cancel_request(cx, task_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,7 @@ class StopCascade:
             try:
                 child_run = await self.conversations.change(
                     request.child_conversation_id,
-                    functools.partial(relay.withdraw, cancelled=request),
+                    functools.partial(child_requests.withdraw, cancelled=request),
                 )
             except UnknownConversationError:
                 continue  # a child deleted since: nothing below it is owed

@@ -206,7 +206,7 @@ class MCPTasks:
     async def _follow(self, task: Followed) -> None:
         try:
             end = await self._until_ended(task)
-            await self.background.record_end(task.conversation_id, task.task_key, end)
+            await self.background.ends.record_end(task.conversation_id, task.task_key, end)
             await self._connections[task.server].asking.task_ended(task.conversation_id,
                                                                    task.task_key)
         except asyncio.CancelledError:

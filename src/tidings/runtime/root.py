@@ -31,9 +31,9 @@ from tidings.conversations.lifecycle import RestartRequest, accept_restart
 from tidings.conversations.questions import Question, Questions
 from tidings.errors import UnknownProfileError
 from tidings.feed import FeedHub, Watch
-from tidings.mail import relay
+from tidings.mail.child_requests import Cancelled, ChildRequest
 from tidings.mail.door import Door
-from tidings.mail.relay import ChildRelay, ChildRequest
+from tidings.mail.relay import ChildRelay
 from tidings.mail.stop import StopCascade
 from tidings.mcp import MCPServer, MCPServers
 from tidings.models.base import Model
@@ -268,7 +268,7 @@ class Runtime(BackgroundViews):
                 await self.store.close()
 
     async def _close_supervisor(self) -> None:
-        self.tasks.close()  # a process's end is no longer retried for long
+        self.tasks.ends.close()  # a process's end is no longer retried for long
         await self.supervisor.close()
 
     # -- conversations ------------------------------------------------------------------------
@@ -454,7 +454,7 @@ class Runtime(BackgroundViews):
     @mutation
     async def cancel_child(
         self, parent_id: str, task_key: str, *, owner: str | None = None
-    ) -> list[relay.Cancelled]:
+    ) -> list[Cancelled]:
         """Cancel one request the parent opened (a spawn or a send, by its task key), in
         cascade (M16). Returns what was cancelled, the request first -- the canceller is told,
         even what lay below; empty when its reply was relayed or consumed already."""

@@ -73,7 +73,7 @@ class SlowSweep(Sweep):
         self._remote_tasks = remote_tasks
 
     async def sweep_once(self) -> None:
-        await self._tasks.reconcile_lost(remote=self._remote_tasks)
+        await self._tasks.ends.reconcile_lost(remote=self._remote_tasks)
         # A restart whose instance went while this one runs is completed here, not only by
         # the next instance to boot (one completion: the settle is fenced).
         await complete_restarts(self._store, self._outbox, self._instance, self._clock)
@@ -118,7 +118,7 @@ class Takeover:
         """Their tasks are lost (their processes died with them); their conversations --
         whose slots were voided when the instance was known dead, or have expired -- are
         looked at again; their accepted restarts completed (L2), their replies relayed."""
-        await self._tasks.reconcile_lost(remote=self._remote_tasks)
+        await self._tasks.ends.reconcile_lost(remote=self._remote_tasks)
         if self._remote is not None:
             await self._remote()  # remote children's tasks run on at their agents (P5)
         await self._conversations()

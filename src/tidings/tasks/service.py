@@ -42,7 +42,7 @@ from tidings.tasks.supervisor import (
     Supervisor,
     process_identity,
 )
-from tidings.types import ConversationId, ToolContext
+from tidings.types import ToolContext
 
 log = logging.getLogger("tidings.tasks")
 
@@ -227,24 +227,6 @@ class BackgroundTasks:
             running = self.supervisor.get(task_key)
             if running is not None:
                 running.kill()
-
-    async def record_end(
-        self, conversation_id: ConversationId, task_key: str, end: TaskEnd
-    ) -> bool:
-        """Record how a task ended, in one unit (see :meth:`TaskEnds.record_end`)."""
-        return await self.ends.record_end(conversation_id, task_key, end)
-
-    def close(self) -> None:
-        """The runtime is closing: ends still failing to commit are tried only a few more
-        times, at once, so that the shutdown is not held up. Idempotent."""
-        self.ends.close()
-
-    async def reconcile_lost(
-        self, *, remote: RemoteTasks | None = None, limit: int = 500
-    ) -> int:
-        """Mark the tasks of gone instances ``lost``, or adopt the MCP tasks ``remote`` can
-        follow (see :meth:`TaskEnds.reconcile_lost`). Returns how many were marked."""
-        return await self.ends.reconcile_lost(remote=remote, limit=limit)
 
 
 __all__ = (

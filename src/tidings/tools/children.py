@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from tidings.errors import InvalidInputError
-from tidings.mail.relay import Cancelled, ChildRelay, ChildRequest, render
+from tidings.mail.child_requests import Cancelled, ChildRequest
+from tidings.mail.relay import ChildRelay, render
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidings.errors import InvalidInputError, UnknownResultError
-from tidings.mail.relay import CHILD_TASK_PREFIX, request_from_row
+from tidings.mail.child_requests import CHILD_TASK_PREFIX, request_from_row
 from tidings.records.results import Results, dropped_from
 from tidings.store import Store
 from tidings.tasks.journal import TaskRecord, task_from_row

@@ -17,7 +17,7 @@ from typing import Any
 from tidings.conversations.approvals import Approvals
 from tidings.conversations.questions import expire_run_questions
 from tidings.errors import CommitOutcomeUnknownError, SlotLostError, StaleLeaseError, TidingsError
-from tidings.mail import relay
+from tidings.mail import child_requests
 from tidings.mail.batching import combined_sources, receipt_of
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply
@@ -82,7 +82,7 @@ class TurnEnding:
                 self.outbox.ack(cx.tx, plan.lease)
             self.obligations.settle_turn_tasks(cx, plan, progress, stopped=False)
             # A request a parent opened in this (child) conversation is answered (M16).
-            answered = [relay.answer(cx, item, status="completed", text=reply.text,
+            answered = [child_requests.answer(cx, item, status="completed", text=reply.text,
                                      run_id=plan.run_id) for item in plan.inputs]
             progress.child_replied = any(answered)
             # Tasks that ended during the turn are delivered now, for the next turn to read.
@@ -145,7 +145,7 @@ class TurnEnding:
                 # The parent is told how its request ended; a run that needs attention may
                 # still answer it after a retry.
                 text = f"(the child's turn ended {failure.status.value}: {failure.code})"
-                answered = [relay.answer(cx, item, status=failure.status.value, text=text,
+                answered = [child_requests.answer(cx, item, status=failure.status.value, text=text,
                                          run_id=plan.run_id) for item in plan.inputs]
                 progress.child_replied = any(answered)
             # Delivered stays, consumed does not; the error is kept with them (T5).

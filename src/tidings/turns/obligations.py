@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from tidings.clock import to_us
 from tidings.conversations.approvals import Approvals, needs_approval
-from tidings.mail import relay
+from tidings.mail import child_requests, relay
 from tidings.mail.door import Door
 from tidings.models.base import ModelReply, ToolCall
 from tidings.records.transcript import ConversationTx
@@ -94,7 +94,7 @@ class TurnObligations:
         ]
         # A report not yet come stays owned by the run; at its end it becomes mail (M16).
         replies = [r for rid in children
-                   if (r := relay.consume_in_run(cx, rid, plan.run_id)) is not None]
+                   if (r := child_requests.consume_in_run(cx, rid, plan.run_id)) is not None]
         if not owed and not replies:
             return None
         cx.append_assistant(text, run_id=plan.run_id,
@@ -135,7 +135,7 @@ class TurnObligations:
                 progress.turn_children.append(owned)
         if not isinstance(shown, str):
             return output
-        if relay.consume_in_run(cx, shown, plan.run_id) is not None:
+        if child_requests.consume_in_run(cx, shown, plan.run_id) is not None:
             if shown in progress.turn_children:
                 progress.turn_children.remove(shown)
             return output

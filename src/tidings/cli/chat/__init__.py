@@ -55,8 +55,10 @@ from tidings.cli.conversation import (
     profile_options,
     where_options,
 )
-from tidings.cli.render import Screen, View, escape
+from tidings.cli.render import View
+from tidings.cli.screen import Screen
 from tidings.cli.sessions import HttpSession, LocalSession, Session
+from tidings.cli.text import escape
 
 
 async def converse(session: Session, conversation: str | None, *,

@@ -325,4 +325,4 @@ def _asking(caller: Caller) -> Callable[[Answer], Awaitable[bool]]:
     return asking
 
 
-__all__ = ("TidingsRequestHandler", "content_of")  # content_of is messages.py's, named here too
+__all__ = ("TidingsRequestHandler",)

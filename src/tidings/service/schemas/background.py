@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tidings.mail.relay import ChildRequest
+from tidings.mail.child_requests import ChildRequest
 from tidings.records.results import Drop, ResultPage, ResultRef
 from tidings.tasks.journal import TaskRecord
 
