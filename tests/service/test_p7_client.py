@@ -66,7 +66,7 @@ async def test_p7_client_every_method(backend: Backend, tmp_path: Path) -> None:
             conv = made.conversation_id
             assert (made.title, made.profile.model, made.status) == ("walk", "echo", "active")
             assert (await client.conversation(conv)).title == "walk"
-            assert [c.conversation_id for c in (await client.conversations()).items] == [conv]
+            assert [c.conversation_id for c in (await client.conversations.list()).items] == [conv]
 
             answer = await client.post(conv, "hello", wait=WAIT_S)
             assert isinstance(answer, AnswerOut)
@@ -76,7 +76,7 @@ async def test_p7_client_every_method(backend: Backend, tmp_path: Path) -> None:
             assert isinstance(queued, InputOut)
             again = await client.post(conv, "and again", idempotency_key="k1")
             assert again.input_id == queued.input_id
-            assert queued.input_id in [i.input_id for i in await client.inputs(conv)]
+            assert queued.input_id in [i.input_id for i in await client.inputs.list(conv)]
 
             page = await client.transcript(conv)
             assert [m.content for m in page.items][:2] == ["hello", "hello"]
@@ -90,59 +90,60 @@ async def test_p7_client_every_method(backend: Backend, tmp_path: Path) -> None:
                 first = await anext(feed)
             assert first == events.items[0]
 
-            runs = await client.runs(conv)
+            runs = await client.runs.list(conv)
             assert answer.run.run_id in [r.run_id for r in runs]
-            assert (await client.run(conv, answer.run.run_id)).status == "completed"
-            assert (await client.stop_run(conv, answer.run.run_id)).cancelled_inputs == []
+            assert (await client.runs.get(conv, answer.run.run_id)).status == "completed"
+            assert (await client.runs.stop(conv, answer.run.run_id)).cancelled_inputs == []
             failed = await client.post(conv, "fail now", wait=WAIT_S)
             assert failed.status == "failed"
             assert failed.run is not None
-            retried = await client.retry(conv, failed.run.run_id)
+            retried = await client.runs.retry(conv, failed.run.run_id)
             assert retried.conversation_id == conv
 
             ran = await client.post(conv, "run it in the background", wait=WAIT_S)
             assert ran.reply == "Ran it."
-            tasks = await eventually(lambda: client.tasks(conv),
+            tasks = await eventually(lambda: client.tasks.list(conv),
                                      lambda page: page.items and page.items[0].result_id,
                                      what="the background task's result")
             task = tasks.items[0]
-            assert (await client.task(conv, task.task_key)).result_id == task.result_id
-            [ref] = (await client.results(conv)).items
+            assert (await client.tasks.get(conv, task.task_key)).result_id == task.result_id
+            [ref] = (await client.results.list(conv)).items
             assert ref.result_id == task.result_id
             texts: list[str] = []
             offset: int | None = 0
             while offset is not None:
-                part = await client.result(conv, ref.result_id, offset=offset, limit_bytes=4)
+                part = await client.results.page(conv, ref.result_id, offset=offset,
+                                                 limit_bytes=4)
                 texts.append(part.text)
                 offset = part.next_offset
             assert "".join(texts) == "done here"
 
             careful = await client.create({"model": "echo"})
-            changed = await client.set_profile(careful.conversation_id, {
+            changed = await client.conversations.set_profile(careful.conversation_id, {
                 "model": "echo", "tools": ["shell"], "approval_mode": "always"})
             assert changed.profile.approval_mode == "always"
             held = await client.post(careful.conversation_id, "run it", wait=WAIT_S)
             assert held.status == "awaiting_approval"
-            [pending] = await client.approvals(careful.conversation_id, status="pending")
-            decided = await client.decide(careful.conversation_id, pending.approval_id,
-                                          approve=True)
+            [pending] = await client.approvals.list(careful.conversation_id, status="pending")
+            decided = await client.approvals.decide(careful.conversation_id, pending.approval_id,
+                                                    approve=True)
             assert (decided.status, decided.decided_by) == ("approved", "alice")
 
-            assert await client.questions(conv) == []
+            assert await client.questions.list(conv) == []
             with pytest.raises(tidings.UnknownQuestionError):
-                await client.answer(conv, "q_nope", "decline")
+                await client.questions.answer(conv, "q_nope", "decline")
 
-            goal = await client.set_goal(conv, "active", "finish the walk")
+            goal = await client.conversations.set_goal(conv, "active", "finish the walk")
             assert (goal.goal_status, goal.goal_text) == ("active", "finish the walk")
-            await client.checkpoint(conv)
+            await client.conversations.checkpoint(conv)
             assert isinstance((await client.stop(conv)).run_ids, list)
 
-            assert (await client.archive(conv)).status == "archived"
+            assert (await client.conversations.archive(conv)).status == "archived"
             with pytest.raises(tidings.ConversationClosedError):
                 await client.post(conv, "too late")
-            assert (await client.unarchive(conv)).status == "active"
+            assert (await client.conversations.unarchive(conv)).status == "active"
             assert (await client.post(conv, "back again", wait=WAIT_S)).reply == "back again"
-            assert (await client.signal_stats(conv)).conversation_id == conv
+            assert (await client.signals.stats(conv)).conversation_id == conv
             with pytest.raises(tidings.UnknownConversationError) as unknown:
                 await client.transcript("conv_nope")
             assert "conv_nope" in unknown.value.message
@@ -151,9 +152,9 @@ async def test_p7_client_every_method(backend: Backend, tmp_path: Path) -> None:
             with pytest.raises(tidings.UnknownProfileError):
                 await client.create("nobody")
         async with tidings.Client(server.url, "tok-op") as operator:
-            assert (await operator.signal_stats()).conversation_id is None
-            assert await operator.dead_letters() == []
-            assert await operator.push_dead_letters() == []
+            assert (await operator.signals.stats()).conversation_id is None
+            assert await operator.signals.dead_letters() == []
+            assert await operator.signals.push_dead_letters() == []
             [instance] = await operator.instances()
             assert (instance.state, instance.serving) == ("live", True)
         async with tidings.Client(server.url, "tok-a") as alice:
@@ -231,7 +232,7 @@ async def test_p7_client_post_refused_then_posts_again(backend: Backend) -> None
                 await client.post("conv_nope", "hello", wait=WAIT_S)
             answer = await client.post(conv, "héllo again", wait=WAIT_S)
             assert (answer.status, answer.reply) == ("completed", "héllo again")
-            assert [i.content for i in await client.inputs(conv)] == ["héllo again"]
+            assert [i.content for i in await client.inputs.list(conv)] == ["héllo again"]
         async with tidings.Client(server.url, "wrong") as stranger:
             with pytest.raises(ServiceError) as refused:
                 await stranger.post(conv, "hello", wait=WAIT_S)

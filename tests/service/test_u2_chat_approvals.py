@@ -116,5 +116,5 @@ async def test_u2_chat_shows_a_call_held_before_it_started_and_decides_it(
         finally:
             terminal.close()
         async with Client(server.url, TOKEN) as client:
-            [decided] = await client.approvals(conversation)
+            [decided] = await client.approvals.list(conversation)
             assert (decided.status, decided.decided_by) == ("applied", "alice")

@@ -27,20 +27,20 @@ async def test_u2_the_documented_approve_and_deny_commands_decide_as_documented(
             held = await client.post(conversation, "greet the world", wait=WAIT_S)
             assert held.status == "awaiting_approval"
             assert held.run is not None
-            [pending] = await client.approvals(conversation, status="pending")
+            [pending] = await client.approvals.list(conversation, status="pending")
             written = {"http://localhost:8080": server.url, "secret-a": TOKEN,
                        "conv_…": conversation, "appr_…": pending.approval_id}
             shown: list[str] = []
             for line in commands:
                 command = arguments(line, written)
                 if command[0] == "deny":  # a moment after the approval: the call has run
-                    await eventually(lambda: client.approvals(conversation),
+                    await eventually(lambda: client.approvals.list(conversation),
                                      lambda found: found[0].status == "applied",
                                      what="the approved call run")
                 done = await asyncio.to_thread(tidings, *command)
                 assert done.returncode == (1 if command[0] == "deny" else 0), done.stderr
                 shown += (done.stdout + done.stderr).splitlines()
-            answered = await client.run(conversation, held.run.run_id)
+            answered = await client.runs.get(conversation, held.run.run_id)
             assert answered.status == "completed"
             said = [m.content for m in (await client.transcript(conversation)).items]
             assert said[-1] == "Done with the shell."

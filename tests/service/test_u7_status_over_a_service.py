@@ -33,7 +33,7 @@ async def test_u7_status_and_dead_letters_read_a_service_as_documented(
             conversation = (await client.create({"model": "scripted", "tools": ["shell"]})
                             ).conversation_id
             await client.post(conversation, "start", wait=WAIT_S)
-            tasks = await eventually(lambda: client.tasks(conversation),
+            tasks = await eventually(lambda: client.tasks.list(conversation),
                                      lambda page: page.items and page.items[0].state == "running",
                                      what="the task running")
             task = tasks.items[0].task_key

@@ -235,8 +235,9 @@ def _changed(where: Where, conversation: str, verb: str,
         async with Client(where.url, where.token) as client:
             if verb == "profile":
                 assert profile is not None
-                return await client.set_profile(conversation, profile)
-            return await (client.archive if verb == "archive" else client.unarchive)(
+                return await client.conversations.set_profile(conversation, profile)
+            verbs = client.conversations
+            return await (verbs.archive if verb == "archive" else verbs.unarchive)(
                 conversation)
 
     done = run_async(run)

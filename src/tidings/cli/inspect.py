@@ -116,7 +116,8 @@ async def _seen_at(url: str, token: str, conversation: str | None) -> Seen:
 
     async with Client(url, token) as client:
         try:
-            stats: QueueStats | QueueStatsOut | None = await client.signal_stats(conversation)
+            stats: QueueStats | QueueStatsOut | None = await client.signals.stats(
+                conversation)
         except ServiceError as exc:
             if exc.status != 403:
                 raise
@@ -132,18 +133,18 @@ async def _seen_at(url: str, token: str, conversation: str | None) -> Seen:
         conversations = [conversation] if conversation is not None else []
         after: str | None = ""
         while conversation is None and after is not None:
-            page = await client.conversations(after=after)
+            page = await client.conversations.list(after=after)
             conversations += [c.conversation_id for c in page.items]
             after = page.next_after
         tasks: list[tuple[str, str, str, int | None, str]] = []
         runs: list[tuple[str, str, str, str, int | None]] = []
         for conv in conversations:
             tasks += [(conv, t.task_key, t.state, t.started_at_us, t.command)
-                      for t in (await client.tasks(conv)).items if t.state == "running"]
+                      for t in (await client.tasks.list(conv)).items if t.state == "running"]
             runs += [(conv, r.run_id, _run_label(r.status), r.trigger, r.started_at_us)
-                     for r in await client.runs(conv) if not r.status.ended]
+                     for r in await client.runs.list(conv) if not r.status.ended]
         if stats is None:
-            stats = _summed([await client.signal_stats(conv) for conv in conversations])
+            stats = _summed([await client.signals.stats(conv) for conv in conversations])
     return Seen(stats, instances, tasks, runs, note)
 
 
@@ -268,8 +269,8 @@ def dead_letters(database: str | None, url: str | None, token: str | None,
 
             async with Client(*service) as client:
                 if webhooks:
-                    return [], await client.push_dead_letters(limit=limit)
-                return [d for d in await client.dead_letters(limit=limit)
+                    return [], await client.signals.push_dead_letters(limit=limit)
+                return [d for d in await client.signals.dead_letters(limit=limit)
                         if conversation is None or d.conversation_id == conversation], []
         assert database is not None
         from tidings.runtime.inspection import Inspection

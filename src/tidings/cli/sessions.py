@@ -108,34 +108,35 @@ class HttpSession:
                 return after
 
     async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
-        return {r.run_id: r.status for r in await self.client.runs(conversation_id)
+        return {r.run_id: r.status for r in await self.client.runs.list(conversation_id)
                 if not r.status.ended}
 
     async def post(self, conversation_id: str, text: str) -> str:
         return (await self.client.post(conversation_id, text)).input_id
 
     async def stop_run(self, conversation_id: str, run_id: str) -> None:
-        await self.client.stop_run(conversation_id, run_id)
+        await self.client.runs.stop(conversation_id, run_id)
 
     async def stop(self, conversation_id: str) -> None:
         await self.client.stop(conversation_id)
 
     async def questions(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
         return [q.model_dump(mode="json") for q in
-                await self.client.questions(conversation_id, status=status)]
+                await self.client.questions.list(conversation_id, status=status)]
 
     async def answer(self, conversation_id: str, question_id: str, action: str,
                      content: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        answered = await self.client.answer(conversation_id, question_id, action, content)
+        answered = await self.client.questions.answer(conversation_id, question_id, action,
+                                                      content)
         return answered.model_dump(mode="json")
 
     async def approvals(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
         return [a.model_dump(mode="json") for a in
-                await self.client.approvals(conversation_id, status=status)]
+                await self.client.approvals.list(conversation_id, status=status)]
 
     async def decide(self, conversation_id: str, approval_id: str, *,
                      approve: bool) -> dict[str, Any]:
-        decided = await self.client.decide(conversation_id, approval_id, approve=approve)
+        decided = await self.client.approvals.decide(conversation_id, approval_id, approve=approve)
         return decided.model_dump(mode="json")
 
     def running_here(self) -> list[str]:
