@@ -88,13 +88,13 @@ async def relay_ms(url: str, samples: int, *, subscribe: bool) -> list[float]:
                 await rt.post(conv, "go")
                 deadline = time.monotonic() + 30
                 while True:
-                    mail = [i for i in await rt.inputs(conv) if i.origin is Origin.CHILD]
+                    mail = [i for i in await rt.inputs.list(conv) if i.origin is Origin.CHILD]
                     if mail:
                         break
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"sample {n}: no child mail within 30 s")
                     await asyncio.sleep(0.01)
-                [request] = await rt.children_of(conv)
+                [request] = await rt.children.list(conv)
                 row = await rt.store.read(functools.partial(
                     _remote_child, request_id=request.request_id))
                 assert row is not None

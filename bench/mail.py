@@ -285,7 +285,7 @@ async def one_round(
         def hold(cx: ConversationTx) -> None:
             cx.slot.take("held-by-bench", cx.now_us + 60_000_000, rt.instance_id, "run_hold")
 
-        await rt.conversations.change(parent, hold)
+        await rt.catalog.change(parent, hold)
 
     def all_read() -> bool:
         return all(k in model.seen for k in keys)
@@ -324,7 +324,7 @@ async def one_round(
             def release(cx: ConversationTx) -> None:
                 cx.slot.release("held-by-bench")
 
-            await rt.conversations.change(parent, release)
+            await rt.catalog.change(parent, release)
             rt.coordinator.request(parent, None)
         await wait_until(all_read, 60, "the parent never read every reply")
     await rt.settle(parent)
@@ -344,7 +344,7 @@ async def one_round(
     else:
         window_us = pass_window[1] - pass_window[0]
         (g0, u0), (g1, u1) = pass_counters
-    mail_turns = sum(1 for r in await rt.runs(parent) if r.trigger is StartKind.MAIL)
+    mail_turns = sum(1 for r in await rt.runs.list(parent) if r.trigger is StartKind.MAIL)
     probe.parents.discard(parent)
     return {
         "mode": mode,

@@ -40,7 +40,7 @@ async def work(url: str, index: int, processes: int, users: int) -> None:
     async with Runtime.open(url, models=[MODEL], config=RuntimeConfig()) as rt:
         everyone: list[str] = []
         after = ""
-        while page := await rt.conversations.list_owned(OWNER, after=after, limit=1000):
+        while page := await rt.catalog.list_owned(OWNER, after=after, limit=1000):
             everyone += [c.conversation_id for c in page]
             after = page[-1].conversation_id
         mine = sorted(everyone)[index::processes]

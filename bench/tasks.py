@@ -165,7 +165,7 @@ async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str
         config = RuntimeConfig(coordinator=CoordinatorConfig(max_concurrent_turns=256))
         rt = await stack.enter_async_context(Runtime.open(url, models=[model], config=config))
         exits: dict[str, int] = {}
-        rt.tasks.observers.append(
+        rt.background.observers.append(
             lambda task_key, outcome: exits.__setitem__(task_key, outcome.ended_at_us)
         )
         profile = Profile(model="starter", tools=("shell",))

@@ -362,7 +362,7 @@ async def serial(
         breakdown = (
             await unit_breakdown(rt, conv, n, breakdown_turns, model) if breakdown_turns else None
         )
-        runs = await rt.runs(conv)  # the newest ones (the listing is bounded)
+        runs = await rt.runs.list(conv)  # the newest ones (the listing is bounded)
         if any(r.status.value != "completed" for r in runs):
             raise RuntimeError("a serial turn did not complete")
         if model.calls != n + breakdown_turns:

@@ -47,7 +47,7 @@ async def main(url: str, agent: RemoteAgent, unrecorded: bool) -> None:
             model="scripted", tools=("spawn",)))).conversation_id
         await rt.post(conv, "go")
         await rt.settle(conv)
-        [request] = await rt.children_of(conv)
+        [request] = await rt.children.list(conv)
         waiting = asyncio.ensure_future(sent.wait())
         while not waiting.done():
             row = await rt.store.read(lambda tx: tx.one("remote_child",

@@ -94,7 +94,7 @@ async def a_sigkill_while_the_task_runs_follows_the_same_task(
                                     lambda ms: bool(ms) and ms[-1].content == TOLD,
                                     what="the answer to the task's notice", within_s=WAIT)
         task = await rt.tasks.get(conv, task_key)
-        history = await rt.runs(conv)
+        history = await rt.runs.list(conv)
 
     assert runs(state) == [what]  # the body ran once: the same server task was followed
     assert task.mcp_task_id == left["mcp_task_id"]

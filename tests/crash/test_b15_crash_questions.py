@@ -55,7 +55,7 @@ async def killed_while_asking(backend: Backend, server: MCPServer, tool: str,
                                            within_s=WAIT)
         if not foreground:  # the task asks on its own, once the turn ended
             async with restarted_reader(backend) as rt:
-                await eventually(lambda: rt.questions_of(announced["conversation_id"]),
+                await eventually(lambda: rt.questions.list(announced["conversation_id"]),
                                  what="the task's question", within_s=WAIT)
         await child.kill()  # SIGKILL: no shutdown code runs
     await wait_instance_released(backend.url, announced["instance_id"])
@@ -80,7 +80,7 @@ async def test_b15_a_crash_while_a_calls_question_waits_leaves_it_expired_never_
             # The call died with its process: its run ends interrupted, its question expires.
             async def left() -> list[Question]:
                 await rt.settle(conv)
-                return await rt.questions_of(conv)
+                return await rt.questions.list(conv)
 
             [question] = await eventually(left, lambda qs: qs[0].status != "pending",
                                           what="the dead call's question expired",
@@ -88,9 +88,9 @@ async def test_b15_a_crash_while_a_calls_question_waits_leaves_it_expired_never_
             assert (question.question_id, question.status) == (question_id, "expired")
             assert (question.answer, question.decided_by) == (None, None)
             with pytest.raises(QuestionDecidedError):
-                await rt.answer(conv, question_id, action="accept", content={"seats": 2},
-                                decided_by="alice")
-            [run] = await rt.runs(conv)
+                await rt.questions.answer(conv, question_id, action="accept", content={"seats": 2},
+                                          decided_by="alice")
+            [run] = await rt.runs.list(conv)
             assert (run.status, run.failure_code) == (RunStatus.FAILED, "interrupted")
     assert "booked" not in (tmp_path / "runs.log").read_text()
 
@@ -103,13 +103,13 @@ async def test_b15_a_crash_while_a_tasks_question_waits_leaves_it_pending_and_an
                                             foreground=False)
         conv = started["conversation_id"]
         async with restarted(backend, server) as rt:
-            [question] = await rt.questions_of(conv)
+            [question] = await rt.questions.list(conv)
             assert (question.status, question.task_id) == ("pending", started["task_key"])
             await asyncio.sleep(1)  # the restarted runtime follows the task: it asks again
-            assert [q.question_id for q in await rt.questions_of(conv)] == [
+            assert [q.question_id for q in await rt.questions.list(conv)] == [
                 question.question_id]  # ...the same question, not a second one
-            await rt.answer(conv, question.question_id, action="accept",
-                            content={"street": "Birch 3"}, decided_by="alice")
+            await rt.questions.answer(conv, question.question_id, action="accept",
+                                      content={"street": "Birch 3"}, decided_by="alice")
 
             async def told() -> list[Message]:
                 await rt.settle(conv)

@@ -35,20 +35,20 @@ async def test_l5_awaiting_approval_sigkill_recovers_the_held_run_as_interrupted
     await rt.coordinator.sweep()
     assert await rt.settle(cid) == []  # nothing holds here: the held turn died with its process
 
-    [run] = await rt.runs(cid)
+    [run] = await rt.runs.list(cid)
     assert (run.run_id, run.status, run.failure_code) == (run_id, RunStatus.FAILED,
                                                           "interrupted")
     results = [m for m in await rt.transcript(cid) if m.tool_call_id == call_id]
     assert [m.meta.get("status") for m in results] == ["outcome_unknown"]
 
     # The held approval expired with its run: a late approval is refused, the call never runs.
-    [approval] = await rt.approvals_of(cid)
+    [approval] = await rt.approvals.list(cid)
     assert approval.status == "expired"
     with pytest.raises(ApprovalDecidedError):
-        await rt.decide(cid, dead["approval_id"], approve=True, decided_by=OWNER)
+        await rt.approvals.decide(cid, dead["approval_id"], approve=True, decided_by=OWNER)
     await rt.post(cid, "are you there?", owner=OWNER)
     assert await rt.settle(cid) == []
-    old, new = await rt.runs(cid)
+    old, new = await rt.runs.list(cid)
     assert (old.status, new.status) == (RunStatus.FAILED, RunStatus.COMPLETED)
     assert (await rt.transcript(cid))[-1].content == "Hello again."
     assert not marker.exists()

@@ -34,7 +34,7 @@ async def main() -> None:
             requests = await rt.relay.requests_of(parent)
             # The parent's turn has ended too: the kill lands between the reply and its relay,
             # not inside a turn whose slot the next instance would wait out.
-            runs = await rt.runs(parent)
+            runs = await rt.runs.list(parent)
             if requests and requests[0].state == "replied" and runs[0].ended_at_us:
                 break
             await asyncio.sleep(0.02)
@@ -68,7 +68,7 @@ async def _settled_runs(rt: Runtime, parent: str, *, relay: bool = False) -> lis
     if relay:
         await rt.relay.relay_pending()
     await rt.settle(parent)
-    return await rt.runs(parent)
+    return await rt.runs.list(parent)
 
 
 def _mail_run_ended(runs: list[Run]) -> bool:
@@ -89,9 +89,9 @@ async def test_m13_a_reply_committed_before_a_crash_is_relayed_once_after_restar
                                  poll_s=0.05)
             else:
                 await rt.settle(parent)
-            mails = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+            mails = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
             assert len(mails) == 1
-            runs = await rt.runs(parent)
+            runs = await rt.runs.list(parent)
             assert [r.trigger for r in runs] == [StartKind.PERSON, StartKind.MAIL]
             (request,) = await rt.relay.requests_of(parent)
             assert request.relayed
@@ -150,8 +150,8 @@ async def test_m16_a_turn_owned_report_whose_run_died_comes_back_as_mail_once(
             (request,) = await rt.relay.requests_of(parent)
             assert request.relayed
             assert request.consumed_in_run is None  # its owner never read it
-            mails = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+            mails = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
             assert len(mails) == 1
-            first, mail_run = await rt.runs(parent)
+            first, mail_run = await rt.runs.list(parent)
             assert first.ended_at_us is not None  # the dead owner was ended
             assert mail_run.trigger is StartKind.MAIL

@@ -39,7 +39,7 @@ async def test_b1_a_crashed_writers_draft_is_never_shown_after_a_restart(
             events = await after.until(interrupted, what="the dead writer's run ended")
             assert [e for e in events if e.seq is None] == []  # no draft, no snapshot of it
             assert committed(events, "assistant") == []
-            run = (await restarted.runs(conv))[0]
+            run = (await restarted.runs.list(conv))[0]
             assert (run.status.value, run.failure_code) == ("failed", "interrupted")
             assert "assistant" not in [m.role for m in await restarted.transcript(conv)]
             await after.stop()

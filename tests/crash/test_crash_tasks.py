@@ -221,7 +221,7 @@ async def test_t9_task_of_a_killed_runtime_is_lost_after_restart(backend: Backen
         assert len(notes) == 1
         assert notes[0].meta["state"] == "lost"
         assert '"succeeded":false' in notes[0].content
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         assert runs[-1].trigger is StartKind.WAKE
         assert runs[-1].status is RunStatus.COMPLETED
         # A second restart finds nothing more to say.
@@ -285,7 +285,7 @@ async def test_t6_notification_being_consumed_at_a_crash_is_not_written_again(
         assert (kept.seq, kept.meta["event_id"]) == (note.seq, event_id)  # not written again
         [answer] = [m for m in messages if m.content == BUILD_ANSWER]
         assert answer.seq > note.seq
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         assert [(r.trigger, r.status, r.failure_code) for r in runs] == [
             (StartKind.PERSON, RunStatus.COMPLETED, None),
             (StartKind.WAKE, RunStatus.FAILED, "interrupted"),
@@ -305,4 +305,4 @@ async def test_t6_notification_being_consumed_at_a_crash_is_not_written_again(
     async with Runtime.open(backend.url, models=[RESTARTED_AFTER_BUILD]) as again_rt:
         await asyncio.wait_for(again_rt.settle(conv), 20)
         assert await again_rt.transcript(conv) == messages
-        assert len(await again_rt.runs(conv)) == 3
+        assert len(await again_rt.runs.list(conv)) == 3

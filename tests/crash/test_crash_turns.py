@@ -248,14 +248,14 @@ async def test_c9_sigkill_mid_tool_answers_outcome_unknown_on_restart(
 
     results = [m for m in await rt.transcript(cid) if m.tool_call_id == call_id]
     assert [(m.role, m.meta.get("status")) for m in results] == [("tool", "outcome_unknown")]
-    [run] = await rt.runs(cid)
+    [run] = await rt.runs.list(cid)
     assert (run.status, run.failure_code) == ("failed", "interrupted")
     assert marker.read_text("utf-8").splitlines() == [call_id]  # never run again
     assert model.requests == []
 
     await rt.post(cid, "Did it work?", owner=OWNER)
     await rt.settle(cid)
-    old, new = await rt.runs(cid)
+    old, new = await rt.runs.list(cid)
     assert (old.run_id, old.status) == (dead["run_id"], "failed")
     assert (new.status, new.failure_code) == ("completed", None)
     transcript = await rt.transcript(cid)
@@ -311,7 +311,7 @@ async def test_s7_sigkill_before_final_commit_keeps_signals_and_inputs(
     assert all(event_id not in m.content for m in request.messages)
     assert request.messages[-1].content == "What did the background task do?"
 
-    old, new = await rt.runs(cid)
+    old, new = await rt.runs.list(cid)
     assert (old.status, old.failure_code) == ("failed", "interrupted")  # the dead turn
     assert (new.status, new.trigger) == ("completed", "person")
     [state] = await rt.outbox.delivery_states([dead["delivery_id"]])
@@ -319,7 +319,7 @@ async def test_s7_sigkill_before_final_commit_keeps_signals_and_inputs(
     assert (await rt.outbox.stats(cid)).backlog == 0
 
     # The person's input was read once, by the turn that committed.
-    [read] = await rt.inputs(cid)
+    [read] = await rt.inputs.list(cid)
     assert (read.input_id, read.state, read.run_id) == (input_id, "materialized", new.run_id)
     transcript = await rt.transcript(cid)
     assert [(m.role, m.input_id) for m in transcript] == [

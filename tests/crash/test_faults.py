@@ -56,12 +56,12 @@ async def main() -> None:
             await rt.coordinator.sweep()
             await rt.settle(conv)
             return (await rt.transcript(conv))[-1].content == "ok" and all(
-                i.state.value != "queued" for i in await rt.inputs(conv))
+                i.state.value != "queued" for i in await rt.inputs.list(conv))
 
         await eventually(answered, what="the queued words answered after the sweep",
                          within_s=30, poll_s=0.2)
-        stored = {i.input_id for i in await rt.inputs(conv)}
-        runs = await rt.runs(conv)
+        stored = {i.input_id for i in await rt.inputs.list(conv)}
+        runs = await rt.runs.list(conv)
         print(json.dumps({
             "accepted": len(accepted), "refused": refused,
             "accepted_all_stored": all(a in stored for a in accepted),

@@ -56,8 +56,8 @@ async def test_p5_a_sigkill_while_the_remote_works_relays_once_and_sends_once(
                                         what="the parent's turn on the answer", within_s=WAIT)
             await asyncio.sleep(0.3)  # a second relay, were there one, would show by now
             messages = await rt.transcript(conv)
-            [request] = await rt.children_of(conv)
-            runs = await rt.runs(conv)
+            [request] = await rt.children.list(conv)
+            runs = await rt.runs.list(conv)
     assert received(tmp_path) == ["slow work"]  # the brief was sent once
     mails = [m for m in messages if "<task_result" in m.content]
     assert [m.content.count("<task_result") for m in mails] == [1]

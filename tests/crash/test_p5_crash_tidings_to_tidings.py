@@ -135,7 +135,7 @@ async def test_p5_tidings_to_tidings_the_parent_killed_while_the_remote_works(
                               default={"text": "ok"})
         async with Runtime.open(backend.url, models=[model], agents=[agent]) as rt:
             messages = await answered(rt, conv)
-            [request] = await rt.children_of(conv)
+            [request] = await rt.children.list(conv)
         said = briefs(server.url)
     assert said == ["slow work"]  # the brief was sent once
     assert 'status="completed"' in relayed_once(messages)
@@ -166,7 +166,7 @@ async def test_p5_tidings_to_tidings_the_remote_killed_while_it_works(
             server = serve(remote_database, config, port=server.port)
             try:
                 messages = await answered(rt, conv)
-                [request] = await rt.children_of(conv)
+                [request] = await rt.children.list(conv)
                 said = briefs(server.url)
                 runs = remote_runs(server.url)
             finally:

@@ -232,7 +232,7 @@ async def test_h2_held_liveness_lock_keeps_a_live_peers_slot_until_expiry(
     assert report.gone_instances == (holder.instance_id,)
     assert report.slots_voided == ()
     assert await other.coordinator.sweep() == 0
-    [run] = await other.runs(cid)
+    [run] = await other.runs.list(cid)
     assert run.status == "running"
     assert count_rows(backend.url, "conversations",
                       f"slot_run = '{run.run_id}' AND slot_deadline_us > {clock.now_us()}") == 1

@@ -80,7 +80,7 @@ def config() -> RuntimeConfig:
 
 
 async def conversations(rt: Runtime) -> list[str]:
-    page = await rt.conversations.list_owned(OWNER, limit=100)
+    page = await rt.catalog.list_owned(OWNER, limit=100)
     return sorted(c.conversation_id for c in page if c.title.startswith("torture"))
 
 
@@ -132,9 +132,9 @@ async def pending(rt: Runtime, targets: list[str]) -> list[str]:
         c = await rt.conversation(conv)
         if c.status is ConversationStatus.TOMBSTONED:
             continue
-        if any(i.state.value == "queued" for i in await rt.inputs(conv)):
+        if any(i.state.value == "queued" for i in await rt.inputs.list(conv)):
             left.append(f"{conv}: queued input")
-        if any(r.status is RunStatus.RUNNING for r in await rt.runs(conv)):
+        if any(r.status is RunStatus.RUNNING for r in await rt.runs.list(conv)):
             left.append(f"{conv}: running run")
         if any(t.state.value == "running" for t in await rt.tasks.list(conv)):
             left.append(f"{conv}: running task")

@@ -251,7 +251,7 @@ async def approval_hang(url: str, marker: str) -> None:
         cid = conversation.conversation_id
         await rt.post(cid, DEPLOY_PROMPT, owner=OWNER)
         [run] = await asyncio.wait_for(rt.settle(cid), 30)  # ends on the hold
-        [approval] = await rt.approvals_of(cid, status="pending")
+        [approval] = await rt.approvals.list(cid, status="pending")
         announce(
             "awaiting_approval", instance_id=rt.instance_id, conversation_id=cid,
             run_id=run.run_id, status=run.status.value, approval_id=approval.approval_id,

@@ -63,7 +63,7 @@ async def test_b7_a_run_that_exhausts_its_models_says_which_failed_and_why(
         await rt.post(conv, "hello")
         await rt.settle(conv)
 
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.failure_code) == (RunStatus.NEEDS_ATTENTION,
                                               "model_retries_exhausted")
     gone, answered = run.model_failures
@@ -73,7 +73,7 @@ async def test_b7_a_run_that_exhausts_its_models_says_which_failed_and_why(
     assert answered["error_class"] == "InternalServerError"  # the SDK's class for a 5xx
     assert "503" in answered["message"]
     assert len(server.requests) == 1  # unavailable: no retry of the same model
-    assert (await rt.run(run.run_id)).model_failures == run.model_failures
+    assert (await rt.runs.get(run.run_id)).model_failures == run.model_failures
 
     ended = [e for e in await rt.events(conv)
              if e.type == "turn_status" and e.data.get("status") == "needs_attention"]
@@ -104,7 +104,7 @@ async def test_b9_an_unavailable_model_is_skipped_on_the_next_turn_and_metrics_s
     await rt.post(conv, "second")
     await rt.settle(conv)
     assert len(server.requests) == 1  # cooling down: not asked again
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.status, r.model) for r in runs] == [(RunStatus.COMPLETED, "spare")] * 2
     assert metric(rt, "tidings_model_skips_total", model="primary") == 1.0
     left = metric(rt, "tidings_model_cooldown_seconds", model="primary")
@@ -116,7 +116,7 @@ async def test_b9_an_unavailable_model_is_skipped_on_the_next_turn_and_metrics_s
     await rt.post(alone, "anyone?")
     await rt.settle(alone)
     assert len(server.requests) == 2
-    (failed,) = await rt.runs(alone)
+    (failed,) = await rt.runs.list(alone)
     assert failed.model_failures[0]["reason"] == "HTTP 503"
 
     # A person's retry naming the cooling model asks it, though another model is not cooling.
@@ -124,11 +124,11 @@ async def test_b9_an_unavailable_model_is_skipped_on_the_next_turn_and_metrics_s
         "alice", Profile(model="failing", fallbacks=("primary",)))).conversation_id
     await rt.post(other, "fail")
     await rt.settle(other)
-    (refused,) = await rt.runs(other)
+    (refused,) = await rt.runs.list(other)
     assert refused.status is RunStatus.FAILED
-    await rt.retry(other, refused.run_id, model="primary")
+    await rt.runs.retry(other, refused.run_id, model="primary")
     await rt.settle(other)
     assert len(server.requests) == 3
-    retried = (await rt.runs(other))[-1]
+    retried = (await rt.runs.list(other))[-1]
     assert retried.model_failures[0]["model"] == "primary"
     assert retried.model_failures[0]["reason"] == "HTTP 503"

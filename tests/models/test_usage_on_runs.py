@@ -119,7 +119,7 @@ async def test_b8_adapter_usage_with_cache_tokens_lands_on_the_run(
     finally:
         await model.aclose()
 
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert (run.status, run.steps, len(server.requests)) == (RunStatus.COMPLETED, 2, 2)
     assert run.usage == TWO_CALLS
     assert (await rt.conversation(conv)).usage == TWO_CALLS

@@ -290,8 +290,8 @@ class Example:
         elif isinstance(action, Publish):
             await self.publish(action.calls)
         elif isinstance(action, Checkpoint):
-            await self.rt.set_goal(self.conversation_id, "active", action.directive)
-            await self.rt.checkpoint(self.conversation_id)
+            await self.rt.conversations.set_goal(self.conversation_id, "active", action.directive)
+            await self.rt.conversations.checkpoint(self.conversation_id)
         else:
             await self.compact(was_idle=was_idle)
         if action.wait:
@@ -317,7 +317,7 @@ class Example:
         """C7: refused while a tool is pending; accepted when the conversation is idle."""
         pending = bool(self.harness.pending)
         try:
-            await self.rt.compact(self.conversation_id)
+            await self.rt.conversations.compact(self.conversation_id)
         except CompactionRefusedError:
             assert not was_idle, "compaction refused although the conversation was idle"
             self.refusals += 1
@@ -515,7 +515,8 @@ async def opened(harness: Harness) -> AsyncIterator[tuple[Runtime, str]]:
             config=CONFIG, store_options={"synchronous": "NORMAL"},
         ) as rt:
             conversation = await rt.create_conversation(OWNER, PROFILE, title="interleavings")
-            await rt.set_goal(conversation.conversation_id, "active", "keep the gates busy")
+            await rt.conversations.set_goal(conversation.conversation_id, "active",
+                                            "keep the gates busy")
             yield rt, conversation.conversation_id
 
 
@@ -530,8 +531,8 @@ async def run_example(script: Sequence[Action]) -> Outcome:
         conversation = await rt.conversation(conversation_id)
         outcome = Outcome(
             await rt.transcript(conversation_id),
-            await rt.runs(conversation_id),
-            await rt.inputs(conversation_id),
+            await rt.runs.list(conversation_id),
+            await rt.inputs.list(conversation_id),
             await rt.events(conversation_id),
             conversation.suppressed,
             [],
@@ -596,9 +597,9 @@ async def test_c6_a_post_between_stop_and_the_stopped_turns_end_lifts_suppressio
         # Lands before the stopped turn's last commit (nothing was awaited since the stop).
         await rt.post(conversation_id, "carry on")
         await rt.settle(conversation_id)
-        await rt.checkpoint(conversation_id)
+        await rt.conversations.checkpoint(conversation_id)
         await rt.settle(conversation_id)
-        runs = await rt.runs(conversation_id)
+        runs = await rt.runs.list(conversation_id)
         assert [(r.trigger.value, r.status.value) for r in runs][:2] == [
             ("person", "stopped"), ("person", "completed")
         ]
@@ -645,11 +646,11 @@ async def test_c6_a_stop_during_the_first_commit_ends_the_run_stopped() -> None:
             holder.close()
         assert len(await stopping) == 1
         await rt.settle(conversation_id)
-        runs = await rt.runs(conversation_id)
+        runs = await rt.runs.list(conversation_id)
         assert [(r.status.value, r.failure_code) for r in runs] == [("stopped", "stopped")]
         messages = await rt.transcript(conversation_id)
         assert [(m.role, m.meta.get("status")) for m in messages] == [
             ("user", None), ("assistant", None), ("tool", "cancelled")
         ]
         assert harness.calls == []  # the gate never ran
-        await rt.compact(conversation_id)  # the slot is free
+        await rt.conversations.compact(conversation_id)  # the slot is free

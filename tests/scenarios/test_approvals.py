@@ -49,7 +49,7 @@ class Deploys:
 
 
 async def held(rt: Runtime, conv: str, within_s: float = 10.0) -> Approval:
-    pending = await eventually(lambda: rt.approvals_of(conv, status="pending"),
+    pending = await eventually(lambda: rt.approvals.list(conv, status="pending"),
                                what="an approval requested", within_s=within_s, poll_s=0.01)
     return pending[0]
 
@@ -68,25 +68,26 @@ async def test_l5_a_call_that_needs_approval_holds_its_run_until_approved(
         lambda: rt.metrics.counter_value("tidings_approval_waits_total") == 1,
         what="the run holding its call for a decision")
     assert deploys.applied == []  # held: nothing ran
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert run.status is RunStatus.AWAITING_APPROVAL
     statuses = [e.data.get("status") for e in await rt.events(conv) if e.type == "turn_status"]
     assert statuses == ["running", "awaiting_approval"]  # visible on the feed
 
-    decided = await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    decided = await rt.approvals.decide(conv, approval.approval_id, approve=True,
+                                        decided_by="alice")
     assert decided.status == "approved"
     await wait_for_runs(rt, conv, 1)
     assert deploys.applied == [{"target": "prod"}]
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert run.status is RunStatus.COMPLETED
-    after = (await rt.approvals_of(conv))[0]
+    after = (await rt.approvals.list(conv))[0]
     assert after.status == "applied"
     # A late denial is refused and the outcome stands.
     with pytest.raises(ApprovalDecidedError):
-        await rt.decide(conv, approval.approval_id, approve=False, decided_by="bob")
-    assert (await rt.approvals_of(conv))[0].status == "applied"
+        await rt.approvals.decide(conv, approval.approval_id, approve=False, decided_by="bob")
+    assert (await rt.approvals.list(conv))[0].status == "applied"
     # The same approval again applies nothing twice.
-    again = await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    again = await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     assert again.status == "applied"
     await rt.settle(conv)
     assert len(deploys.applied) == 1
@@ -99,7 +100,7 @@ async def test_l5_two_racing_approvals_apply_once(runtimes: RuntimeFactory) -> N
     await rt.post(conv, "deploy it")
     approval = await held(rt, conv)
     results = await asyncio.gather(*(
-        rt.decide(conv, approval.approval_id, approve=True, decided_by=f"person-{i}")
+        rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by=f"person-{i}")
         for i in range(5)
     ))
     assert {r.approval_id for r in results} == {approval.approval_id}
@@ -115,13 +116,13 @@ async def test_l5_a_denied_call_is_not_run_and_the_denial_stands(
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(conv, "deploy it")
     approval = await held(rt, conv)
-    await rt.decide(conv, approval.approval_id, approve=False, decided_by="alice")
+    await rt.approvals.decide(conv, approval.approval_id, approve=False, decided_by="alice")
     await wait_for_runs(rt, conv, 1)
     assert deploys.applied == []
     result = next(m for m in await rt.transcript(conv) if m.role == "tool")
     assert result.content.startswith("denied by alice")
     with pytest.raises(ApprovalDecidedError):
-        await rt.decide(conv, approval.approval_id, approve=True, decided_by="mallory")
+        await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="mallory")
     assert deploys.applied == []
 
 
@@ -137,9 +138,9 @@ async def test_l5_an_unanswered_approval_expires_and_the_call_is_not_run(
     approval = await held(rt, conv)
     await ended(rt, approval.run_id)  # a wait for the runs ends on the hold: wait for its end
     assert deploys.applied == []
-    assert (await rt.approvals_of(conv))[0].status == "expired"
+    assert (await rt.approvals.list(conv))[0].status == "expired"
     with pytest.raises(ApprovalDecidedError):
-        await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+        await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
 
 
 async def test_l5_another_principal_cannot_decide(runtimes: RuntimeFactory) -> None:
@@ -149,17 +150,17 @@ async def test_l5_another_principal_cannot_decide(runtimes: RuntimeFactory) -> N
     await rt.post(conv, "deploy it")
     approval = await held(rt, conv)
     with pytest.raises(UnknownConversationError):
-        await rt.decide(conv, approval.approval_id, approve=True, decided_by="bob",
-                        owner="bob")
+        await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="bob",
+                                  owner="bob")
     with pytest.raises(UnknownApprovalError):
-        await rt.decide(conv, "appr_nope", approve=True, decided_by="alice")
-    assert (await rt.approvals_of(conv))[0].status == "pending"
+        await rt.approvals.decide(conv, "appr_nope", approve=True, decided_by="alice")
+    assert (await rt.approvals.list(conv))[0].status == "pending"
     await rt.stop(conv)
     await ended(rt, approval.run_id)  # a wait for the runs ends on the hold: wait for its end
     # The stopped run can never apply it: it expires, and a late approval is refused.
-    assert (await rt.approvals_of(conv))[0].status == "expired"
+    assert (await rt.approvals.list(conv))[0].status == "expired"
     with pytest.raises(ApprovalDecidedError):
-        await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+        await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     assert deploys.applied == []
 
 
@@ -182,4 +183,4 @@ async def test_l5_read_only_tools_need_no_approval_in_writes_mode(
     await rt.post(conv, "look around")
     await wait_for_runs(rt, conv, 1)
     assert calls == ["look"]
-    assert await rt.approvals_of(conv) == []
+    assert await rt.approvals.list(conv) == []

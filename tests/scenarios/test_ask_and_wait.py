@@ -109,7 +109,7 @@ async def test_b2_wait_returns_the_run_and_reply_of_a_simple_turn(
     assert not answer.timed_out
     assert answer.status is RunStatus.COMPLETED
     assert answer.reply == "hello there"
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert answer.run == run
     assert answer.input.state is InputState.MATERIALIZED
     assert answer.input.run_id == run.run_id
@@ -135,7 +135,7 @@ async def test_b2_queued_behind_a_running_turn_resolves_to_the_later_run(
     model.gate.set()
     answer = await asyncio.wait_for(second, WAIT_S)
 
-    read_first = (await rt.inputs(conv))[0]
+    read_first = (await rt.inputs.list(conv))[0]
     assert read_first.input_id == first.input_id
     assert read_first.run_id is not None
     assert answer.status is RunStatus.COMPLETED
@@ -144,7 +144,7 @@ async def test_b2_queued_behind_a_running_turn_resolves_to_the_later_run(
     assert answer.run.run_id != read_first.run_id  # a later run read it, not the running one
     assert answer.input.run_id == answer.run.run_id
     assert answer.reply == "and then this"
-    assert [r.run_id for r in await rt.runs(conv)] == [read_first.run_id, answer.run.run_id]
+    assert [r.run_id for r in await rt.runs.list(conv)] == [read_first.run_id, answer.run.run_id]
 
 
 async def test_b2_a_steer_resolves_to_the_running_run_that_read_it(
@@ -162,12 +162,12 @@ async def test_b2_a_steer_resolves_to_the_running_run_that_read_it(
     gate.open.set()
     answer = await asyncio.wait_for(steer, WAIT_S)
 
-    [run] = await rt.runs(conv)  # the steer joined the running turn: no turn of its own
+    [run] = await rt.runs.list(conv)  # the steer joined the running turn: no turn of its own
     assert answer.status is RunStatus.COMPLETED
     assert not answer.timed_out
     assert answer.run == run
-    assert [i.run_id for i in await rt.inputs(conv)] == [run.run_id, run.run_id]
-    assert (await rt.inputs(conv))[0].input_id == first.input_id
+    assert [i.run_id for i in await rt.inputs.list(conv)] == [run.run_id, run.run_id]
+    assert (await rt.inputs.list(conv))[0].input_id == first.input_id
     # The run's reply came after the steer joined it, at the safe point after the tool.
     assert answer.reply == "also mind the step" == await final_reply(rt, conv, run.run_id)
 
@@ -184,12 +184,12 @@ async def test_b2_a_held_call_ends_the_wait_with_awaiting_approval(
     assert answer.status is RunStatus.AWAITING_APPROVAL
     assert not answer.timed_out
     assert answer.reply is None  # it has not answered yet: it waits for a person
-    [approval] = await rt.approvals_of(conv, status="pending")
+    [approval] = await rt.approvals.list(conv, status="pending")
     assert answer.run is not None
     assert approval.run_id == answer.run.run_id
     assert answer.input.run_id == answer.run.run_id
 
-    await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     # The same post again (same key) writes nothing and waits for the same input's answer.
     again = await rt.post(conv, "deploy it", wait=True, timeout=WAIT_S, idempotency_key="d1")
     assert again.input.input_id == answer.input.input_id
@@ -197,7 +197,7 @@ async def test_b2_a_held_call_ends_the_wait_with_awaiting_approval(
     assert again.run is not None
     assert again.run.run_id == answer.run.run_id
     assert again.reply == "Deployed."
-    assert len(await rt.inputs(conv)) == 1
+    assert len(await rt.inputs.list(conv)) == 1
 
 
 async def test_b2_a_failed_run_answers_failed_with_its_failure(
@@ -211,7 +211,7 @@ async def test_b2_a_failed_run_answers_failed_with_its_failure(
     assert answer.status is RunStatus.FAILED
     assert not answer.timed_out
     assert answer.run is not None
-    assert answer.run.failure_code == (await rt.run(answer.run.run_id)).failure_code
+    assert answer.run.failure_code == (await rt.runs.get(answer.run.run_id)).failure_code
     assert answer.run.failure_code  # the failure is named
     assert answer.reply is None
     assert answer.input.run_id == answer.run.run_id
@@ -233,7 +233,7 @@ async def test_b2_timeout_answers_as_it_stands_and_the_input_is_answered_afterwa
     assert running.run is not None
     assert running.reply is None
     assert running.input.state is InputState.QUEUED
-    assert [r.run_id for r in await rt.runs(conv)] == [running.run.run_id]
+    assert [r.run_id for r in await rt.runs.list(conv)] == [running.run.run_id]
     # The second: it waits in the queue; no run has it yet.
     assert queued.timed_out
     assert queued.status is InputState.QUEUED
@@ -253,7 +253,7 @@ async def test_b2_timeout_answers_as_it_stands_and_the_input_is_answered_afterwa
     assert second.reply == "behind it"
     assert second.run is not None
     assert second.run.run_id != first.run.run_id
-    inputs = await rt.inputs(conv)
+    inputs = await rt.inputs.list(conv)
     assert [(i.content, i.state) for i in inputs] == [
         ("hold on", InputState.MATERIALIZED), ("behind it", InputState.MATERIALIZED)]
 
@@ -264,16 +264,16 @@ async def test_b2_an_input_withdrawn_unread_answers_cancelled(runtimes: RuntimeF
     parent = (await rt.create_conversation(
         "alice", Profile(model="scripted", tools=("spawn", "send", "cancel")))).conversation_id
     await rt.post(parent, "hello", wait=True, timeout=WAIT_S)
-    [run] = await rt.runs(parent)
+    [run] = await rt.runs.list(parent)
     busy = await rt.relay.spawn(parent, run.run_id, "call-1", "hold the line")
     child = busy.child_conversation_id
     await within(model.entered, "the child is busy with its brief")
     asked = await rt.relay.send(parent, child, run.run_id, "call-2", "count to three")
-    [brief] = [i for i in await rt.inputs(child) if i.input_id == asked.input_id]
+    [brief] = [i for i in await rt.inputs.list(child) if i.input_id == asked.input_id]
     waiting = asyncio.create_task(rt.answers.wait(brief, WAIT_S))
     await wait_until(lambda: rt.answers.waiting == 1, what="the wait on the request began")
 
-    await rt.cancel_child(parent, asked.task_key)
+    await rt.children.cancel(parent, asked.task_key)
     answer = await asyncio.wait_for(waiting, WAIT_S)
 
     assert answer.status is InputState.CANCELLED
@@ -294,7 +294,7 @@ async def test_b2_another_principal_cannot_wait_on_a_foreign_conversation(
     with pytest.raises(UnknownConversationError) as unknown:
         await rt.post("conv_nobody", "let me in", wait=True, timeout=WAIT_S, owner="bob")
     assert foreign.value.code == unknown.value.code == "unknown_conversation"
-    assert await rt.inputs(conv) == []  # nothing was written
+    assert await rt.inputs.list(conv) == []  # nothing was written
 
 
 async def test_b2_a_bad_timeout_is_refused_before_anything_is_written(
@@ -305,7 +305,7 @@ async def test_b2_a_bad_timeout_is_refused_before_anything_is_written(
     for bad in (-1.0, float("nan")):
         with pytest.raises(InvalidInputError):
             await rt.post(conv, "hello", wait=True, timeout=bad)
-    assert await rt.inputs(conv) == []
+    assert await rt.inputs.list(conv) == []
 
 
 async def test_b2_a_wait_wakes_when_this_process_commits_the_runs_end(

@@ -61,7 +61,7 @@ async def ended(rt: Runtime, run_id: str) -> Run:
     found: list[Run] = []
 
     async def over() -> bool:
-        found[:] = [await rt.run(run_id)]
+        found[:] = [await rt.runs.get(run_id)]
         return found[0].status.ended
 
     await eventually(over, what=f"run {run_id} ended", within_s=WAIT_S)
@@ -79,9 +79,9 @@ async def test_l5_awaiting_approval_is_the_held_runs_status_and_ends_a_settle(
     held = await settle(rt, conv)  # returns: what runs here waits for a person
     [run] = held
     assert run.status is RunStatus.AWAITING_APPROVAL
-    assert (await rt.run(run.run_id)).status is RunStatus.AWAITING_APPROVAL
-    assert [r.status for r in await rt.runs(conv)] == [RunStatus.AWAITING_APPROVAL]
-    [approval] = await rt.approvals_of(conv, status="pending")
+    assert (await rt.runs.get(run.run_id)).status is RunStatus.AWAITING_APPROVAL
+    assert [r.status for r in await rt.runs.list(conv)] == [RunStatus.AWAITING_APPROVAL]
+    [approval] = await rt.approvals.list(conv, status="pending")
     assert approval.run_id == run.run_id
     statuses = await turn_statuses(rt, conv)
     assert [s["status"] for s in statuses] == ["running", "awaiting_approval"]
@@ -89,11 +89,11 @@ async def test_l5_awaiting_approval_is_the_held_runs_status_and_ends_a_settle(
     assert deploys.applied == []
     assert await settle(rt, conv) == held  # it stays held: settling again returns again
 
-    await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     # Decided: the run is running again from the decision's commit on (or already done).
-    assert (await rt.run(run.run_id)).status in (RunStatus.RUNNING, RunStatus.COMPLETED)
+    assert (await rt.runs.get(run.run_id)).status in (RunStatus.RUNNING, RunStatus.COMPLETED)
     assert await settle(rt, conv) == []  # now it settles as a conversation does
-    assert (await rt.run(run.run_id)).status is RunStatus.COMPLETED
+    assert (await rt.runs.get(run.run_id)).status is RunStatus.COMPLETED
     assert deploys.applied == [{"target": "prod"}]
     statuses = await turn_statuses(rt, conv)
     assert [s["status"] for s in statuses] == [
@@ -110,10 +110,10 @@ async def test_l5_awaiting_approval_a_denied_call_resumes_the_run_which_continue
     conv = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(conv, "deploy it")
     [run] = await settle(rt, conv)
-    [approval] = await rt.approvals_of(conv, status="pending")
-    await rt.decide(conv, approval.approval_id, approve=False, decided_by="alice")
+    [approval] = await rt.approvals.list(conv, status="pending")
+    await rt.approvals.decide(conv, approval.approval_id, approve=False, decided_by="alice")
     assert await settle(rt, conv) == []
-    assert (await rt.run(run.run_id)).status is RunStatus.COMPLETED
+    assert (await rt.runs.get(run.run_id)).status is RunStatus.COMPLETED
     assert deploys.applied == []
     assert [s["status"] for s in await turn_statuses(rt, conv)] == [
         "running", "awaiting_approval", "running", "completed"]
@@ -135,7 +135,7 @@ async def test_l5_awaiting_approval_an_expired_approval_resumes_the_run(
     done = await ended(rt, run.run_id)  # nobody decides: the approval expires
     assert done.status is RunStatus.COMPLETED
     assert deploys.applied == []
-    [approval] = await rt.approvals_of(conv)
+    [approval] = await rt.approvals.list(conv)
     assert approval.status == "expired"
     statuses = await turn_statuses(rt, conv)
     assert [s["status"] for s in statuses] == [
@@ -153,17 +153,17 @@ async def test_l5_awaiting_approval_lasts_until_the_last_held_call_of_the_step_i
     [run] = await settle(rt, conv)
 
     async def both_pending() -> bool:
-        return len(await rt.approvals_of(conv, status="pending")) == 2
+        return len(await rt.approvals.list(conv, status="pending")) == 2
 
     await eventually(both_pending, what="two pending approvals", within_s=WAIT_S)
-    first, second = await rt.approvals_of(conv, status="pending")
-    await rt.decide(conv, first.approval_id, approve=True, decided_by="alice")
+    first, second = await rt.approvals.list(conv, status="pending")
+    await rt.approvals.decide(conv, first.approval_id, approve=True, decided_by="alice")
     # One call is still held: the run still waits for a person, and a settle still ends.
     assert [r.run_id for r in await settle(rt, conv)] == [run.run_id]
-    assert (await rt.run(run.run_id)).status is RunStatus.AWAITING_APPROVAL
-    await rt.decide(conv, second.approval_id, approve=True, decided_by="alice")
+    assert (await rt.runs.get(run.run_id)).status is RunStatus.AWAITING_APPROVAL
+    await rt.approvals.decide(conv, second.approval_id, approve=True, decided_by="alice")
     assert await settle(rt, conv) == []
-    assert (await rt.run(run.run_id)).status is RunStatus.COMPLETED
+    assert (await rt.runs.get(run.run_id)).status is RunStatus.COMPLETED
     assert sorted(d["target"] for d in deploys.applied) == ["eu", "us"]
     statuses = [s["status"] for s in await turn_statuses(rt, conv)]
     assert statuses == ["running", "awaiting_approval", "running", "completed"]
@@ -183,10 +183,10 @@ async def test_l5_awaiting_approval_a_held_run_is_stopped_like_a_running_one(
     assert await rt.stop(conv) == [run.run_id]
     assert (await ended(rt, run.run_id)).status is RunStatus.STOPPED
     assert deploys.applied == []
-    [approval] = await rt.approvals_of(conv)
+    [approval] = await rt.approvals.list(conv)
     assert approval.status == "expired"  # it can never apply now
     assert await settle(rt, conv) == []
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [r.status for r in runs] == [RunStatus.STOPPED, RunStatus.COMPLETED]
 
 
@@ -209,14 +209,14 @@ async def test_l5_c1_held_calls_lend_their_place_to_the_other_conversations(
     other = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(other, "hello")
     assert await settle(rt, other) == []
-    [answered] = await rt.runs(other)
+    [answered] = await rt.runs.list(other)
     assert answered.status is RunStatus.COMPLETED
 
     for conv in held:
-        for approval in await rt.approvals_of(conv):
-            await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+        for approval in await rt.approvals.list(conv):
+            await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     for conv in held:
-        [run] = await rt.runs(conv)
+        [run] = await rt.runs.list(conv)
         assert (await ended(rt, run.run_id)).status is RunStatus.COMPLETED
     assert len(deploys.applied) == 3
 
@@ -225,7 +225,7 @@ async def test_l5_c1_held_calls_lend_their_place_to_the_other_conversations(
         await rt.post(conv, "hello again")
     for conv in [*held, other]:
         await settle(rt, conv)
-    runs = sorted([max(await rt.runs(conv), key=lambda r: r.started_at_us or 0)
+    runs = sorted([max(await rt.runs.list(conv), key=lambda r: r.started_at_us or 0)
                    for conv in [*held, other]], key=lambda r: r.started_at_us or 0)
     for earlier, later in itertools.pairwise(runs):
         assert earlier.ended_at_us is not None

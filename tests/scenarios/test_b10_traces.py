@@ -118,7 +118,7 @@ class FlakyOnce:
 async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
     async def probe() -> list[Run]:
         await rt.settle(conv)
-        return await rt.runs(conv)
+        return await rt.runs.list(conv)
 
     return await eventually(
         probe, lambda runs: len(runs) >= count and all(r.status.ended for r in runs),
@@ -331,7 +331,7 @@ async def main() -> None:
                 ).conversation_id
         await rt.post(conv, "list the files")
         await rt.settle(conv)
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         messages = await rt.transcript(conv)
         print(json.dumps({
             "statuses": [r.status.value for r in runs],

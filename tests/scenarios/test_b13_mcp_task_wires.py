@@ -203,7 +203,7 @@ async def test_b13_extension_wire_stopping_the_run_cancels_the_task_on_the_serve
     conv, result = await called(rt, "oven.bake")
     assert result.run_id is not None
     await eventually(lambda: asyncio.sleep(0, runs(tmp_path)), bool, what="the body started")
-    await rt.stop_run(conv, result.run_id)
+    await rt.runs.stop(conv, result.run_id)
 
     async def task() -> TaskRecord:
         return await rt.tasks.get(conv, result.meta["task_key"])

@@ -65,7 +65,7 @@ async def asked(rt: Runtime, tool: str, *, background: bool = False
     async def pending() -> list[Question]:
         if post.done():
             post.result()  # a post that ended without a question fails here, saying why
-        return await rt.questions_of(conv, status="pending")
+        return await rt.questions.list(conv, status="pending")
 
     [question] = await eventually(pending, what="the server's question", within_s=30)
     return conv, post, question
@@ -92,12 +92,12 @@ async def test_b15_an_elicitation_during_a_call_is_a_durable_question_answered_o
 
     # An answer off the schema changes nothing: the question still waits.
     with pytest.raises(InvalidInputError, match="seats"):
-        await rt.answer(conv, question.question_id, action="accept",
-                        content={"seats": "two"}, decided_by="alice")
-    assert (await rt.questions_of(conv))[0].status == "pending"
+        await rt.questions.answer(conv, question.question_id, action="accept",
+                                  content={"seats": "two"}, decided_by="alice")
+    assert (await rt.questions.list(conv))[0].status == "pending"
 
-    answered = await rt.answer(conv, question.question_id, action="accept",
-                               content={"seats": 2}, decided_by="alice")
+    answered = await rt.questions.answer(conv, question.question_id, action="accept",
+                                         content={"seats": 2}, decided_by="alice")
     assert (answered.status, answered.answer, answered.decided_by) == (
         "accepted", {"seats": 2}, "alice")
     answer = await post
@@ -106,12 +106,12 @@ async def test_b15_an_elicitation_during_a_call_is_a_durable_question_answered_o
     assert result.content == "booked 2 seats on May 1"
 
     # Decided once: the same answer again changes nothing; a different one is refused.
-    again = await rt.answer(conv, question.question_id, action="accept",
-                            content={"seats": 2}, decided_by="alice")
+    again = await rt.questions.answer(conv, question.question_id, action="accept",
+                                      content={"seats": 2}, decided_by="alice")
     assert again.decided_at_us == answered.decided_at_us
     with pytest.raises(QuestionDecidedError):
-        await rt.answer(conv, question.question_id, action="decline", decided_by="alice")
-    [final] = await rt.questions_of(conv)
+        await rt.questions.answer(conv, question.question_id, action="decline", decided_by="alice")
+    [final] = await rt.questions.list(conv)
     assert final.status == "accepted"
     assert final.delivered_at_us is not None
     assert [e.data["status"] for e in await rt.events(conv)
@@ -124,9 +124,9 @@ async def test_b15_declined_is_an_answer_the_server_hears(
     rt = await runtime(runtimes, desk_stdio(tmp_path), BOOK, {"date": "May 2"})
     conv, post, question = await asked(rt, BOOK)
     with pytest.raises(InvalidInputError):  # a decline carries nothing
-        await rt.answer(conv, question.question_id, action="decline", content={"seats": 1},
-                        decided_by="alice")
-    await rt.answer(conv, question.question_id, action="decline", decided_by="alice")
+        await rt.questions.answer(conv, question.question_id, action="decline",
+                                  content={"seats": 1}, decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="decline", decided_by="alice")
     await post
     result = tool_result(await rt.transcript(conv))
     assert result.content == "not done: the person chose decline"
@@ -142,11 +142,11 @@ async def test_b15_a_question_nobody_answers_expires_and_the_server_hears_cancel
     await post
     result = tool_result(await rt.transcript(conv))
     assert result.content == "not done: the person chose cancel"
-    [expired] = await rt.questions_of(conv)
+    [expired] = await rt.questions.list(conv)
     assert (expired.status, expired.decided_by, expired.answer) == ("expired", None, None)
     with pytest.raises(QuestionDecidedError):  # too late: nothing is decided any more
-        await rt.answer(conv, question.question_id, action="accept", content={"seats": 1},
-                        decided_by="alice")
+        await rt.questions.answer(conv, question.question_id, action="accept", content={"seats": 1},
+                                  decided_by="alice")
 
 
 async def test_b15_a_stopped_run_leaves_its_question_expired_never_answered(
@@ -157,7 +157,7 @@ async def test_b15_a_stopped_run_leaves_its_question_expired_never_answered(
     await rt.stop(conv, owner="alice")
     answer = await post
     assert answer.status == "stopped"
-    [left] = await eventually(lambda: rt.questions_of(conv),
+    [left] = await eventually(lambda: rt.questions.list(conv),
                               lambda qs: qs[0].status != "pending", what="the question expired")
     assert (left.status, left.answer) == ("expired", None)
 
@@ -168,14 +168,14 @@ async def test_b15_only_the_owner_sees_and_answers_a_question(
     rt = await runtime(runtimes, desk_stdio(tmp_path), BOOK, {"date": "May 5"})
     conv, post, question = await asked(rt, BOOK)
     with pytest.raises(UnknownConversationError):  # another's conversation is unknown to one
-        await rt.answer(conv, question.question_id, action="decline", decided_by="mallory",
-                        owner="mallory")
+        await rt.questions.answer(conv, question.question_id, action="decline",
+                                  decided_by="mallory", owner="mallory")
     with pytest.raises(UnknownConversationError):
-        await rt.questions_of(conv, owner="mallory")
+        await rt.questions.list(conv, owner="mallory")
     with pytest.raises(UnknownQuestionError):
-        await rt.answer(conv, "qst_unknown", action="decline", decided_by="alice")
-    assert (await rt.questions_of(conv))[0].status == "pending"
-    await rt.answer(conv, question.question_id, action="cancel", decided_by="alice")
+        await rt.questions.answer(conv, "qst_unknown", action="decline", decided_by="alice")
+    assert (await rt.questions.list(conv))[0].status == "pending"
+    await rt.questions.answer(conv, question.question_id, action="cancel", decided_by="alice")
     await post
 
 
@@ -189,8 +189,8 @@ async def test_b15_a_task_waiting_for_input_asks_and_is_answered_with_tasks_upda
     [task] = await rt.tasks.list(conv)
     assert (question.task_id, question.run_id) == (task.task_key, None)
     assert question.message == "Where should the lamp go?"
-    await rt.answer(conv, question.question_id, action="accept", content={"street": "Elm 1"},
-                    decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="accept",
+                              content={"street": "Elm 1"}, decided_by="alice")
 
     async def told() -> list[Message]:
         await rt.settle(conv)
@@ -200,7 +200,7 @@ async def test_b15_a_task_waiting_for_input_asks_and_is_answered_with_tasks_upda
                                 what="the task's notice", within_s=30)
     [note] = [m for m in messages if m.meta.get("kind") == NOTIFICATION_KIND]
     assert "ordered lamp to Elm 1" in note.content
-    assert (await rt.questions_of(conv))[0].status == "accepted"
+    assert (await rt.questions.list(conv))[0].status == "accepted"
 
 
 async def test_b15_a_foreground_task_call_asks_as_the_call(
@@ -210,8 +210,8 @@ async def test_b15_a_foreground_task_call_asks_as_the_call(
     conv, post, question = await asked(rt, ORDER)
     assert question.run_id is not None
     assert question.task_id is None
-    await rt.answer(conv, question.question_id, action="accept", content={"street": "Oak 2"},
-                    decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="accept",
+                              content={"street": "Oak 2"}, decided_by="alice")
     await post
     assert tool_result(await rt.transcript(conv)).content == "ordered desk to Oak 2"
 
@@ -224,10 +224,10 @@ async def test_b15_core_wire_elicitation_beside_the_call_is_a_question(
     conv, post, question = await asked(rt, tool)
     assert question.requested_schema["required"] == ["name"]
     with pytest.raises(InvalidInputError, match="name"):
-        await rt.answer(conv, question.question_id, action="accept", content={"check": True},
-                        decided_by="alice")
-    await rt.answer(conv, question.question_id, action="accept",
-                    content={"name": "Ann", "check": True}, decided_by="alice")
+        await rt.questions.answer(conv, question.question_id, action="accept",
+                                  content={"check": True}, decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="accept",
+                              content={"name": "Ann", "check": True}, decided_by="alice")
     await post
     result = tool_result(await rt.transcript(conv))
     assert "Name: Ann" in result.content

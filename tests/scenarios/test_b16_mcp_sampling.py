@@ -52,7 +52,7 @@ def tool_result(messages: list[Message]) -> Message:
 
 
 async def asked(rt: Runtime, conv: str) -> Question:
-    [question] = await eventually(lambda: rt.questions_of(conv, status="pending"),
+    [question] = await eventually(lambda: rt.questions.list(conv, status="pending"),
                                   what="the person asked first", within_s=30)
     return question
 
@@ -68,8 +68,8 @@ async def test_b16_allow_the_conversations_model_answers_and_its_tokens_count_on
     result = tool_result(await rt.transcript(conv))
     assert SAMPLED in result.content
     assert '"model": "scripted"' in result.content
-    assert await rt.questions_of(conv) == []  # allowed: nobody was asked
-    [run] = await rt.runs(conv)
+    assert await rt.questions.list(conv) == []  # allowed: nobody was asked
+    [run] = await rt.runs.list(conv)
     # Two steps of the turn and the server's sampling, each a model call of the run.
     assert run.usage.model_calls == 3
     assert run.usage.input_tokens >= 7
@@ -85,7 +85,7 @@ async def test_b16_ask_is_the_default_a_person_lets_the_model_answer(
     assert (question.kind, question.asker) == ("sampling", "mcp:everything")
     assert "when is the tide?" in question.message
     assert not post.done()
-    await rt.answer(conv, question.question_id, action="accept", decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="accept", decided_by="alice")
     await post
     assert SAMPLED in tool_result(await rt.transcript(conv)).content
 
@@ -97,13 +97,13 @@ async def test_b16_ask_declined_is_a_clean_mcp_error_and_the_model_is_not_asked(
                        {"prompt": "when is the tide?"})
     conv, post = await called(rt, SAMPLE)
     question = await asked(rt, conv)
-    await rt.answer(conv, question.question_id, action="decline", decided_by="alice")
+    await rt.questions.answer(conv, question.question_id, action="decline", decided_by="alice")
     answer = await post
     assert answer.status == "completed"  # the run goes on: the tool's result says why
     result = tool_result(await rt.transcript(conv))
     assert "declined" in result.content
     assert SAMPLED not in result.content
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.usage.model_calls == 2  # only the turn's own steps
 
 

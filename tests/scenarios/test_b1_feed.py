@@ -83,7 +83,7 @@ async def test_b1_deltas_reach_a_watcher_in_order_then_the_committed_message(
     assert 1 <= len(live) <= 8
     assert {e.type for e in live} == {"message_delta"}
     assert assembled(events) == STORY
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert {(e.run_id, e.data["run_id"], e.data["step"]) for e in live} == {
         (run.run_id, run.run_id, 1)}
     # The committed message follows the last piece and replaces the text in progress.
@@ -179,7 +179,7 @@ async def test_b1_a_stopped_turns_partial_text_is_discarded(runtimes: RuntimeFac
     await rt.stop(conv, owner=OWNER)
     events = await watcher.until(lambda events: turn_ended(events, "stopped"), what="the stop")
 
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "stopped"}]
     assert committed(events, "assistant") == []
     assert [m.role for m in await rt.transcript(conv)] == ["user"]
@@ -203,7 +203,7 @@ async def test_b1_a_failing_models_partial_text_is_discarded(runtimes: RuntimeFa
     events = await watcher.until(lambda events: turn_ended(events, "failed"), what="failure")
 
     assert assembled(events) == "I was about to say"
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "model_permanent"}]
     last_delta = max(i for i, e in enumerate(events) if e.type == "message_delta")
     assert events.index(next(e for e in events if e.type == "message_discarded")) > last_delta
@@ -221,7 +221,7 @@ async def test_b1_a_timed_out_calls_partial_text_is_discarded(runtimes: RuntimeF
     await rt.post(conv, "take your time", owner=OWNER)
     events = await watcher.until(lambda events: turn_ended(events, "needs_attention"),
                                  what="the run to need attention")
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert assembled(events) == "Thinking about it"
     assert discarded(events) == [{"run_id": run.run_id, "step": 1, "reason": "timed_out"}]
     assert committed(events, "assistant") == []
@@ -259,7 +259,7 @@ async def test_b1_a_retried_call_withdraws_its_text_and_starts_the_step_again(
     await rt.post(conv, "answer me", owner=OWNER)
     events = await watcher.until(turn_ended, what="the turn's end")
 
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     live = [(e.type, e.data.get("offset"), e.data.get("text"), e.data.get("reason"))
             for e in events if e.seq is None]
     assert live[:2] == [
@@ -341,7 +341,7 @@ async def test_b1_committed_messages_carry_role_text_tool_calls_results_and_orig
     result = messages[2]["message"]
     assert (result["tool_call_id"], result["tool_name"]) == (
         call["tool_calls"][0]["call_id"], "lookup")
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [m["message"]["run_id"] for m in messages] == [
         runs[0].run_id, runs[0].run_id, runs[0].run_id, runs[0].run_id,
         runs[1].run_id, runs[1].run_id, runs[2].run_id, runs[2].run_id]
@@ -397,7 +397,7 @@ async def test_b1_watch_ends_when_the_conversation_is_deleted_or_the_runtime_clo
     deleted = Collector(rt.watch(conv, owner=OWNER))
     open_one = Collector(rt.watch(other, owner=OWNER))
     await deleted.until(lambda events: journal(events), what="the history")
-    await rt.tombstone(conv, owner=OWNER)
+    await rt.conversations.tombstone(conv, owner=OWNER)
     events = await deleted.ended()
     assert events[-1].type == "conversation_status"
     assert events[-1].data == {"status": "tombstoned"}
@@ -512,7 +512,7 @@ async def test_b1_a_watcher_gets_the_last_rows_whichever_read_comes_first(
     whole = await rt.events(conv, after_seq=0, owner=OWNER)
     assert [e.seq for e in journal(events)] == [e.seq for e in whole]
     assert journal(events)[-1].data["approvals"] == [
-        a.approval_id for a in await rt.approvals_of(conv, owner=OWNER)]
+        a.approval_id for a in await rt.approvals.list(conv, owner=OWNER)]
     await watcher.stop()
     if first == "cursor":
         assert not journal(ahead.events)

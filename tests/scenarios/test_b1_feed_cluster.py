@@ -125,7 +125,7 @@ async def test_b1_a_watcher_in_another_process_gets_the_deltas_and_the_commits(
         for each in (watcher, second):
             assert assembled(before_commit(each.events)) == "Once upon a time."
             assert assembled(each.events) == "Once upon a time."
-        [run] = await rt.runs(conv)
+        [run] = await rt.runs.list(conv)
         for each in (watcher, second):
             [answer] = committed(each.events, "assistant")
             assert (answer["content"], answer["run_id"]) == ("Once upon a time.", run.run_id)
@@ -184,7 +184,7 @@ async def test_b1_the_last_piece_heard_after_its_commit_still_completes_the_delt
         await heard.up_to(len("Once upon a time."))  # the late piece reached this process
         # A commit after it: whatever the hub passed on of the late piece is handed out to
         # the watchers before this row (and a watcher joining now is offered no draft).
-        await rt.archive(conv, owner=OWNER)
+        await rt.conversations.archive(conv, owner=OWNER)
         late = Collector(rt.watch(conv, owner=OWNER))
         for each in (watcher, second, late):
             await each.until(archived, what="the conversation archived")

@@ -81,7 +81,7 @@ async def test_b3_a_typed_tool_gets_its_arguments_and_context_and_its_result_rea
         assert weather.threads != [threading.current_thread().name]  # not on the loop
     call = next(m for m in messages if m.role == "assistant" and m.tool_calls)
     result = next(m for m in messages if m.role == "tool")
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert json.loads(result.content) == {
         "city": "Delft", "sky": "clear", "days": 2, "conversation": conv, "run": run.run_id,
         "call": call.tool_calls[0]["call_id"]}
@@ -156,7 +156,7 @@ async def test_b3_a_needs_approval_tool_is_held_until_a_person_approves(
     approval = await held(rt, conv)
     assert (approval.tool_name, approval.arguments) == ("weather", {"city": "Delft"})
     assert ran == []
-    await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+    await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
     await wait_for_runs(rt, conv, 1)
     assert ran == ["Delft"]
     assert (await rt.transcript(conv))[-1].content == "clear in Delft"
@@ -231,7 +231,7 @@ async def test_b3_a_typed_tool_starts_a_background_task_through_its_context(
     notice = next(m for m in messages if m.meta.get("kind") == "task_notification")
     assert key in notice.content
     assert messages[-1].content == "The build finished."
-    (task,) = await rt.task_list(conv)
+    (task,) = await rt.tasks.list(conv)
     assert task.task_key == key
     assert task.state.value == "exited"
     assert task.exit_code == 0

@@ -92,7 +92,7 @@ async def test_b4_a_server_killed_between_calls_is_reported_to_the_conversations
     used = await conversation(rt, "weather.pid")
     offered = await conversation(rt, "weather.pid")  # offers the tools, never called them
     (pid,) = await turn(rt, used, "pid")
-    runs_before = len(await rt.runs(used))
+    runs_before = len(await rt.runs.list(used))
 
     os.kill(int(pid.content), signal.SIGKILL)
 
@@ -102,7 +102,7 @@ async def test_b4_a_server_killed_between_calls_is_reported_to_the_conversations
     assert back["connections"] == 2
     assert statuses(await rt.events(offered)) == []
     # Events of the runtime, not inputs: no turn started for them.
-    assert len(await rt.runs(used)) == runs_before
+    assert len(await rt.runs.list(used)) == runs_before
     assert not [e for e in await rt.events(used) if e.type == "mcp_call_failed"]
     (again,) = await turn(rt, used, "pid")
     assert int(again.content) != int(pid.content)  # a new server process answers

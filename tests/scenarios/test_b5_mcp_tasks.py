@@ -107,7 +107,7 @@ async def test_b5_the_end_is_a_task_notice_once_after_the_result(
     assert (task.state, task.exit_code, task.delivered, task.consumed) == (
         TaskState.EXITED, 0, True, True)
     assert note.meta["event_id"] == task.event_id
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.trigger, r.status) for r in runs] == [
         (StartKind.PERSON, RunStatus.COMPLETED), (StartKind.WAKE, RunStatus.COMPLETED)]
     asked = [m for _, m, t in kettle_requests(tmp_path) if t == task.mcp_task_id]
@@ -208,7 +208,7 @@ async def test_b5_stopping_the_run_cancels_the_task_on_the_server(
     task_key = result.meta["task_key"]
     mcp_task_id = result.meta["mcp_task_id"]
     assert result.run_id is not None
-    await rt.stop_run(conv, result.run_id)
+    await rt.runs.stop(conv, result.run_id)
 
     await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
                      lambda asked: any(m == "tasks/cancel" and t == mcp_task_id
@@ -265,7 +265,7 @@ async def test_b5_a_persons_stop_of_the_running_turn_cancels_its_task_on_the_ser
         return await rt.tasks.list(conv)
     [task] = await eventually(started, bool, what="the task started by the running turn")
     [stopped] = await rt.stop(conv)
-    await eventually(lambda: rt.run(stopped), lambda run: run.status is RunStatus.STOPPED,
+    await eventually(lambda: rt.runs.get(stopped), lambda run: run.status is RunStatus.STOPPED,
                      what="the turn stopped")
     await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
                      lambda asked: ("tasks/cancel", task.mcp_task_id) in
@@ -294,7 +294,7 @@ async def test_b5_a_call_stopped_before_the_server_named_its_task_cancels_that_t
     [(_, _, mcp_task_id)] = await eventually(
         lambda: asyncio.sleep(0, kettle_requests(tmp_path)), bool, what="the task created")
     [stopped] = await rt.stop(conv)
-    await eventually(lambda: rt.run(stopped), lambda run: run.status is RunStatus.STOPPED,
+    await eventually(lambda: rt.runs.get(stopped), lambda run: run.status is RunStatus.STOPPED,
                      what="the turn stopped")
     await eventually(lambda: asyncio.sleep(0, kettle_requests(tmp_path)),
                      lambda asked: ("tasks/cancel", mcp_task_id) in

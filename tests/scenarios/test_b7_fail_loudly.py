@@ -35,7 +35,7 @@ async def test_b7_unknown_model_is_refused_naming_it_and_the_registered_ones(
     assert "scripted" in error.registered_models
     assert "'gpt-typo'" in error.message
     assert "registered: 'scripted'" in error.message
-    assert await rt.list_conversations("alice") == []
+    assert await rt.conversations.list("alice") == []
 
 
 async def test_b7_unknown_tool_is_refused_and_nothing_is_written(
@@ -49,10 +49,10 @@ async def test_b7_unknown_tool_is_refused_and_nothing_is_written(
     assert (error.unknown_models, error.unknown_tools) == ((), ("nope",))
     assert {"note", "shell"} <= set(error.registered_tools)  # the built-ins count too
     assert "unknown tool(s) 'nope'" in error.message
-    assert await rt.list_conversations("alice") == []
+    assert await rt.conversations.list("alice") == []
     # A profile of registered names is accepted.
     made = await rt.create_conversation("alice", Profile(model="scripted", tools=("note",)))
-    assert [c.conversation_id for c in await rt.list_conversations("alice")] == [
+    assert [c.conversation_id for c in await rt.conversations.list("alice")] == [
         made.conversation_id]
 
 
@@ -63,8 +63,8 @@ async def test_b7_changing_a_profile_to_unknown_names_is_refused_and_keeps_the_o
     conv = (await rt.create_conversation("alice", Profile(model="scripted"))).conversation_id
     events = len(await rt.events(conv))
     with pytest.raises(UnknownModelOrToolError) as refused:
-        await rt.set_profile(conv, Profile(model="scripted", fallbacks=("gone",),
-                                           tools=("missing",)))
+        await rt.conversations.set_profile(conv, Profile(model="scripted", fallbacks=("gone",),
+                                                         tools=("missing",)))
     assert (refused.value.unknown_models, refused.value.unknown_tools) == (
         ("gone",), ("missing",))
     assert (await rt.conversation(conv)).profile == Profile(model="scripted")

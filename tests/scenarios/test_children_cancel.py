@@ -40,7 +40,7 @@ PROFILE = Profile(model="scripted", tools=("spawn", "send", "cancel"))
 
 async def until_a_run(rt: Runtime, conversation: str, status: RunStatus) -> None:
     """Until some run of the conversation has ``status``."""
-    await eventually(lambda: rt.runs(conversation),
+    await eventually(lambda: rt.runs.list(conversation),
                      lambda runs: any(r.status is status for r in runs),
                      what=f"a {status.value} run in {conversation}")
 
@@ -63,7 +63,7 @@ async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled
     grandchild = deeper.child_conversation_id
     await until_a_run(rt, grandchild, RunStatus.RUNNING)
 
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     cancel = rt.tools.get("cancel")
     assert cancel is not None
     told = await cancel.handler(
@@ -83,15 +83,15 @@ async def test_m16_a_cancel_cascades_and_the_canceller_is_told_what_it_cancelled
     await rt.settle(parent)
     # The grandchild's cancelled reply never wakes the cancelled child; nothing reaches the
     # parent.
-    assert [r.trigger for r in await rt.runs(child)] == [StartKind.AGENT]
-    assert [i for i in await rt.inputs(child) if i.origin is Origin.CHILD] == []
-    assert [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD] == []
+    assert [r.trigger for r in await rt.runs.list(child)] == [StartKind.AGENT]
+    assert [i for i in await rt.inputs.list(child) if i.origin is Origin.CHILD] == []
+    assert [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD] == []
     assert [r.state for r in await rt.relay.requests_of(child)] == ["cancelled"]
     assert [r.state for r in await rt.relay.requests_of(parent)] == ["cancelled"]
     # Cancelling again: nothing is owed any more, and the canceller is told so.
-    assert await rt.cancel_child(parent, request.task_key) == []
+    assert await rt.children.cancel(parent, request.task_key) == []
     with pytest.raises(UnknownTaskError):
-        await rt.cancel_child(parent, "child-00000000")
+        await rt.children.cancel(parent, "child-00000000")
 
 
 async def test_m16_a_cancelled_request_not_yet_read_is_withdrawn(
@@ -101,17 +101,17 @@ async def test_m16_a_cancelled_request_not_yet_read_is_withdrawn(
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(parent, "hello")
     await wait_for_runs(rt, parent, 1)
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     busy = await rt.relay.spawn(parent, run.run_id, "call-1", "count slowly")
     child = busy.child_conversation_id
     await until_a_run(rt, child, RunStatus.RUNNING)  # busy with the brief
     queued = await rt.relay.send(parent, child, run.run_id, "call-2", "count to three")
-    (cancelled,) = await rt.cancel_child(parent, queued.task_key)
+    (cancelled,) = await rt.children.cancel(parent, queued.task_key)
     assert cancelled.task_key == queued.task_key
-    brief = next(i for i in await rt.inputs(child) if i.input_id == queued.input_id)
+    brief = next(i for i in await rt.inputs.list(child) if i.input_id == queued.input_id)
     assert brief.state.value == "cancelled"  # withdrawn from the queue: never read
     # The turn busy with the brief is not the cancelled request's: it runs on.
-    assert [r.status for r in await rt.runs(child)] == [RunStatus.RUNNING]
+    assert [r.status for r in await rt.runs.list(child)] == [RunStatus.RUNNING]
     assert [r.state for r in await rt.relay.requests_of(parent)] == ["open", "cancelled"]
 
 
@@ -123,17 +123,17 @@ async def test_m14_stopping_a_source_stops_its_supplementary_reply_that_started(
     await rt.post(parent, "please ask")
     # The child answers; the parent's mail turn starts and reads slowly.
     for _ in range(400):
-        runs = await rt.runs(parent)
+        runs = await rt.runs.list(parent)
         if len(runs) == 2 and runs[1].status is RunStatus.RUNNING:
             break
         await asyncio.sleep(0.05)
-    (source, mail_run) = await rt.runs(parent)
+    (source, mail_run) = await rt.runs.list(parent)
     assert mail_run.trigger is StartKind.MAIL
-    await rt.stop_run(parent, source.run_id, owner="alice")
+    await rt.runs.stop(parent, source.run_id, owner="alice")
     await rt.settle(parent)
-    (_, mail_run) = await rt.runs(parent)
+    (_, mail_run) = await rt.runs.list(parent)
     assert mail_run.status is RunStatus.STOPPED  # the started reply is not delivered
-    assert (await rt.run(source.run_id)).status is RunStatus.COMPLETED  # its answer remains
+    assert (await rt.runs.get(source.run_id)).status is RunStatus.COMPLETED  # its answer remains
     assert "Read the report." not in [m.content for m in await rt.transcript(parent)]
 
 
@@ -147,19 +147,19 @@ async def test_m9_worker_finals_of_two_runs_share_a_combined_report_that_a_stop_
         await rt.post(parent, words)
         await wait_for_runs(rt, parent, 1)
     await rt.settle(parent)
-    first, second = await rt.runs(parent)
+    first, second = await rt.runs.list(parent)
     requests = [await rt.relay.spawn(parent, run.run_id, f"call-{n}", "count to three")
                 for n, run in enumerate((first, second))]
     assert await rt.relay.await_replies([r.request_id for r in requests], 20)
     assert await rt.relay.relay_pending() == 2  # in one unit: one mail turn reads both
     await until_a_run(rt, parent, RunStatus.RUNNING)
-    (*_, combined) = await rt.runs(parent)
+    (*_, combined) = await rt.runs.list(parent)
     assert combined.trigger is StartKind.MAIL
     # Stopping one source while the combined report is being written retracts nothing.
-    await rt.stop_run(parent, first.run_id, owner="alice")
+    await rt.runs.stop(parent, first.run_id, owner="alice")
     await wait_for_runs(rt, parent, 3)
-    assert (await rt.run(combined.run_id)).status is RunStatus.COMPLETED
-    mails = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    assert (await rt.runs.get(combined.run_id)).status is RunStatus.COMPLETED
+    mails = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
     assert {m.run_id for m in mails} == {combined.run_id}  # both read by the one reply
     reply = (await rt.transcript(parent))[-1]
     assert reply.content == "Read the report."

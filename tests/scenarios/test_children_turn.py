@@ -53,8 +53,8 @@ async def no_mail_left(rt: Runtime, parent: str) -> None:
     """The relay finds nothing to send, and the parent ran no turn of mail."""
     await rt.relay.relay_pending()
     await rt.settle(parent)
-    assert [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD] == []
-    assert [r.trigger for r in await rt.runs(parent)] == [StartKind.PERSON]
+    assert [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD] == []
+    assert [r.trigger for r in await rt.runs.list(parent)] == [StartKind.PERSON]
 
 
 async def test_m16_a_turn_owned_spawn_settles_in_a_synthesis_round_not_as_mail(
@@ -62,7 +62,7 @@ async def test_m16_a_turn_owned_spawn_settles_in_a_synthesis_round_not_as_mail(
 ) -> None:
     rt = await runtimes(models=[MODEL])
     parent = await delegated(rt, "please delegate within this turn")
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     assert run.status is RunStatus.COMPLETED
     tail = [(m.role, m.content) for m in (await rt.transcript(parent))[-3:]]
     assert tail[0] == ("assistant", "Waiting for the child.")  # the interim answer
@@ -99,7 +99,7 @@ async def test_m16_a_spawn_that_waits_receives_the_first_report_in_its_result(
     # No synthesis round: the report was consumed with the spawn's result.
     assert [m.role for m in transcript] == ["user", "assistant", "tool", "assistant"]
     (request,) = await rt.relay.requests_of(parent)
-    assert request.consumed_in_run == (await rt.runs(parent))[0].run_id
+    assert request.consumed_in_run == (await rt.runs.list(parent))[0].run_id
     await no_mail_left(rt, parent)
 
 
@@ -109,12 +109,12 @@ async def test_m16_a_report_that_outlives_the_drain_comes_back_as_mail_once(
     config = RuntimeConfig(turns=TurnConfig(task_drain=timedelta(milliseconds=100)))
     rt = await runtimes(models=[MODEL], config=config)
     parent = await delegated(rt, "please delegate slowly")
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     assert (await rt.transcript(parent))[-1].content == "Waiting for the child."
     await wait_for_runs(rt, parent, 2)  # the child's late report wakes a mail turn
-    (_, mail_run) = await rt.runs(parent)
+    (_, mail_run) = await rt.runs.list(parent)
     assert mail_run.trigger is StartKind.MAIL
-    (mail,) = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    (mail,) = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
     assert mail.run_public_id == run.run_id
     (request,) = await rt.relay.requests_of(parent)
     assert request.consumed_in_run is None
@@ -130,7 +130,7 @@ async def test_m16_an_open_wait_receives_the_first_report_exactly_once(
     parent = (await rt.create_conversation("alice", PROFILE)).conversation_id
     await rt.post(parent, "hello")
     await wait_for_runs(rt, parent, 1)
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     # A turn-owned request of that run, answered; two waits look at it.
     request = await rt.relay.spawn(parent, run.run_id, "call-s", "count to three",
                                    turn_owned=True)
@@ -149,7 +149,7 @@ async def test_m16_an_open_wait_receives_the_first_report_exactly_once(
     def consume(cx: ConversationTx) -> list[ChildRequest | None]:
         return [consume_in_run(cx, request.request_id, run.run_id) for _ in outputs]
 
-    first, second = await rt.conversations.change(parent, consume)
+    first, second = await rt.catalog.change(parent, consume)
     assert first is not None
     assert second is None
     again = await wait.handler(context, {"task_key": request.task_key, "timeout_s": 0})

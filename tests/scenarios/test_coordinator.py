@@ -248,7 +248,7 @@ async def test_c1_one_turn_at_a_time_across_100_conversations(runtimes: RuntimeF
 
     total_runs = 0
     for conversation_id, input_ids in posted.items():
-        runs = sorted(await rt.runs(conversation_id), key=lambda r: (r.started_at_us or 0))
+        runs = sorted(await rt.runs.list(conversation_id), key=lambda r: (r.started_at_us or 0))
         total_runs += len(runs)
         assert runs, conversation_id
         assert all(r.status is RunStatus.COMPLETED for r in runs)
@@ -256,7 +256,7 @@ async def test_c1_one_turn_at_a_time_across_100_conversations(runtimes: RuntimeF
             assert earlier.ended_at_us is not None
             assert later.started_at_us is not None
             assert earlier.ended_at_us <= later.started_at_us, "two turns of one conversation"
-        inputs = await rt.inputs(conversation_id)
+        inputs = await rt.inputs.list(conversation_id)
         assert sorted(i.input_id for i in inputs) == sorted(input_ids)
         assert all(i.state is InputState.MATERIALIZED for i in inputs)
         transcript = await rt.transcript(conversation_id)
@@ -282,7 +282,7 @@ async def test_c2_three_starts_at_once_give_one_turn_person_first(
     model = Recording(ScriptedModel(rules=GATE_RULES))
     rt = await runtimes(models=[model], tools=[gate.tool()], config=FAST)
     conv = await new_conversation(rt, Profile(model="scripted", tools=("gate",)))
-    await rt.set_goal(conv, "active", "ship the release")
+    await rt.conversations.set_goal(conv, "active", "ship the release")
     await rt.post(conv, "block")
     await reached(gate.entered)
 
@@ -290,11 +290,11 @@ async def test_c2_three_starts_at_once_give_one_turn_person_first(
     # checkpoint comes due: three starts, pending together.
     question = await rt.post(conv, "status?")
     (signal,) = await publish(rt, conv, ("task.exited", {"exit_code": 0}))
-    await rt.checkpoint(conv)
+    await rt.conversations.checkpoint(conv)
     gate.release.set()
     await settle(rt, conv)
 
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert len(runs) == 2, "the three starts coalesce into one turn"
     turn = runs[1]
     assert turn.trigger is StartKind.PERSON
@@ -328,8 +328,8 @@ async def checkpoint_with_goal(runtimes: RuntimeFactory, status: str) -> tuple[R
     model = ScriptedModel()
     rt = await runtimes(models=[model], config=FAST)
     conv = await new_conversation(rt)
-    await rt.set_goal(conv, status, "tidy the garden")
-    await rt.checkpoint(conv)
+    await rt.conversations.set_goal(conv, status, "tidy the garden")
+    await rt.conversations.checkpoint(conv)
     await settle(rt, conv)
     assert model.calls == 0
     return rt, conv
@@ -337,14 +337,14 @@ async def checkpoint_with_goal(runtimes: RuntimeFactory, status: str) -> tuple[R
 
 async def test_c3_automatic_start_yields_when_goal_paused(runtimes: RuntimeFactory) -> None:
     rt, conv = await checkpoint_with_goal(runtimes, "paused")
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
     assert yielded(await rt.events(conv)) == [{"start": "goal", "reason": "goal_paused"}]
     assert rt.coordinator.yields == {"goal_paused": 1}
 
 
 async def test_c3_automatic_start_yields_when_goal_blocked(runtimes: RuntimeFactory) -> None:
     rt, conv = await checkpoint_with_goal(runtimes, "blocked")
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
     assert yielded(await rt.events(conv)) == [{"start": "goal", "reason": "goal_blocked"}]
 
 
@@ -353,7 +353,7 @@ async def test_c3_automatic_start_yields_when_goal_not_active(
     runtimes: RuntimeFactory, status: str
 ) -> None:
     rt, conv = await checkpoint_with_goal(runtimes, status)
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
     assert yielded(await rt.events(conv)) == [{"start": "goal", "reason": f"goal_{status}"}]
 
 
@@ -363,10 +363,10 @@ async def test_c3_checkpoint_of_active_goal_runs_a_goal_turn(runtimes: RuntimeFa
     ]))
     rt = await runtimes(models=[model], config=FAST)
     conv = await new_conversation(rt)
-    await rt.set_goal(conv, "active", "tidy the garden")
-    await rt.checkpoint(conv)
+    await rt.conversations.set_goal(conv, "active", "tidy the garden")
+    await rt.conversations.checkpoint(conv)
     await settle(rt, conv)
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert run.trigger is StartKind.GOAL
     assert run.status is RunStatus.COMPLETED
     notice, answer = await rt.transcript(conv)
@@ -381,8 +381,8 @@ async def test_c3_automatic_start_yields_when_tombstoned(runtimes: RuntimeFactor
     model = ScriptedModel()
     rt = await runtimes(models=[model], config=FAST)
     conv = await new_conversation(rt)
-    await rt.set_goal(conv, "active", "tidy the garden")
-    await rt.tombstone(conv)
+    await rt.conversations.set_goal(conv, "active", "tidy the garden")
+    await rt.conversations.tombstone(conv)
     # The conversation is gone for callers; a checkpoint timer and a late signal still fire.
     (signal,) = await publish(rt, conv, ("task.exited", {"exit_code": 0}))
     rt.coordinator.request(conv, StartKind.GOAL)
@@ -409,7 +409,7 @@ async def test_c4_duplicate_wakeups_coalesce_and_stale_wakeup_starts_nothing(
     # A wake-up with no signal behind it is stale: it starts nothing, and says so.
     rt.coordinator.request(conv, StartKind.WAKE)
     await settle(rt, conv)
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
     assert yielded(await rt.events(conv)) == [{"start": "wake", "reason": "nothing_to_do"}]
 
     # One signal, a storm of wake-ups: one turn.
@@ -417,7 +417,7 @@ async def test_c4_duplicate_wakeups_coalesce_and_stale_wakeup_starts_nothing(
     for _ in range(50):
         rt.coordinator.request(conv, StartKind.WAKE, record=False)
     await settle(rt, conv)
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert run.trigger is StartKind.WAKE
     assert run.status is RunStatus.COMPLETED
     assert model.calls == 1
@@ -427,7 +427,7 @@ async def test_c4_duplicate_wakeups_coalesce_and_stale_wakeup_starts_nothing(
     for _ in range(5):
         rt.coordinator.request(conv, StartKind.WAKE)
     await settle(rt, conv)
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
     assert model.calls == 1
     assert rt.coordinator.turns_started == 1
 
@@ -489,7 +489,7 @@ async def test_c4_a_settle_begun_before_the_turns_end_takes_its_last_units_word(
     await rt.post(conv, "hello")
     await settle(rt, conv)
     assert probe.reads == 0
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
 
     # Work committed while the turn runs, by a writer that tells this coordinator nothing
     # (another process's door): the turn's last unit finds it, and the settle waits for it.
@@ -498,7 +498,7 @@ async def test_c4_a_settle_begun_before_the_turns_end_takes_its_last_units_word(
     runs = await _settle_over_a_post_from_elsewhere(rt, conv, gate.release)
     assert len(runs) == 3
     assert all(r.status is RunStatus.COMPLETED for r in runs)
-    assert (await rt.inputs(conv))[-1].state is InputState.MATERIALIZED
+    assert (await rt.inputs.list(conv))[-1].state is InputState.MATERIALIZED
     assert probe.reads == 0
 
 
@@ -512,7 +512,7 @@ async def _settle_over_a_post_from_elsewhere(
     await asyncio.sleep(0.01)
     release.set()
     await settling
-    return await rt.runs(conv)
+    return await rt.runs.list(conv)
 
 
 async def test_c4_a_settle_begun_after_the_last_unit_read_reads_again(
@@ -529,7 +529,7 @@ async def test_c4_a_settle_begun_after_the_last_unit_read_reads_again(
     runs = await _settle_over_a_post_from_elsewhere(rt, conv, probe.release)
     assert len(runs) == 2
     assert all(r.status is RunStatus.COMPLETED for r in runs)
-    assert all(i.state is InputState.MATERIALIZED for i in await rt.inputs(conv))
+    assert all(i.state is InputState.MATERIALIZED for i in await rt.inputs.list(conv))
     assert probe.reads >= 1
 
 
@@ -548,19 +548,19 @@ async def test_c5_hanging_model_delays_no_other_conversation(runtimes: RuntimeFa
     for n in range(3):
         await rt.post(other, f"quick {n}")
         await settle(rt, other)
-    runs = await rt.runs(other)
+    runs = await rt.runs.list(other)
     assert [r.status for r in runs] == [RunStatus.COMPLETED] * 3
     assert [m.content for m in await rt.transcript(other) if m.role == "assistant"] == [
         "quick 0", "quick 1", "quick 2"
     ]
     # ...while the other conversation's turn is still waiting for its model.
     assert rt.coordinator.active(stuck)
-    (waiting,) = await rt.runs(stuck)
+    (waiting,) = await rt.runs.list(stuck)
     assert waiting.status is RunStatus.RUNNING
 
     assert await rt.stop(stuck) == [waiting.run_id]
     await settle(rt, stuck)
-    assert (await rt.run(waiting.run_id)).status is RunStatus.STOPPED
+    assert (await rt.runs.get(waiting.run_id)).status is RunStatus.STOPPED
 
 
 # -- C6 ------------------------------------------------------------------------------------------
@@ -573,13 +573,13 @@ async def test_c6_stop_suppresses_continuation_person_lifts_compact_keeps(
     model = Recording(ScriptedModel(rules=GATE_RULES))
     rt = await runtimes(models=[model], tools=[gate.tool()], config=FAST)
     conv = await new_conversation(rt, Profile(model="scripted", tools=("gate",)))
-    await rt.set_goal(conv, "active", "tidy the garden")
+    await rt.conversations.set_goal(conv, "active", "tidy the garden")
     await rt.post(conv, "block")
     await reached(gate.entered)
 
     (stopped,) = await rt.stop(conv)
     await settle(rt, conv)
-    run = await rt.run(stopped)
+    run = await rt.runs.get(stopped)
     assert (run.status, run.failure_code) == (RunStatus.STOPPED, "stopped")
     assert gate.cancelled
     assert (await rt.conversation(conv)).suppressed
@@ -590,11 +590,11 @@ async def test_c6_stop_suppresses_continuation_person_lifts_compact_keeps(
     (signal,) = await publish(rt, conv, ("task.exited", {"exit_code": 0}))
     await settle(rt, conv)
     rt.coordinator.request(conv, StartKind.WAKE)
-    await rt.checkpoint(conv)
+    await rt.conversations.checkpoint(conv)
     await settle(rt, conv)
     assert await rt.coordinator.sweep() == 0
     await settle(rt, conv)
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
     assert len(model.requests) == calls
     reasons = yielded(await rt.events(conv))
     assert {"start": "wake", "reason": "suppressed"} in reasons
@@ -602,15 +602,15 @@ async def test_c6_stop_suppresses_continuation_person_lifts_compact_keeps(
     assert await delivery_state(rt, signal) == ("ready", 0)
 
     # A maintenance compaction keeps the suppression.
-    await rt.compact(conv)
+    await rt.conversations.compact(conv)
     assert (await rt.conversation(conv)).suppressed
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
 
     # A person's word lifts it, and their turn runs (and takes the waiting signal).
     said = await rt.post(conv, "carry on")
     await settle(rt, conv)
     assert not (await rt.conversation(conv)).suppressed
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.trigger, r.status) for r in runs[1:]] == [
         (StartKind.PERSON, RunStatus.COMPLETED)
     ]
@@ -629,7 +629,7 @@ async def test_c6_stop_with_no_turn_running_still_suppresses(runtimes: RuntimeFa
     assert (await rt.conversation(conv)).suppressed
     (signal,) = await publish(rt, conv, ("task.exited", {"exit_code": 0}))
     await settle(rt, conv)
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
     assert model.calls == 0
     assert rt.coordinator.yields == {"suppressed": 1}
     assert await delivery_state(rt, signal) == ("ready", 0)
@@ -686,7 +686,7 @@ async def test_c6_stop_just_as_a_turn_begins_stops_that_turn(runtimes: RuntimeFa
         pytest.fail(f"precondition: the stop should find the new run, found {stopped}")
     await settle(rt, conv)
 
-    run = await rt.run(stopped[0])
+    run = await rt.runs.get(stopped[0])
     slot = await rt.store.read(lambda tx: tx.one("get_conversation", conversation_id=conv))
     assert slot is not None
     assert (run.status, run.failure_code, slot["slot_token"]) == (
@@ -717,7 +717,7 @@ async def test_c6_a_stop_committed_with_the_answer_leaves_the_run_completed_and_
     stopped = await stopping
     await settle(rt, conv)
 
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     if stopped != [runs[0].run_id]:  # the stop's unit found the run still running
         pytest.fail(f"precondition: the stop's unit should commit before the turn's end "
                     f"(stopped {stopped})")
@@ -751,34 +751,34 @@ async def test_c7_compaction_refused_while_turn_active_or_start_queued(
     await rt.post(conv, "block")
     await reached(gate.entered)
     with pytest.raises(CompactionRefusedError) as refused:
-        await rt.compact(conv)
+        await rt.conversations.compact(conv)
     assert refused.value.code == "compaction_refused"
     assert refused.value.reason == "a turn is active"
     gate.release.set()
     await settle(rt, conv)
 
     # A start is queued in this process (a goal checkpoint asked for, not begun yet).
-    await rt.set_goal(conv, "active", "three")
+    await rt.conversations.set_goal(conv, "active", "three")
     rt.coordinator.request(conv, StartKind.GOAL)
     with pytest.raises(CompactionRefusedError) as refused:
-        await rt.compact(conv)
+        await rt.conversations.compact(conv)
     assert refused.value.reason == "a start is queued"
     await settle(rt, conv)
-    await rt.set_goal(conv, "done")
+    await rt.conversations.set_goal(conv, "done")
 
     # A start is queued in the database (an input no coordinator here has seen).
     await rt.door.post(conv, "four")  # admitted without asking for a turn
     with pytest.raises(CompactionRefusedError) as refused:
-        await rt.compact(conv)
+        await rt.conversations.compact(conv)
     assert refused.value.reason == "a start is queued"
     rt.coordinator.request(conv, StartKind.PERSON)
     await settle(rt, conv)
-    assert [r.trigger for r in await rt.runs(conv)][-2:] == [StartKind.GOAL, StartKind.PERSON]
+    assert [r.trigger for r in await rt.runs.list(conv)][-2:] == [StartKind.GOAL, StartKind.PERSON]
 
     before = await rt.transcript(conv)
     assert not [m for m in before if m.meta.get("kind") == "compaction_summary"]
     assert not [e for e in await rt.events(conv) if e.type == "context_compacted"]
-    seq = await rt.compact(conv)
+    seq = await rt.conversations.compact(conv)
 
     summary = (await rt.transcript(conv, after_seq=seq - 1))[0]
     assert summary.seq == seq == before[-1].seq + 1
@@ -810,11 +810,11 @@ async def test_c8_retries_exhausted_wait_for_person(runtimes: RuntimeFactory) ->
         config=RuntimeConfig(turns=TurnConfig(model_attempts=3, retry_base=timedelta(0))),
     )
     conv = await new_conversation(rt)
-    await rt.set_goal(conv, "active", "tidy the garden")
+    await rt.conversations.set_goal(conv, "active", "tidy the garden")
     await rt.post(conv, "first")
     await settle(rt, conv)
 
-    (failed,) = await rt.runs(conv)
+    (failed,) = await rt.runs.list(conv)
     assert (failed.status, failed.failure_code) == (
         RunStatus.NEEDS_ATTENTION, "model_retries_exhausted"
     )
@@ -831,11 +831,11 @@ async def test_c8_retries_exhausted_wait_for_person(runtimes: RuntimeFactory) ->
     await settle(rt, conv)
     assert rt.coordinator.yields.get("awaiting_person", 0) >= 1
     rt.coordinator.request(conv, StartKind.WAKE)
-    await rt.checkpoint(conv)
+    await rt.conversations.checkpoint(conv)
     await settle(rt, conv)
     assert await rt.coordinator.sweep() == 0
     await settle(rt, conv)
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
     assert len(model.requests) == 3
     reasons = yielded(await rt.events(conv))
     assert {"start": "wake", "reason": "awaiting_person"} in reasons
@@ -846,7 +846,7 @@ async def test_c8_retries_exhausted_wait_for_person(runtimes: RuntimeFactory) ->
     await rt.post(conv, "second")
     await settle(rt, conv)
     assert not (await rt.conversation(conv)).awaiting_person
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.trigger, r.status) for r in runs[1:]] == [
         (StartKind.PERSON, RunStatus.COMPLETED)
     ]
@@ -870,7 +870,7 @@ async def test_c9_expired_slot_recovered_and_open_call_answered_outcome_unknown(
     conv = await new_conversation(first, profile)
     await first.post(conv, "block")
     await reached(gate.entered)
-    (held,) = await first.runs(conv)
+    (held,) = await first.runs.list(conv)
 
     # A second process on the same database. The first one stalls (its tool never returns and
     # it never extends its slot) until the slot's lease expires.
@@ -889,7 +889,7 @@ async def test_c9_expired_slot_recovered_and_open_call_answered_outcome_unknown(
         "tool", opened["call_id"], "gate"
     )
     assert result.meta["status"] == "outcome_unknown"
-    interrupted = await second.run(held.run_id)
+    interrupted = await second.runs.get(held.run_id)
     assert (interrupted.status, interrupted.failure_code) == (RunStatus.FAILED, "interrupted")
     assert first.coordinator.active(conv)  # the first process still believes it runs
 
@@ -899,13 +899,13 @@ async def test_c9_expired_slot_recovered_and_open_call_answered_outcome_unknown(
     await settle(first, conv)
     assert gate.returned
     assert await second.transcript(conv) == seen
-    assert await second.run(held.run_id) == interrupted
+    assert await second.runs.get(held.run_id) == interrupted
     assert not first.coordinator.active(conv)
 
     # The conversation goes on in the second process; the interrupted tool is never re-run.
     await second.post(conv, "after")
     await settle(second, conv)
-    runs = await second.runs(conv)
+    runs = await second.runs.list(conv)
     assert [(r.trigger, r.status) for r in runs] == [
         (StartKind.PERSON, RunStatus.FAILED), (StartKind.PERSON, RunStatus.COMPLETED)
     ]
@@ -932,7 +932,7 @@ async def test_c9_a_turn_that_lost_its_slot_writes_nothing_and_runs_no_more_tool
     conv = await new_conversation(first, Profile(model="scripted", tools=("quick", "probe")))
     await first.post(conv, "go")
     await reached(model.stalled)  # step 1 is committed; step 2's model call stalls
-    (held,) = await first.runs(conv)
+    (held,) = await first.runs.list(conv)
 
     second = await runtimes(models=[ScriptedModel()], clock=clock, config=FAST)
     clock.advance(TurnConfig().slot_ttl + timedelta(seconds=1))
@@ -942,7 +942,7 @@ async def test_c9_a_turn_that_lost_its_slot_writes_nothing_and_runs_no_more_tool
     assert [(m.role, m.tool_name) for m in seen] == [
         ("user", None), ("assistant", None), ("tool", "quick")
     ]
-    assert (await second.run(held.run_id)).failure_code == "interrupted"
+    assert (await second.runs.get(held.run_id)).failure_code == "interrupted"
 
     # The stalled model now asks for another tool: the first process may not write the call,
     # so the tool never runs.
@@ -950,7 +950,7 @@ async def test_c9_a_turn_that_lost_its_slot_writes_nothing_and_runs_no_more_tool
     await settle(first, conv)
     assert (quick.calls, probe.calls) == (1, 0)
     assert await second.transcript(conv) == seen
-    ended = await second.run(held.run_id)
+    ended = await second.runs.get(held.run_id)
     assert (ended.status, ended.failure_code) == (RunStatus.FAILED, "interrupted")
 
 
@@ -974,7 +974,7 @@ async def test_c9_stop_reaches_a_turn_running_in_another_process(
     assert not second.coordinator.active(conv)
     await settle(first, conv)
     assert gate.cancelled
-    run = await second.run(stopped)
+    run = await second.runs.get(stopped)
     assert (run.status, run.failure_code) == (RunStatus.STOPPED, "stopped")
     result = (await second.transcript(conv))[-1]
     assert (result.role, result.meta["status"]) == ("tool", "cancelled")

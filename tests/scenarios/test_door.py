@@ -224,10 +224,10 @@ async def test_m1_caller_cannot_supply_kernel_origins(
     assert caught.value.code == "origin_not_allowed"
     assert isinstance(caught.value, InvalidInputError)
     await rt.settle(conv)
-    assert await rt.inputs(conv) == []
+    assert await rt.inputs.list(conv) == []
     assert event_types(await rt.events(conv)) == ["conversation_created"]
     assert await rt.transcript(conv) == []
-    assert await rt.runs(conv) == []
+    assert await rt.runs.list(conv) == []
 
 
 async def test_m1_person_input_records_author_on_input_and_event(
@@ -243,7 +243,7 @@ async def test_m1_person_input_records_author_on_input_and_event(
     assert posted.delivery_mode is DeliveryMode.QUEUE
     assert (posted.sender_conversation_id, posted.run_public_id, posted.task_key) == (
         None, None, None)
-    [listed] = await rt.inputs(conv)
+    [listed] = await rt.inputs.list(conv)
     assert listed.input_id == posted.input_id
     assert listed.authored_by == ALICE
     assert listed.meta == {"client": "cli"}
@@ -257,7 +257,7 @@ async def test_m1_person_input_records_author_on_input_and_event(
         "queue_position": 1,
         "delivery_mode": "queue",
     }
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.trigger is StartKind.PERSON
     assert run.status is RunStatus.COMPLETED
     user, answer = await rt.transcript(conv)
@@ -301,7 +301,7 @@ async def test_m1_agent_send_carries_its_stamps(runtimes: RuntimeFactory) -> Non
         "run_public_id": "run_peer_1",
         "task_key": "build-42",
     }
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.trigger is StartKind.AGENT
     user = (await rt.transcript(conv))[0]
     assert user.origin is Origin.AGENT
@@ -362,7 +362,7 @@ async def test_m1_bad_content_refused_and_nothing_written(runtimes: RuntimeFacto
         assert isinstance(refused, InvalidInputError)
     exact = await rt.post(conv, "é" * 50)  # exactly at the bound is admitted
     await rt.settle(conv)
-    assert [i.input_id for i in await rt.inputs(conv)] == [exact.input_id]
+    assert [i.input_id for i in await rt.inputs.list(conv)] == [exact.input_id]
 
 
 async def test_m1_bad_author_refused(runtimes: RuntimeFactory) -> None:
@@ -427,19 +427,19 @@ async def test_m1_foreign_owner_is_told_the_same_as_unknown(runtimes: RuntimeFac
     assert str(foreign).replace(conv, "ID") == str(unknown).replace(missing, "ID")
     assert OWNER not in str(foreign)
     with pytest.raises(UnknownConversationError) as listing:
-        await rt.inputs(conv, owner="mallory")
+        await rt.inputs.list(conv, owner="mallory")
     assert OWNER not in str(listing.value)
     # the owner itself is let in
     await rt.post(conv, "it is me", owner=OWNER)
     await rt.settle(conv)
-    assert len(await rt.inputs(conv, owner=OWNER)) == 1
+    assert len(await rt.inputs.list(conv, owner=OWNER)) == 1
 
 
 async def test_m1_archived_refuses_callers_but_admits_kernel_mail(
     runtimes: RuntimeFactory,
 ) -> None:
     rt, conv = await start(runtimes)
-    await rt.archive(conv)
+    await rt.conversations.archive(conv)
     caught = await refused_and_nothing_written(
         rt, conv, ConversationClosedError, lambda: rt.post(conv, "still there?")
     )
@@ -454,7 +454,7 @@ async def test_m1_archived_refuses_callers_but_admits_kernel_mail(
     await rt.settle(conv)
     assert mail.origin is Origin.TASK_RESULT
     assert mail.delivery_mode is DeliveryMode.QUEUE
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.trigger is StartKind.MAIL
     assert run.status is RunStatus.COMPLETED
     user, answer = await rt.transcript(conv)
@@ -510,12 +510,12 @@ async def test_m1_kernel_mail_skips_admission_checks(runtimes: RuntimeFactory) -
 
 async def test_m1_tombstoned_is_unknown(runtimes: RuntimeFactory) -> None:
     rt, conv = await start(runtimes)
-    await rt.tombstone(conv)
+    await rt.conversations.tombstone(conv)
     await refused_and_nothing_written(
         rt, conv, UnknownConversationError, lambda: rt.post(conv, "anyone?")
     )
     with pytest.raises(UnknownConversationError):
-        await rt.inputs(conv)
+        await rt.inputs.list(conv)
     with pytest.raises(UnknownConversationError):
         await deliver(rt, conv, "a late result")
     await rt.settle(conv)
@@ -531,10 +531,10 @@ async def test_m1_idempotency_key_returns_first_input(runtimes: RuntimeFactory) 
     # The first input, as it stands now (its turn may already have read it).
     assert (again.input_id, again.content) == (first.input_id, first.content)
     assert (changed.input_id, changed.content) == (first.input_id, first.content)
-    inputs = await rt.inputs(conv)
+    inputs = await rt.inputs.list(conv)
     assert [i.input_id for i in inputs] == [first.input_id]
     assert list(accepted_events(await rt.events(conv))) == [first.input_id]
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
     # a key is per conversation: the same key elsewhere is a new input
     other = (await rt.create_conversation(OWNER, PROFILE)).conversation_id
     elsewhere = await rt.post(other, "only once", idempotency_key="client-1")
@@ -561,7 +561,7 @@ async def test_m1_queue_bound_refuses_with_input_queue_full(runtimes: RuntimeFac
 
     model.release.set()
     await rt.settle(conv)
-    inputs = await rt.inputs(conv)
+    inputs = await rt.inputs.list(conv)
     assert [i.input_id for i in inputs] == [held.input_id, second.input_id, third.input_id]
     assert all(i.state is InputState.MATERIALIZED for i in inputs)
     # room again once the queue drained
@@ -587,14 +587,14 @@ async def test_m2_read_order_kernel_first_then_arrival(runtimes: RuntimeFactory)
     arrival = {i.input_id: i.queue_position for i in (hold, p1, p2, k1, p3, k2)}
     assert [arrival[i.input_id] for i in (hold, p1, p2, k1, p3, k2)] == [1, 2, 3, 4, 5, 6]
 
-    queued = await rt.inputs(conv)
+    queued = await rt.inputs.list(conv)
     assert [i.content for i in queued] == ["k1", "k2", "hold the first turn", "p1", "p2", "p3"]
     assert all(i.state is InputState.QUEUED for i in queued)
     assert {i.input_id: i.queue_position for i in queued} == arrival  # arrival numbers kept
 
     model.release.set()
     await rt.settle(conv)
-    first, second = await rt.runs(conv)
+    first, second = await rt.runs.list(conv)
     assert first.trigger is StartKind.PERSON
     assert second.trigger is StartKind.PERSON  # a person's input is queued with the mail
     read = [m for m in await rt.transcript(conv) if m.run_id == second.run_id]
@@ -610,7 +610,7 @@ async def test_m2_read_order_kernel_first_then_arrival(runtimes: RuntimeFactory)
     materialized = [e.data["input_id"] for e in await rt.events(conv)
                     if e.type == "input_materialized" and e.run_id == second.run_id]
     assert materialized == [k1.input_id, k2.input_id, p1.input_id, p2.input_id, p3.input_id]
-    after = {i.input_id: i.queue_position for i in await rt.inputs(conv)}
+    after = {i.input_id: i.queue_position for i in await rt.inputs.list(conv)}
     assert after == arrival
 
 
@@ -618,9 +618,9 @@ async def test_m2_mail_alone_starts_a_mail_turn(runtimes: RuntimeFactory) -> Non
     rt, conv = await start(runtimes)
     mail = await deliver(rt, conv, "your build finished")
     await rt.settle(conv)
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.trigger is StartKind.MAIL
-    assert [i.input_id for i in await rt.inputs(conv)] == [mail.input_id]
+    assert [i.input_id for i in await rt.inputs.list(conv)] == [mail.input_id]
 
 
 async def test_m2_listing_shows_read_inputs_in_read_order(runtimes: RuntimeFactory) -> None:
@@ -632,7 +632,7 @@ async def test_m2_listing_shows_read_inputs_in_read_order(runtimes: RuntimeFacto
     await deliver(rt, conv, "k1")
     model.release.set()
     await rt.settle(conv)
-    listed = [i.content for i in await rt.inputs(conv)]
+    listed = [i.content for i in await rt.inputs.list(conv)]
     assert listed == ["hold the first turn", "k1", "p1"]
 
 
@@ -650,7 +650,7 @@ async def test_m3_queue_waits_for_next_turn(runtimes: RuntimeFactory) -> None:
     gate.release.set()
     await rt.settle(conv)
 
-    first, second = await rt.runs(conv)
+    first, second = await rt.runs.list(conv)
     assert first.status is second.status is RunStatus.COMPLETED
     transcript = await rt.transcript(conv)
     assert [(m.role, m.content, m.run_id) for m in transcript] == [
@@ -662,7 +662,7 @@ async def test_m3_queue_waits_for_next_turn(runtimes: RuntimeFactory) -> None:
         ("user", "queued for later", second.run_id),
         ("assistant", "queued for later", second.run_id),
     ]
-    [listed] = [i for i in await rt.inputs(conv) if i.input_id == later.input_id]
+    [listed] = [i for i in await rt.inputs.list(conv) if i.input_id == later.input_id]
     assert listed.run_id == second.run_id
 
 
@@ -680,7 +680,7 @@ async def test_m3_steer_joins_running_turn_after_tool_results(runtimes: RuntimeF
     await rt.settle(conv)
 
     assert gate.calls == 2
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     first = runs[0]
     transcript = await rt.transcript(conv)
     assert [(m.role, m.content, m.run_id) for m in transcript[:6]] == [
@@ -702,7 +702,7 @@ async def test_m3_steer_joins_running_turn_after_tool_results(runtimes: RuntimeF
     assert len(runs) == 2
     assert [m.content for m in later_msgs] == ["mail for later", "queued for later"]
 
-    inputs = {i.input_id: i for i in await rt.inputs(conv)}
+    inputs = {i.input_id: i for i in await rt.inputs.list(conv)}
     assert inputs[steer.input_id].run_id == first.run_id
     assert inputs[steer.input_id].delivery_mode is DeliveryMode.STEER
     assert inputs[mail.input_id].delivery_mode is DeliveryMode.QUEUE
@@ -744,7 +744,7 @@ async def test_m3_steer_with_no_further_step_waits_for_next_turn(
     model.release.set()
     await rt.settle(conv)
 
-    first, second = await rt.runs(conv)
+    first, second = await rt.runs.list(conv)
     transcript = await rt.transcript(conv)
     assert [(m.role, m.content, m.run_id) for m in transcript] == [
         ("user", "hold: answer without tools", first.run_id),
@@ -753,7 +753,7 @@ async def test_m3_steer_with_no_further_step_waits_for_next_turn(
         ("assistant", "steer too late", second.run_id),
     ]
     assert second.trigger is StartKind.PERSON
-    [listed] = [i for i in await rt.inputs(conv) if i.input_id == steer.input_id]
+    [listed] = [i for i in await rt.inputs.list(conv) if i.input_id == steer.input_id]
     assert listed.run_id == second.run_id
 
 
@@ -761,11 +761,11 @@ async def test_m3_steer_on_idle_conversation_starts_a_turn(runtimes: RuntimeFact
     rt, conv = await start(runtimes)
     steer = await rt.post(conv, "steer into nothing", delivery_mode="steer")
     await rt.settle(conv)
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.status is RunStatus.COMPLETED
     assert [(m.role, m.content) for m in await rt.transcript(conv)] == [
         ("user", "steer into nothing"), ("assistant", "steer into nothing")]
-    [listed] = await rt.inputs(conv)
+    [listed] = await rt.inputs.list(conv)
     assert listed.input_id == steer.input_id
     assert listed.run_id == run.run_id
 
@@ -790,7 +790,7 @@ async def test_m3_steer_during_first_model_call_joins_after_the_tool_results(
     await wait_for(gate.entered)
     gate.release.set()
     await rt.settle(conv)
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     transcript = await rt.transcript(conv)
     assert [(m.role, m.content) for m in transcript] == [
         ("user", "hold and use the gate"),
@@ -820,7 +820,7 @@ async def test_m3_steer_through_another_instance_joins_running_turn(
     await rt.settle(conv)
     await other.settle(conv)
 
-    first, second = await rt.runs(conv)
+    first, second = await rt.runs.list(conv)
     transcript = await rt.transcript(conv)
     assert [(m.role, m.content, m.run_id) for m in transcript] == [
         ("user", "use the gate", first.run_id),

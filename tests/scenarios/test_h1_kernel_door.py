@@ -76,7 +76,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
     async def done() -> bool:
         nonlocal runs
         await asyncio.wait_for(rt.settle(conv), WAIT_S)
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
     await eventually(done, what=f"{count} settled runs")
@@ -85,7 +85,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
 
 async def task_ended(rt: Runtime, conv: str, task_key: str) -> None:
     async def ended() -> bool:
-        return (await rt.task(conv, task_key)).state.terminal
+        return (await rt.tasks.get(conv, task_key)).state.terminal
 
     await eventually(ended, what=f"the end of task {task_key} journalled")
 
@@ -164,11 +164,11 @@ async def test_h1_a_conversation_task_notice_is_a_task_result_input_the_woken_ru
     ]
     messages = await rt.transcript(conv)
     task_key = started_task(messages)
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
 
     # The inputs: the person's, then the notice -- kernel mail with its stamps, read by the
     # run it woke.
-    person, notice = await rt.inputs(conv)
+    person, notice = await rt.inputs.list(conv)
     assert (person.input_id, person.run_id) == (asked.input_id, first.run_id)
     assert (notice.origin, notice.authored_by, notice.delivery_mode) == (
         Origin.TASK_RESULT, KERNEL_AUTHOR, DeliveryMode.QUEUE,
@@ -247,7 +247,7 @@ async def test_h1_a_queued_notice_is_listed_and_read_before_an_earlier_person_in
     flag.touch()
     task_key = started_task(await rt.transcript(conv))
     await task_ended(rt, conv, task_key)
-    assert not (await rt.task(conv, task_key)).delivered  # a turn holds the slot: not yet
+    assert not (await rt.tasks.get(conv, task_key)).delivered  # a turn holds the slot: not yet
     asked = await rt.post(conv, "what now?")  # queued behind the running turn
     await rt.post(other, "hold the slot")  # queued for the runtime's one turn slot
     await asyncio.sleep(0)  # let the other conversation's start queue for that slot
@@ -257,13 +257,13 @@ async def test_h1_a_queued_notice_is_listed_and_read_before_an_earlier_person_in
     # conversation's turn took the slot.
     await asyncio.wait_for(other_entered.wait(), WAIT_S)
 
-    listed = await rt.inputs(conv)
+    listed = await rt.inputs.list(conv)
     [notice] = notices(listed)
     assert [(i.input_id, i.state, i.queue_position) for i in listed[:2]] == [
         (notice.input_id, InputState.QUEUED, 3), (asked.input_id, InputState.QUEUED, 2),
     ]
     assert (notice.run_public_id, notice.task_key) == (
-        (await rt.runs(conv))[0].run_id, task_key,
+        (await rt.runs.list(conv))[0].run_id, task_key,
     )
 
     other_opened.set()
@@ -279,10 +279,10 @@ async def test_h1_a_queued_notice_is_listed_and_read_before_an_earlier_person_in
     )
     assert note.seq < question.seq  # read first, though it arrived later
     assert (messages[-1].content, messages[-1].run_id) == ("Next.", second.run_id)
-    assert [(i.input_id, i.queue_position, i.run_id) for i in await rt.inputs(conv)][1:] == [
+    assert [(i.input_id, i.queue_position, i.run_id) for i in await rt.inputs.list(conv)][1:] == [
         (notice.input_id, 3, second.run_id), (asked.input_id, 2, second.run_id),
     ]
-    assert (await rt.task(conv, task_key)).consumed
+    assert (await rt.tasks.get(conv, task_key)).consumed
 
 
 # -- a notice that comes due inside a turn joins it after the step's results ---------------------
@@ -337,7 +337,7 @@ async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
     rt, conv, first, task_key, asked, opened = (
         ended.rt, ended.conv, ended.first, ended.task_key, ended.gate, ended.opened)
     # Accepted as it came due, but never read inside a call/result pair (T4).
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert (task.delivered, task.notification_seq) == (True, None)
     assert notes(await rt.transcript(conv)) == []
     opened.set()
@@ -349,7 +349,7 @@ async def test_h1_a_notice_due_inside_a_turn_joins_it_after_the_step_results(
     [note] = notes(messages)
     assert note.seq == gate_result.seq + 1  # right after the step's results (T4)
     assert (messages[-1].content, messages[-1].run_id) == (FINISHED, second.run_id)
-    [notice] = notices(await rt.inputs(conv))
+    [notice] = notices(await rt.inputs.list(conv))
     assert (notice.run_public_id, notice.task_key, notice.run_id) == (
         first.run_id, task_key, second.run_id,
     )
@@ -377,9 +377,9 @@ async def test_m1_m2_m13_a_notice_due_while_another_turn_runs_is_accepted_and_li
     asked = await rt.post(conv, "what now?")  # queued behind the running turn
 
     # Accepted and marked delivered together, as it came due (M13) -- listed first (M2).
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert (task.delivered, task.consumed, task.notification_seq) == (True, False, None)
-    listed = await rt.inputs(conv)
+    listed = await rt.inputs.list(conv)
     [notice] = notices(listed)
     assert [(i.input_id, i.state) for i in listed[:2]] == [
         (notice.input_id, InputState.QUEUED), (asked.input_id, InputState.QUEUED),
@@ -404,7 +404,7 @@ async def test_m1_m2_m13_a_notice_due_while_another_turn_runs_is_accepted_and_li
     assert started_with(events, third.run_id) == [asked.input_id]
     assert [a["input_id"] for a in accepted_notices(events)] == [notice.input_id]
     assert materialized(events, notice.input_id)["run_public_id"] == second.run_id
-    assert (await rt.task(conv, task_key)).consumed
+    assert (await rt.tasks.get(conv, task_key)).consumed
 
 
 @dataclass
@@ -454,15 +454,15 @@ async def test_t8_m13_a_notice_accepted_while_the_model_waits_is_withdrawn_by_th
     messages = await rt.transcript(conv)
     assert (messages[-1].content, messages[-1].run_id) == ("It exited.", second.run_id)
     assert notes(messages) == []
-    task = await rt.task(conv, model.task_key)
+    task = await rt.tasks.get(conv, model.task_key)
     assert (task.reported_in_tool_result, task.delivered, task.notification_seq) == (
         True, False, None,
     )
     # Accepted as it came due (the end commits before the wait can see it), then withdrawn.
-    [withdrawn] = notices(await rt.inputs(conv))
+    [withdrawn] = notices(await rt.inputs.list(conv))
     assert (withdrawn.state, withdrawn.task_key) == (InputState.CANCELLED, model.task_key)
     await asyncio.wait_for(rt.settle(conv), WAIT_S)
-    assert len(await rt.runs(conv)) == 2  # nothing left to wake for
+    assert len(await rt.runs.list(conv)) == 2  # nothing left to wake for
 
 
 # -- a turn-lifetime task: the synthesis round reads its notice as an input of the same run -----
@@ -484,7 +484,7 @@ async def test_h1_a_turn_task_notice_is_an_input_read_in_its_own_run(
     messages = await rt.transcript(conv)
     task_key = started_task(messages)
     [note] = notes(messages)
-    [notice] = notices(await rt.inputs(conv))
+    [notice] = notices(await rt.inputs.list(conv))
     assert (notice.run_public_id, notice.task_key, notice.run_id, notice.state) == (
         run.run_id, task_key, run.run_id, InputState.MATERIALIZED,
     )
@@ -512,11 +512,11 @@ async def test_h1_t8_a_task_the_model_waited_for_gets_no_task_result_input(
     [_] = await settled_runs(rt, conv, 1)
     messages = await rt.transcript(conv)
     assert messages[-1].content == "It exited."
-    task = await rt.task(conv, started_task(messages))
+    task = await rt.tasks.get(conv, started_task(messages))
     assert (task.state.terminal, task.reported_in_tool_result, task.delivered) == (
         True, True, False,
     )
-    assert notices(await rt.inputs(conv)) == []
+    assert notices(await rt.inputs.list(conv)) == []
     assert accepted_notices(await rt.events(conv)) == []
 
 
@@ -557,12 +557,12 @@ async def test_h1_t5_t6_a_failed_step_keeps_the_notice_read_once_for_the_next_tu
     assert (woken.trigger, woken.status, woken.failure_code) == (
         StartKind.WAKE, RunStatus.FAILED, "model_permanent",
     )
-    task = await rt.task(conv, started_task(await rt.transcript(conv)))
+    task = await rt.tasks.get(conv, started_task(await rt.transcript(conv)))
     # Delivered and read, not consumed; the error is kept (T5).
     assert (task.delivered, task.consumed, task.continuation_error) == (
         True, False, "model_permanent",
     )
-    [notice] = notices(await rt.inputs(conv))
+    [notice] = notices(await rt.inputs.list(conv))
     assert (notice.state, notice.run_id) == (InputState.MATERIALIZED, woken.run_id)
 
     await rt.post(conv, "and?")  # a person's word: the conversation waited for one (C8)
@@ -572,8 +572,8 @@ async def test_h1_t5_t6_a_failed_step_keeps_the_notice_read_once_for_the_next_tu
     assert messages[-1].content == "Seen 1 notice(s)."  # in its history, not written again
     [note] = notes(messages)
     assert (note.input_id, note.seq) == (notice.input_id, task.notification_seq)
-    assert notices(await rt.inputs(conv)) == [notice]  # one input, read once (T6)
-    done = await rt.task(conv, task.task_key)
+    assert notices(await rt.inputs.list(conv)) == [notice]  # one input, read once (T6)
+    done = await rt.tasks.get(conv, task.task_key)
     assert (done.consumed, done.continuation_error) == (True, None)
 
 
@@ -599,17 +599,17 @@ async def test_h1_a_held_notice_waits_queued_and_a_stopped_source_withdraws_it(
     flag.touch()
 
     async def queued() -> bool:
-        return any(i.state is InputState.QUEUED for i in notices(await rt.inputs(conv)))
+        return any(i.state is InputState.QUEUED for i in notices(await rt.inputs.list(conv)))
 
     await eventually(queued, what="the notice accepted and held")
-    [notice] = notices(await rt.inputs(conv))
-    assert (await rt.inputs(conv))[0] == notice  # queued: listed first
-    assert len(await rt.runs(conv)) == 1  # held by the stop: no wake-up ran
+    [notice] = notices(await rt.inputs.list(conv))
+    assert (await rt.inputs.list(conv))[0] == notice  # queued: listed first
+    assert len(await rt.runs.list(conv)) == 1  # held by the stop: no wake-up ran
 
-    assert await rt.stop_run(conv, first.run_id) == [notice.input_id]
-    [withdrawn] = notices(await rt.inputs(conv))
+    assert await rt.runs.stop(conv, first.run_id) == [notice.input_id]
+    [withdrawn] = notices(await rt.inputs.list(conv))
     assert withdrawn.state is InputState.CANCELLED
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert (task.cancelled, task.delivered, task.consumed) == (True, False, False)
 
     await rt.post(conv, "hello?")
@@ -619,4 +619,4 @@ async def test_h1_a_held_notice_waits_queued_and_a_stopped_source_withdraws_it(
     assert notes(messages) == []
     assert messages[-1].content == "Hello."
     await asyncio.wait_for(rt.settle(conv), WAIT_S)
-    assert len(await rt.runs(conv)) == 2  # nothing left to wake for
+    assert len(await rt.runs.list(conv)) == 2  # nothing left to wake for

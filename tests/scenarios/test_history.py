@@ -74,7 +74,7 @@ async def test_c9_history_window_is_exact_across_two_processes(runtimes: Runtime
         # The first request of the turn: the window, then the new input.
         assert _comparable(list(request.messages[:-1])) == _comparable(before), number
         assert request.messages[-1].content == text
-    runs = await first.runs(conv)
+    runs = await first.runs.list(conv)
     assert len(runs) == len(texts)
     assert all(r.status.value == "completed" for r in runs)
 
@@ -86,7 +86,7 @@ async def test_c7_compaction_restarts_the_cached_window(runtimes: RuntimeFactory
     for text in ("a", "b"):
         await rt.post(conv, text)
         await rt.settle(conv)
-    summary_seq = await rt.compact(conv)
+    summary_seq = await rt.conversations.compact(conv)
     await rt.post(conv, "after")
     await rt.settle(conv)
     last = model.requests[-1]

@@ -27,18 +27,18 @@ CALLS: dict[str, Call] = {
     "events after True": lambda rt, c, r: rt.events(c, after_seq=True),
     "transcript after 10**40": lambda rt, c, r: rt.transcript(c, after_seq=10**40),
     "transcript after -(2**63)-1": lambda rt, c, r: rt.transcript(c, after_seq=-(2**63) - 1),
-    "tasks before 2**70": lambda rt, c, r: rt.task_list(c, before_us=2**70),
-    "tasks before -1": lambda rt, c, r: rt.task_list(c, before_us=-1),
-    "conversations after NUL": lambda rt, c, r: rt.list_conversations(OWNER, after="a\x00"),
-    "conversations after a line break": lambda rt, c, r: rt.list_conversations(
+    "tasks before 2**70": lambda rt, c, r: rt.tasks.list(c, before_us=2**70),
+    "tasks before -1": lambda rt, c, r: rt.tasks.list(c, before_us=-1),
+    "conversations after NUL": lambda rt, c, r: rt.conversations.list(OWNER, after="a\x00"),
+    "conversations after a line break": lambda rt, c, r: rt.conversations.list(
         OWNER, after="a\nb"),
-    "results after NUL": lambda rt, c, r: rt.result_list(c, after="\x00"),
-    "task key with NUL": lambda rt, c, r: rt.task(c, "bg-\x00"),
-    "dead letters limit 2**70": lambda rt, c, r: rt.dead_letters(limit=2**70),
-    "dead letters limit -1": lambda rt, c, r: rt.dead_letters(limit=-1),
-    "inputs of a NUL id": lambda rt, c, r: rt.inputs("conv\x00"),
-    "approvals with a NUL status": lambda rt, c, r: rt.approvals_of(c, status="\x00"),
-    "retry a NUL run": lambda rt, c, r: rt.retry(c, "run\x00"),
+    "results after NUL": lambda rt, c, r: rt.results.list(c, after="\x00"),
+    "task key with NUL": lambda rt, c, r: rt.tasks.get(c, "bg-\x00"),
+    "dead letters limit 2**70": lambda rt, c, r: rt.signals.dead_letters(limit=2**70),
+    "dead letters limit -1": lambda rt, c, r: rt.signals.dead_letters(limit=-1),
+    "inputs of a NUL id": lambda rt, c, r: rt.inputs.list("conv\x00"),
+    "approvals with a NUL status": lambda rt, c, r: rt.approvals.list(c, status="\x00"),
+    "retry a NUL run": lambda rt, c, r: rt.runs.retry(c, "run\x00"),
     "post with a NUL idempotency key": lambda rt, c, r: rt.post(
         c, "hi", idempotency_key="k\x00"),
 }
@@ -47,10 +47,10 @@ CALLS: dict[str, Call] = {
 # there they are invalid input. Either way a typed refusal, never a store error. (Over HTTP
 # the path's bounds refuse them first: 422 on both.)
 LOOKUPS: dict[str, Call] = {
-    "stop a NUL run": lambda rt, c, r: rt.stop_run(c, "run\x00"),
-    "cancel a NUL child": lambda rt, c, r: rt.cancel_child(c, "child-\x00"),
-    "decide a NUL approval": lambda rt, c, r: rt.decide(c, "apr\x00", approve=True,
-                                                        decided_by=OWNER),
+    "stop a NUL run": lambda rt, c, r: rt.runs.stop(c, "run\x00"),
+    "cancel a NUL child": lambda rt, c, r: rt.children.cancel(c, "child-\x00"),
+    "decide a NUL approval": lambda rt, c, r: rt.approvals.decide(c, "apr\x00", approve=True,
+                                                                  decided_by=OWNER),
 }
 
 
@@ -60,12 +60,12 @@ async def _conversation(runtimes: RuntimeFactory) -> tuple[Runtime, str, str]:
     conv = (await rt.create_conversation(OWNER, Profile(model="scripted"))).conversation_id
     await rt.post(conv, "hello")
     await rt.settle(conv)
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     return rt, conv, run.run_id
 
 
 async def _seen(rt: Runtime, conv: str) -> tuple[Any, ...]:
-    return await rt.events(conv), await rt.inputs(conv), await rt.transcript(conv)
+    return await rt.events(conv), await rt.inputs.list(conv), await rt.transcript(conv)
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -110,7 +110,7 @@ async def test_h4_a_tool_output_with_nul_commits_its_turn_on_both_backends(
             ).conversation_id
     await rt.post(conv, "print it", owner=OWNER)
     await rt.settle(conv)
-    [run] = await rt.runs(conv)
+    [run] = await rt.runs.list(conv)
     assert run.status is RunStatus.COMPLETED
     messages = await rt.transcript(conv)
     [result] = [m for m in messages if m.role == "tool"]

@@ -70,7 +70,7 @@ async def test_t4_m16_an_injection_stays_data_in_its_fence(
     parent = (await rt.create_conversation("alice", profile)).conversation_id
     await rt.post(parent, f"please relay {n} now")
     await wait_for_runs(rt, parent, 2)
-    (mail,) = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    (mail,) = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
     assert mail.content.count("<task_result") == 1
     assert mail.content.count("</task_result>") == 1
     body = mail.content.split(">", 1)[1].rsplit("</task_result>", 1)[0]

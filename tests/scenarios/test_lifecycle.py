@@ -57,7 +57,7 @@ async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
     assert "accepted, not completed" in answer.content
     operation_id = answer.meta["operation_id"]
     assert (await operations.get(first.store, operation_id)).state is OperationState.ACCEPTED
-    restart_run = (await first.runs(conv))[-1].run_id
+    restart_run = (await first.runs.list(conv))[-1].run_id
     await first.close()  # the host honours the request: this instance goes
 
     second = await runtimes(models=[MODEL], master_key=key)
@@ -76,7 +76,7 @@ async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
     assert facts["previous_instance"] != second.instance_id
     # The background task the restart interrupted is reported honestly, never as success.
     assert [t["state"] for t in facts["interrupted_tasks"]] == ["killed"]
-    runs = await second.runs(conv)
+    runs = await second.runs.list(conv)
     assert all(r.status is RunStatus.COMPLETED for r in runs)
     transcript = await second.transcript(conv)
     assert [m.content for m in transcript].count("I am back after the restart.") == 1
@@ -85,7 +85,7 @@ async def test_l2_restart_is_accepted_then_completed_once_by_the_next_instance(
     # Yet another instance finds nothing left to complete: exactly one completion turn.
     third = await runtimes(models=[MODEL], master_key=key)
     await third.settle(conv)
-    assert len(await third.runs(conv)) == len(runs)
+    assert len(await third.runs.list(conv)) == len(runs)
     assert len([e for e in await third.events(conv) if e.type == "restart_completed"]) == 1
 
 
@@ -177,9 +177,9 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
         loops = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("tidings-")]
         assert loops == []
         assert not locked.coordinator.active(conv)
-        stats = await locked.signal_stats(conv)
+        stats = await locked.signals.stats(conv)
         assert (stats.ready, stats.leased) == (1, 0)  # nothing claimed
-        assert await locked.runs(conv) == []  # nothing delivered, no turn
+        assert await locked.runs.list(conv) == []  # nothing delivered, no turn
         assert (await operations.get(locked.store, restart.operation_id)).state is (
             OperationState.ACCEPTED  # not completed by a locked instance
         )
@@ -188,7 +188,7 @@ async def test_l1_a_locked_boot_claims_and_delivers_nothing_until_unlocked(
         await locked.unlock(key)
         assert not locked.locked
         await wait_for_runs(locked, conv, 1)
-        assert (await locked.signal_stats(conv)).backlog == 0
+        assert (await locked.signals.stats(conv)).backlog == 0
         assert (await operations.get(locked.store, restart.operation_id)).state is (
             OperationState.COMPLETED
         )
@@ -226,7 +226,7 @@ async def test_l2_a_tool_the_restart_interrupts_is_outcome_unknown_and_not_repea
     result = next(m for m in await second.transcript(conv) if m.role == "tool")
     assert result.meta["status"] == "outcome_unknown"
     assert "not repeated" in result.content
-    assert (await second.runs(conv))[0].status is RunStatus.STOPPED
+    assert (await second.runs.list(conv))[0].status is RunStatus.STOPPED
     assert started == [started[0]]  # never run again
     completed = [e for e in await second.events(conv) if e.type == "restart_completed"]
     assert len(completed) == 1
@@ -258,13 +258,13 @@ async def test_l3_config_approval_and_job_events_stay_passive(runtimes: RuntimeF
 
             await rt.store.transact(passive)
     await rt.settle(conv)  # ...and its decision is made
-    assert await rt.runs(conv) == []  # nothing woke the agent
-    assert (await rt.signal_stats(conv)).backlog == 3  # and nothing was dropped
+    assert await rt.runs.list(conv) == []  # nothing woke the agent
+    assert (await rt.signals.stats(conv)).backlog == 3  # and nothing was dropped
     # A background completion wakes it; its turn reads the passive facts too.
     await rt.store.transact(lambda tx: rt.outbox.publish(
         tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     await wait_for_runs(rt, conv, 1)
-    assert (await rt.signal_stats(conv)).backlog == 0
+    assert (await rt.signals.stats(conv)).backlog == 0
 
 
 async def test_l3_work_a_continuation_started_does_not_wake_the_agent_again(
@@ -284,18 +284,18 @@ async def test_l3_work_a_continuation_started_does_not_wake_the_agent_again(
     await rt.store.transact(lambda tx: rt.outbox.publish(
         tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     await wait_for_runs(rt, conv, 1)
-    (task,) = await eventually(lambda: rt.task_list(conv), lambda ts: ts and ts[0].delivered,
+    (task,) = await eventually(lambda: rt.tasks.list(conv), lambda ts: ts and ts[0].delivered,
                                what="the follow-up's notification delivered")
     assert task.delivered
     # Its end is journalled and the wake-up it asked for decided; a settle re-checks by the
     # same rule, so a turn it would start runs before the count below.
-    assert await rt.tasks.wait_journalled([task.task_key], 20)
+    assert await rt.background.wait_journalled([task.task_key], 20)
     await rt.settle(conv)
-    assert len(await rt.runs(conv)) == 1  # delivered, but no recursive wake-up
-    assert not (await rt.task(conv, task.task_key)).consumed
+    assert len(await rt.runs.list(conv)) == 1  # delivered, but no recursive wake-up
+    assert not (await rt.tasks.get(conv, task.task_key)).consumed
     await rt.post(conv, "anything new?")  # the next direct turn reads it
     await wait_for_runs(rt, conv, 2)
-    assert (await rt.task(conv, task.task_key)).consumed
+    assert (await rt.tasks.get(conv, task.task_key)).consumed
 
 
 @pytest.mark.parametrize("goal", ["paused", "blocked"])
@@ -305,16 +305,16 @@ async def test_c3_a_paused_or_blocked_goal_holds_automatic_continuation(
     recorder = _Recorder()
     rt = await runtimes(models=[recorder])
     conv = (await rt.create_conversation("alice", Profile(model="recorder"))).conversation_id
-    await rt.set_goal(conv, goal, "ship it")
+    await rt.conversations.set_goal(conv, goal, "ship it")
     async with wakeup_reaches(rt, conv):
         await rt.store.transact(lambda tx: rt.outbox.publish(
             tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     await rt.settle(conv)  # the wake-up's decision is made
-    assert await rt.runs(conv) == []  # held: the fact waits
-    await rt.set_goal(conv, "active")
-    await rt.checkpoint(conv)  # resuming the goal lets the continuation run
+    assert await rt.runs.list(conv) == []  # held: the fact waits
+    await rt.conversations.set_goal(conv, "active")
+    await rt.conversations.checkpoint(conv)  # resuming the goal lets the continuation run
     await wait_for_runs(rt, conv, 1)
-    assert (await rt.signal_stats(conv)).backlog == 0
+    assert (await rt.signals.stats(conv)).backlog == 0
 
 
 async def test_m11_a_long_history_sends_the_newest_window_and_says_so(
@@ -328,7 +328,7 @@ async def test_m11_a_long_history_sends_the_newest_window_and_says_so(
         await rt.post(conv, f"message {n}")
         await wait_for_runs(rt, conv, n + 1)
     trimmed = [e for e in await rt.events(conv) if e.type == "context_trimmed"]
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     # Turns 1-3 fit the window of 4 messages; turn 4 had 6 before its input: trimmed, not
     # refused (reaching the window's end is not overflow).
     assert [e.run_id for e in trimmed] == [runs[3].run_id]
@@ -353,7 +353,7 @@ async def test_m11_a_fresh_turn_sends_the_newest_history_that_fits(
     for n in range(6):
         await rt.post(conv, f"note {n}: " + "x" * 900)
         await wait_for_runs(rt, conv, n + 1)
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert all(r.status is RunStatus.COMPLETED for r in runs)  # cut, never held
     trimmed = [e for e in await rt.events(conv) if e.type == "context_trimmed"]
     assert trimmed  # said so
@@ -374,21 +374,21 @@ async def test_m11_a_retry_whose_history_exceeds_the_fit_is_held_not_cut(
         await wait_for_runs(rt, conv, n + 1)
     await rt.post(conv, "now explode")  # both models fail: the run needs attention
     await wait_for_runs(rt, conv, 5)
-    failed = (await rt.runs(conv))[-1]
+    failed = (await rt.runs.list(conv))[-1]
     assert failed.status is RunStatus.NEEDS_ATTENTION
 
-    await rt.retry(conv, failed.run_id, model="small", owner="alice")
+    await rt.runs.retry(conv, failed.run_id, model="small", owner="alice")
     await wait_for_runs(rt, conv, 6)
-    held = (await rt.runs(conv))[-1]
+    held = (await rt.runs.list(conv))[-1]
     # The retry prepares its request again: its history does not fit the small model, and it
     # is held rather than sent cut.
     assert (held.status, held.failure_code) == (RunStatus.NEEDS_ATTENTION,
                                                 "history_exceeds_fit")
     assert small.calls == 4 + 1  # the held retry called no model
 
-    await rt.retry(conv, held.run_id, model="large", owner="alice")
+    await rt.runs.retry(conv, held.run_id, model="large", owner="alice")
     await wait_for_runs(rt, conv, 7)
-    done = (await rt.runs(conv))[-1]
+    done = (await rt.runs.list(conv))[-1]
     assert (done.status, done.model) == (RunStatus.COMPLETED, "large")
     assert (await rt.transcript(conv))[-1].content == "answered by large"
 
@@ -406,6 +406,6 @@ async def test_l2_closing_right_after_an_answer_leaves_the_run_completed_and_war
             answer = await rt.post(conv.conversation_id, "hello", wait=True)
             assert answer.reply == "hello"
         async with tidings.open(backend.url, models=[ScriptedModel()]) as rt:
-            runs = await rt.runs(conv.conversation_id, owner="alice")
+            runs = await rt.runs.list(conv.conversation_id, owner="alice")
             assert [r.status for r in runs] == [RunStatus.COMPLETED]
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []

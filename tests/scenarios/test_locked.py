@@ -14,7 +14,7 @@ import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_type_hints
 
 import psycopg
 import pytest
@@ -26,6 +26,7 @@ from tidings.errors import RuntimeLockedError
 from tidings.models.scripted import Rule, ScriptedModel
 from tidings.records.outbox import Outbox, OutboxConfig
 from tidings.records.results import MasterKey
+from tidings.runtime.groups import Group
 from tidings.runtime.root import Runtime
 from tidings.tools.registry import Tool, ToolContext, ToolOutput
 from tidings.types import GoalStatus, Profile, RunStatus
@@ -74,8 +75,8 @@ async def pending_approval(rt: Runtime, conversation_id: str) -> str:
     found: list[str] = []
 
     async def held() -> bool:
-        found[:] = [a.approval_id for a in await rt.approvals_of(conversation_id,
-                                                                 status="pending")]
+        found[:] = [a.approval_id for a in await rt.approvals.list(conversation_id,
+                                                                   status="pending")]
         return bool(found)
 
     await eventually(held, what="a pending approval", within_s=WAIT_S)
@@ -99,11 +100,11 @@ async def build_world(url: str) -> World:
         await eventually(relayed, what="the child's reply relayed", within_s=WAIT_S)
         await rt.post(conv, "deploy it")
         approval_id = await pending_approval(rt, conv)
-        question = await rt.questions.ask(  # as an MCP server's task asks a person
+        question = await rt.question_records.ask(  # as an MCP server's task asks a person
             conv, asker="mcp:desk", kind="elicitation", ask_key="world-question",
             message="How many seats?", task_id="bg-world",
             schema={"type": "object", "properties": {"seats": {"type": "integer"}}})
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         (request,) = await rt.relay.requests_of(conv)
     failed = next(r.run_id for r in runs if r.status is RunStatus.FAILED)
     return World(conv, failed, request.run_public_id, request.task_key, approval_id,
@@ -145,54 +146,71 @@ async def _decide_fresh(rt: Runtime, w: World) -> object:
     """After the unlock: a new held call, approved (the world's approval expired)."""
     await rt.post(w.conversation_id, "deploy it")
     approval_id = await pending_approval(rt, w.conversation_id)
-    return await rt.decide(w.conversation_id, approval_id, approve=True, decided_by="alice")
+    return await rt.approvals.decide(w.conversation_id, approval_id, approve=True,
+                                     decided_by="alice")
 
 
 async def _compact_idle(rt: Runtime, w: World) -> object:
     await rt.settle(w.conversation_id)
-    return await rt.compact(w.conversation_id)
+    return await rt.conversations.compact(w.conversation_id)
 
 
 # Every mutating method of the facade: (its call on the locked runtime, its call once unlocked).
 MUTATIONS: dict[str, tuple[Call, Call]] = {
     "create_conversation": (lambda rt, w: rt.create_conversation("alice", PROFILE),) * 2,
-    "archive": (lambda rt, w: rt.archive(w.conversation_id),) * 2,
-    "unarchive": (lambda rt, w: rt.unarchive(w.conversation_id),) * 2,
-    "tombstone": (lambda rt, w: rt.tombstone(w.conversation_id),) * 2,
-    "set_profile": (lambda rt, w: rt.set_profile(
+    "conversations.archive": (lambda rt, w: rt.conversations.archive(w.conversation_id),) * 2,
+    "conversations.unarchive": (
+        lambda rt, w: rt.conversations.unarchive(w.conversation_id),) * 2,
+    "conversations.tombstone": (
+        lambda rt, w: rt.conversations.tombstone(w.conversation_id),) * 2,
+    "conversations.set_profile": (lambda rt, w: rt.conversations.set_profile(
         w.conversation_id, Profile(model="scripted", system="terse")),) * 2,
     "post": (lambda rt, w: rt.post(w.conversation_id, "hello"),) * 2,
-    "retry": (lambda rt, w: rt.retry(w.conversation_id, w.failed_run),) * 2,
-    "set_goal": (lambda rt, w: rt.set_goal(w.conversation_id, GoalStatus.ACTIVE, "ship"),) * 2,
-    "checkpoint": (lambda rt, w: rt.checkpoint(w.conversation_id),) * 2,
+    "runs.retry": (lambda rt, w: rt.runs.retry(w.conversation_id, w.failed_run),) * 2,
+    "conversations.set_goal": (lambda rt, w: rt.conversations.set_goal(
+        w.conversation_id, GoalStatus.ACTIVE, "ship"),) * 2,
+    "conversations.checkpoint": (
+        lambda rt, w: rt.conversations.checkpoint(w.conversation_id),) * 2,
     "stop": (lambda rt, w: rt.stop(w.conversation_id),) * 2,
-    "stop_run": (lambda rt, w: rt.stop_run(w.conversation_id, w.completed_run),) * 2,
-    "cancel_child": (lambda rt, w: rt.cancel_child(w.conversation_id, w.task_key),) * 2,
-    "compact": (lambda rt, w: rt.compact(w.conversation_id), _compact_idle),
-    "decide": (lambda rt, w: rt.decide(w.conversation_id, w.approval_id, approve=True,
-                                       decided_by="alice"), _decide_fresh),
-    "answer": (lambda rt, w: rt.answer(w.conversation_id, w.question_id, action="accept",
-                                       content={"seats": 2}, decided_by="alice"),) * 2,
+    "runs.stop": (lambda rt, w: rt.runs.stop(w.conversation_id, w.completed_run),) * 2,
+    "children.cancel": (lambda rt, w: rt.children.cancel(w.conversation_id, w.task_key),) * 2,
+    "conversations.compact": (
+        lambda rt, w: rt.conversations.compact(w.conversation_id), _compact_idle),
+    "approvals.decide": (lambda rt, w: rt.approvals.decide(
+        w.conversation_id, w.approval_id, approve=True, decided_by="alice"), _decide_fresh),
+    "questions.answer": (lambda rt, w: rt.questions.answer(
+        w.conversation_id, w.question_id, action="accept", content={"seats": 2},
+        decided_by="alice"),) * 2,
     "request_restart": (lambda rt, w: rt.request_restart(w.conversation_id, reason="x"),) * 2,
-    "retry_dead_letter": (lambda rt, w: rt.retry_dead_letter(w.dead_letter),) * 2,
-    "discard_dead_letter": (lambda rt, w: rt.discard_dead_letter(w.dead_letter),) * 2,
+    "signals.retry": (lambda rt, w: rt.signals.retry(w.dead_letter),) * 2,
+    "signals.discard": (lambda rt, w: rt.signals.discard(w.dead_letter),) * 2,
 }
 
 READS = frozenset({
-    "conversation", "list_conversations", "inputs", "transcript", "run_transcript", "events",
-    "runs", "run",
-    "children_of", "approvals_of", "questions_of", "input", "answer_of", "task_list", "task",
-    "result_list", "result_page",
-    "signal_stats", "dead_letters", "settle", "conversation_summaries", "dead_letter",
-    "instances",
+    "conversation", "transcript", "events", "settle", "instances",
+    "conversations.list", "conversations.summaries",
+    "inputs.list", "inputs.get", "inputs.answer_of",
+    "runs.list", "runs.get", "runs.transcript",
+    "children.list", "approvals.list", "questions.list",
+    "tasks.list", "tasks.get", "results.list", "results.page", "results.get",
+    "signals.stats", "signals.dead_letters", "signals.dead_letter",
 })
 LIFECYCLE = frozenset({"start", "unlock", "close"})
 
 
+def _public(kind: type) -> set[str]:
+    return {name for name, member in inspect.getmembers(kind)
+            if not name.startswith("_") and inspect.iscoroutinefunction(member)}
+
+
 def test_l1_the_table_names_every_public_method_of_the_runtime() -> None:
-    """A new public method is classified here -- mutation or read -- or this fails."""
-    public = {name for name, member in inspect.getmembers(Runtime)
-              if not name.startswith("_") and inspect.iscoroutinefunction(member)}
+    """A new public method -- the runtime's or one of its groups' -- is classified here,
+    mutation or read, or this fails."""
+    groups = {name: kind for name, kind in get_type_hints(Runtime).items()
+              if isinstance(kind, type) and issubclass(kind, Group)}
+    assert len(groups) == 9
+    public = _public(Runtime) | {f"{name}.{method}" for name, kind in groups.items()
+                                 for method in _public(kind)}
     assert public == set(MUTATIONS) | READS | LIFECYCLE
 
 
@@ -224,24 +242,24 @@ async def test_l1_reads_stay_allowed_and_settle_starts_nothing_while_locked(
             tx, conv, "task.exited", {"exit_code": 0}, idempotency_key="fact-1"))
     async with Runtime.open(backend.url, models=[MODEL], tools=TOOLS, locked=True) as rt:
         before = database_rows(backend.url)
-        runs = await rt.runs(conv)
-        assert (await rt.run(world.failed_run)).status is RunStatus.FAILED
+        runs = await rt.runs.list(conv)
+        assert (await rt.runs.get(world.failed_run)).status is RunStatus.FAILED
         assert (await rt.conversation(conv)).owner == "alice"
-        assert [c.conversation_id for c in await rt.list_conversations("alice")]
-        assert await rt.inputs(conv)
+        assert [c.conversation_id for c in await rt.conversations.list("alice")]
+        assert await rt.inputs.list(conv)
         assert await rt.transcript(conv)
-        assert isinstance(await rt.run_transcript(conv, world.failed_run), list)
+        assert isinstance(await rt.runs.transcript(conv, world.failed_run), list)
         assert await rt.events(conv)
-        assert [a.approval_id for a in await rt.approvals_of(conv)] == [world.approval_id]
-        assert [r.task_key for r in await rt.children_of(conv)] == [world.task_key]
-        assert await rt.task_list(conv) == []
-        assert (await rt.signal_stats(conv)).ready == 1
-        assert [d.delivery_id for d in await rt.dead_letters(conv)] == [world.dead_letter]
-        assert (await rt.dead_letter(world.dead_letter)).payload == {"n": 1}
-        assert [s.conversation.conversation_id for s in await rt.conversation_summaries(None)]
+        assert [a.approval_id for a in await rt.approvals.list(conv)] == [world.approval_id]
+        assert [r.task_key for r in await rt.children.list(conv)] == [world.task_key]
+        assert await rt.tasks.list(conv) == []
+        assert (await rt.signals.stats(conv)).ready == 1
+        assert [d.delivery_id for d in await rt.signals.dead_letters(conv)] == [world.dead_letter]
+        assert (await rt.signals.dead_letter(world.dead_letter)).payload == {"n": 1}
+        assert [s.conversation.conversation_id for s in await rt.conversations.summaries(None)]
         assert [i.state for i in await rt.instances()]
         # Waiting on a locked runtime returns: it would run nothing, so nothing is started --
         # not even the turn the ready signal above asks for.
         assert await asyncio.wait_for(rt.settle(conv), WAIT_S) == []
-        assert await rt.runs(conv) == runs
+        assert await rt.runs.list(conv) == runs
         assert database_rows(backend.url) == before

@@ -35,7 +35,7 @@ async def hold(rt: Runtime, conversation: str) -> None:
     def take(cx: ConversationTx) -> None:
         cx.slot.take(HELD, cx.now_us + 60_000_000, rt.instance_id, "run_held")
 
-    await rt.conversations.change(conversation, take)
+    await rt.catalog.change(conversation, take)
 
 
 async def release_silently(rt: Runtime, conversation: str) -> None:
@@ -44,7 +44,7 @@ async def release_silently(rt: Runtime, conversation: str) -> None:
     def free(cx: ConversationTx) -> None:
         cx.slot.release(HELD)
 
-    await rt.conversations.change(conversation, free)
+    await rt.catalog.change(conversation, free)
 
 
 async def test_m13_a_settled_task_whose_wake_was_lost_is_refound_by_the_sweep(
@@ -55,25 +55,25 @@ async def test_m13_a_settled_task_whose_wake_was_lost_is_refound_by_the_sweep(
             ).conversation_id
     await rt.post(conv, "please build in the background")
     # The turn that started the task ends; the task still runs.
-    await eventually(lambda: rt.runs(conv), lambda runs: runs and runs[0].ended_at_us,
+    await eventually(lambda: rt.runs.list(conv), lambda runs: runs and runs[0].ended_at_us,
                      what="the first turn ended")
     await hold(rt, conv)
     (task,) = await rt.tasks.list(conv)
     # The task ends while the slot is held: its end is journalled (and the wake-up it asked
     # for found the slot busy), nothing is delivered.
-    assert await rt.tasks.wait_journalled([task.task_key], 20)
+    assert await rt.background.wait_journalled([task.task_key], 20)
     assert (await rt.tasks.get(conv, task.task_key)).state.terminal
     await rt.settle(conv)
     assert notes(await rt.transcript(conv)) == []
     await release_silently(rt, conv)  # ...and the wake-up is lost with the holder
     # Nothing asks again by itself: the busy start retries only when the held lease (a
     # minute) runs out, and the periodic sweep is off -- the test's sweep is the first.
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
 
     assert await rt.coordinator.sweep() == 1  # level-triggered: the settled task is found
     await wait_for_runs(rt, conv, 2)
     assert len(notes(await rt.transcript(conv))) == 1  # delivered once
-    assert [r.trigger for r in await rt.runs(conv)][1] is StartKind.WAKE
+    assert [r.trigger for r in await rt.runs.list(conv)][1] is StartKind.WAKE
     assert await rt.coordinator.sweep() == 0  # consumed: nothing left to find
 
 
@@ -96,7 +96,7 @@ async def test_m13_a_reply_refused_by_a_full_queue_is_relayed_once_by_the_sweep(
               ).conversation_id
     await rt.post(parent, "hello")
     await wait_for_runs(rt, parent, 1)
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     await hold(rt, parent)
     for words in ("first", "second"):  # the parent's queue is full behind the held slot
         await rt.post(parent, words)
@@ -106,7 +106,7 @@ async def test_m13_a_reply_refused_by_a_full_queue_is_relayed_once_by_the_sweep(
     (still,) = await rt.relay.requests_of(parent)
     assert still.state == "replied"
     assert not still.relayed  # refused by the full queue, nothing marked
-    assert [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD] == []
+    assert [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD] == []
 
     await release_silently(rt, parent)
     rt.coordinator.request(parent, None)
@@ -114,7 +114,7 @@ async def test_m13_a_reply_refused_by_a_full_queue_is_relayed_once_by_the_sweep(
     assert await rt.relay.relay_pending() == 1  # the sweep's pass finds room now
     assert await rt.relay.relay_pending() == 0
     await wait_for_runs(rt, parent, 3)
-    (mail,) = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    (mail,) = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
     assert mail.task_key == request.task_key
     assert (await rt.transcript(parent))[-1].content == "The child reported back."
 
@@ -133,12 +133,12 @@ async def test_m10_an_input_refusal_completes_the_mail_as_a_message_of_what_was_
     strict.up = False  # the model refuses the receipt itself
     assert await rt.relay.relay_pending() == 1
     await wait_for_runs(rt, parent, 1)
-    (run,) = await rt.runs(parent)
+    (run,) = await rt.runs.list(parent)
     assert (run.trigger, run.status) == (StartKind.MAIL, RunStatus.COMPLETED)
-    (mail,) = [i for i in await rt.inputs(parent) if i.origin is Origin.CHILD]
+    (mail,) = [i for i in await rt.inputs.list(parent) if i.origin is Origin.CHILD]
     reply = (await rt.transcript(parent))[-1]
     assert reply.role == "assistant"
     assert mail.content in reply.content  # the received text, kept
     assert reply.meta["refused"] == "model_permanent"
     with pytest.raises(InvalidInputError):  # no retryable model task
-        await rt.retry(parent, run.run_id, owner="alice")
+        await rt.runs.retry(parent, run.run_id, owner="alice")

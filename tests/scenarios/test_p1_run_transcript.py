@@ -46,7 +46,7 @@ async def test_p1_a_runs_transcript_is_its_own_messages_among_many_runs(
         await rt.post(conv, f"after {n}", wait=True, timeout=WAIT_S)
     assert looked.run is not None
 
-    said = await rt.run_transcript(conv, looked.run.run_id, owner="alice")
+    said = await rt.runs.transcript(conv, looked.run.run_id, owner="alice")
 
     assert [(m.role, m.content) for m in said] == [
         ("user", "look around"), ("assistant", ""), ("tool", "a tree"), ("assistant", "Seen.")]
@@ -63,7 +63,7 @@ async def test_p1_a_runs_transcript_is_refused_to_another_principal_as_unknown(
     assert answer.run is not None
 
     with pytest.raises(UnknownConversationError):
-        await rt.run_transcript(conv, answer.run.run_id, owner="mallory")
+        await rt.runs.transcript(conv, answer.run.run_id, owner="mallory")
     with pytest.raises(InvalidInputError):
-        await rt.run_transcript(conv, "not an id\x00", owner="alice")
-    assert await rt.run_transcript(conv, "run_unknown", owner="alice") == []
+        await rt.runs.transcript(conv, "not an id\x00", owner="alice")
+    assert await rt.runs.transcript(conv, "run_unknown", owner="alice") == []

@@ -57,7 +57,7 @@ def child_mail(messages: list[Message]) -> list[Message]:
 
 
 async def requests(rt: Runtime, conv: str) -> list[ChildRequest]:
-    return await rt.children_of(conv)
+    return await rt.children.list(conv)
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ async def test_p5_a_remote_child_answers_once_as_child_mail(backend: Backend,
             await rt.post(conv, "go")
             messages = await settled_on(rt, conv, "Read it.")
             [request] = await requests(rt, conv)
-            runs = await rt.runs(conv)
+            runs = await rt.runs.list(conv)
     assert received(tmp_path) == ["summarise the news"]  # the brief, sent once, with its token
     [mail] = child_mail(messages)
     assert mail.content == (f'<task_result task="{request.task_key}" status="completed" '
@@ -119,10 +119,10 @@ async def test_p5_stopping_the_parents_run_cancels_the_remote_task(backend: Back
         ]) as (rt, conv):
             await rt.post(conv, "go")
             await settled_on(rt, conv, "Delegated.")
-            [run, *_] = await rt.runs(conv)
+            [run, *_] = await rt.runs.list(conv)
             await eventually(lambda: _received(tmp_path), bool, what="the brief received",
                              within_s=WITHIN_S)
-            await rt.stop_run(conv, run.run_id)
+            await rt.runs.stop(conv, run.run_id)
             await eventually(lambda: _cancelled(tmp_path), bool, what="the remote's cancel",
                              within_s=WITHIN_S)
             (tmp_path / "release").touch()  # were it not cancelled, it would answer now

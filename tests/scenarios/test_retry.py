@@ -49,17 +49,17 @@ async def test_c8_a_retry_naming_another_model_runs_it_first(runtimes: RuntimeFa
     conv = (await rt.create_conversation("alice", profile)).conversation_id
     await rt.post(conv, "summarise the report")
     await wait_for_runs(rt, conv, 1)
-    (failed,) = await rt.runs(conv)
+    (failed,) = await rt.runs.list(conv)
     assert failed.status is RunStatus.NEEDS_ATTENTION
     assert (primary.calls, spare.calls) == (2, 2)
 
     spare.up = True
     primary.calls = spare.calls = 0
-    retry = await rt.retry(conv, failed.run_id, model="spare", owner="alice")
-    again = await rt.retry(conv, failed.run_id, model="spare", owner="alice")
+    retry = await rt.runs.retry(conv, failed.run_id, model="spare", owner="alice")
+    again = await rt.runs.retry(conv, failed.run_id, model="spare", owner="alice")
     assert again.input_id == retry.input_id  # a double click retries once
     await wait_for_runs(rt, conv, 2)
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [r.status for r in runs] == [RunStatus.NEEDS_ATTENTION, RunStatus.COMPLETED]
     assert runs[1].model == "spare"
     assert (primary.calls, spare.calls) == (0, 1)  # the named model first
@@ -75,16 +75,16 @@ async def test_c8_a_retry_is_refused_for_a_bad_model_a_good_run_or_a_stranger(
     conv = (await rt.create_conversation("alice", Profile(model="primary"))).conversation_id
     await rt.post(conv, "hello")
     await wait_for_runs(rt, conv, 1)
-    (failed,) = await rt.runs(conv)
+    (failed,) = await rt.runs.list(conv)
     with pytest.raises(InvalidInputError):
-        await rt.retry(conv, failed.run_id, model="gpt-unknown")
+        await rt.runs.retry(conv, failed.run_id, model="gpt-unknown")
     with pytest.raises(UnknownConversationError):
-        await rt.retry(conv, failed.run_id, owner="bob")
+        await rt.runs.retry(conv, failed.run_id, owner="bob")
     primary.up = True
-    await rt.retry(conv, failed.run_id)
+    await rt.runs.retry(conv, failed.run_id)
     await wait_for_runs(rt, conv, 2)
-    completed = (await rt.runs(conv))[1]
+    completed = (await rt.runs.list(conv))[1]
     assert completed.status is RunStatus.COMPLETED
     with pytest.raises(InvalidInputError):
-        await rt.retry(conv, completed.run_id)
-    assert len(await rt.inputs(conv)) == 2  # the refusals wrote nothing
+        await rt.runs.retry(conv, completed.run_id)
+    assert len(await rt.inputs.list(conv)) == 2  # the refusals wrote nothing

@@ -106,7 +106,7 @@ def inject(
 
 
 async def _task_state(rt: Runtime, conversation_id: str, task_key: str) -> str:
-    return (await rt.task(conversation_id, task_key)).state.value
+    return (await rt.tasks.get(conversation_id, task_key)).state.value
 
 
 async def _task_ended(rt: Runtime, conversation_id: str, task_key: str) -> None:
@@ -115,7 +115,7 @@ async def _task_ended(rt: Runtime, conversation_id: str, task_key: str) -> None:
     async def state() -> str:
         seen = await _task_state(rt, conversation_id, task_key)
         if seen == "running":
-            await rt.tasks.wait_journalled([task_key], 0.05)
+            await rt.background.wait_journalled([task_key], 0.05)
         return seen
 
     await eventually(state, lambda seen: seen != "running", what=f"task {task_key} ended",
@@ -133,7 +133,7 @@ async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits
            ).conversation_id
     await rt.post(cid, "please start the task")
     await rt.settle(cid)
-    [task] = await rt.task_list(cid)
+    [task] = await rt.tasks.list(cid)
     assert task.state.value == "running"
 
     plan = list(PLANS[plan_name])
@@ -147,14 +147,14 @@ async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits
         a wait on its journal unless every fault was met and its end recorded."""
         state = None if plan else await _task_state(rt, cid, task.task_key)
         if state in (None, "running"):
-            await rt.tasks.wait_journalled([task.task_key], 0.05)
+            await rt.background.wait_journalled([task.task_key], 0.05)
             clock.advance(END_RETRY_CAP)  # a retry's cool-down passes on the test's clock
         return list(met), state
 
     await eventually(recording, lambda seen: seen[1] not in (None, "running"),
                      what="every fault met and the task's end recorded", within_s=WAIT_S,
                      poll_s=0)
-    await rt.tasks.wait_journalled([task.task_key], WAIT_S)
+    await rt.background.wait_journalled([task.task_key], WAIT_S)
     assert len([m for m in met if m != "committed"]) == faults
 
     # A unit whose commit landed unseen may have taken the slot for a turn no one runs: that
@@ -163,7 +163,7 @@ async def test_h3_end_of_a_task_is_retried_through_store_faults_until_it_commits
     await rt.coordinator.sweep()
     await rt.settle(cid)
 
-    ended = await rt.task(cid, task.task_key)
+    ended = await rt.tasks.get(cid, task.task_key)
     assert (ended.state.value, ended.exit_code) == ("exited", 0)
     assert ended.delivered
     assert ended.consumed
@@ -195,18 +195,18 @@ async def test_t2_record_end_of_an_ended_task_answers_not_recorded_and_counts_on
            ).conversation_id
     await rt.post(cid, "please start the task")
     await rt.settle(cid)
-    [task] = await rt.task_list(cid)
+    [task] = await rt.tasks.list(cid)
     await _task_ended(rt, cid, task.task_key)
     await rt.settle(cid)
-    ended = await rt.task(cid, task.task_key)
+    ended = await rt.tasks.get(cid, task.task_key)
     assert ended.state is TaskState.EXITED
     assert _ended_total(rt) == 1
 
-    again = await rt.tasks.ends.record_end(
+    again = await rt.background.ends.record_end(
         ConversationId(cid), task.task_key, TaskEnd(TaskState.KILLED, signal="SIGKILL"))
 
     assert again is False
     assert _ended_total(rt) == 1
     assert rt.metrics.counter_value("tidings_tasks_ended_total", {"state": "killed"}) == 0
-    after = await rt.task(cid, task.task_key)
+    after = await rt.tasks.get(cid, task.task_key)
     assert (after.state, after.event_id) == (TaskState.EXITED, ended.event_id)

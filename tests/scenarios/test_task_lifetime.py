@@ -64,7 +64,7 @@ async def settle(rt: Runtime, conv: str) -> None:
     try:
         await asyncio.wait_for(rt.settle(conv), 20)
     except TimeoutError:
-        runs = [(r.trigger.value, r.status.value) for r in await rt.runs(conv)]
+        runs = [(r.trigger.value, r.status.value) for r in await rt.runs.list(conv)]
         raise AssertionError(f"the conversation did not settle: runs {runs}") from None
 
 
@@ -75,7 +75,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
     async def done() -> bool:
         nonlocal runs
         await settle(rt, conv)
-        runs = await rt.runs(conv)
+        runs = await rt.runs.list(conv)
         return len(runs) >= count and all(r.status is not RunStatus.RUNNING for r in runs)
 
     await eventually(done, what=f"{count} settled runs", within_s=20)
@@ -84,7 +84,7 @@ async def settled_runs(rt: Runtime, conv: str, count: int) -> list[Run]:
 
 async def task_ended(rt: Runtime, conv: str, task_key: str) -> None:
     async def ended() -> bool:
-        return (await rt.task(conv, task_key)).state.terminal
+        return (await rt.tasks.get(conv, task_key)).state.terminal
 
     await eventually(ended, what=f"the end of task {task_key} journalled")
 
@@ -145,11 +145,11 @@ async def test_m4_turn_task_drains_into_a_synthesis_round_before_the_reply_is_fi
     assert (receipt["origin"], receipt["run_public_id"], receipt["task_key"]) == (
         "task_result", run.run_id, task_key,
     )
-    assert [(i.origin, i.run_id) for i in await rt.inputs(conv)] == [
+    assert [(i.origin, i.run_id) for i in await rt.inputs.list(conv)] == [
         (Origin.PERSON, run.run_id), (Origin.TASK_RESULT, run.run_id),
     ]
     assert note.input_id == receipt["input_id"]
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert (task.state, task.exit_code) == (TaskState.EXITED, 0)
     assert (task.handed_off, task.delivered, task.consumed, task.cancelled) == (
         True, True, True, False,
@@ -205,7 +205,7 @@ async def test_t8_turn_task_the_model_waited_for_gets_no_synthesis_round(
     assert not any(m.meta.get("interim") for m in messages)
     assert model.calls == 3
     assert await kernel_receipts(rt, conv) == []
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert task.state is TaskState.EXITED
     assert (task.reported_in_tool_result, task.delivered) == (True, False)
 
@@ -231,7 +231,7 @@ async def test_m4_turn_task_that_outlives_the_drain_is_handed_off_to_a_turn_of_i
     assert (reply.content, reply.meta.get("interim"), reply.run_id) == (
         INTERIM, None, first.run_id,
     )
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert first.ended_at_us is not None
     assert task.ended_at_us is not None
     assert first.ended_at_us < task.ended_at_us  # that turn ended before the task did
@@ -325,14 +325,14 @@ async def test_c6_stop_cancels_the_notification_of_a_conversation_task(
     await settle(rt, conv)
 
     assert gate.cancelled
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.run_id, r.status, r.failure_code) for r in runs] == [
         (stopped, RunStatus.STOPPED, "stopped")
     ]  # no wake-up turn
     messages = await rt.transcript(conv)
     assert notes(messages) == []
     assert UNEXPECTED not in [m.content for m in messages]
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     # A conversation-lifetime process is not killed by the stop: it ended by itself.
     assert (task.state, task.exit_code) == (TaskState.EXITED, 0)
     assert (task.cancelled, task.delivered, task.consumed) == (True, False, False)
@@ -372,7 +372,7 @@ async def test_c6_stop_kills_the_turn_task_of_the_stopped_run(
     await settle(rt, conv)
     await task_ended(rt, conv, task_key)
 
-    task = await rt.task(conv, task_key)
+    task = await rt.tasks.get(conv, task_key)
     assert task.state is TaskState.KILLED
     assert (task.cancelled, task.delivered) == (True, False)
 
@@ -381,7 +381,7 @@ async def test_c6_stop_kills_the_turn_task_of_the_stopped_run(
 
     await eventually(gone, what=f"the process group {pid} of task {task_key} gone")
     await settle(rt, conv)
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.run_id, r.status) for r in runs] == [(stopped, RunStatus.STOPPED)]
     messages = await rt.transcript(conv)
     assert notes(messages) == []
@@ -443,7 +443,7 @@ async def test_t9_a_graceful_shutdown_reports_the_running_turns_tasks(
     second = await runtimes(models=[model], tools=[Tool("gate", "Blocks.", gate)])
     runs = await wait_for_runs(second, conv, 2)
     assert (runs[0].status, runs[0].failure_code) == (RunStatus.STOPPED, "shutdown")
-    (task,) = await second.task_list(conv)
+    (task,) = await second.tasks.list(conv)
     assert task.state is TaskState.KILLED
     assert not task.cancelled  # the model is told, never silently dropped
     assert task.delivered
@@ -473,18 +473,18 @@ async def test_m4_a_turn_task_of_a_turn_that_lost_its_slot_is_handed_to_the_conv
     # The second answer ("interim") was the reply: the turn now waits in the drain (the
     # scripted model returns without yielding, so the turn went straight on into it).
     await eventually(drained, what="the reply waiting in the drain")
-    assert await rt.task_list(conv)
+    assert await rt.tasks.list(conv)
     clock.advance(timedelta(seconds=1))  # a stall: the slot's lease runs out
 
     async def the_task() -> TaskRecord:
         await rt.settle(conv)
-        (task,) = await rt.task_list(conv)
+        (task,) = await rt.tasks.list(conv)
         return task
 
     task = await eventually(the_task, lambda task: task.consumed,
                             what="the task's notice consumed", within_s=20, poll_s=0.05)
     assert task.handed_off
     assert task.state is TaskState.EXITED
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert (runs[0].status, runs[0].failure_code) == (RunStatus.FAILED, "interrupted")
     assert (await rt.transcript(conv))[-1].content == "told"

@@ -264,12 +264,12 @@ def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def all_tasks(rt: Runtime, convs: Sequence[str]) -> list[TaskRecord]:
-    lists = await asyncio.gather(*(rt.task_list(c, limit=1000) for c in convs))
+    lists = await asyncio.gather(*(rt.tasks.list(c, limit=1000) for c in convs))
     return [t for tasks in lists for t in tasks]
 
 
 async def all_runs(rt: Runtime, convs: Sequence[str]) -> list[Run]:
-    lists = await asyncio.gather(*(rt.runs(c) for c in convs))
+    lists = await asyncio.gather(*(rt.runs.list(c) for c in convs))
     return [r for runs in lists for r in runs]
 
 
@@ -341,7 +341,7 @@ async def test_t3_t4_stress_real_processes_exactly_one_notification_each(
     convs = [(await rt.create_conversation(f"owner{c}", profile)).conversation_id
              for c in range(conversations)]
     load = Load(rt, plan, list(convs))
-    rt.tasks.observers.append(load.ended)
+    rt.background.observers.append(load.ended)
 
     async def stuck(what: str) -> AssertionError:
         """A bounded wait ran out: say what was left, and what the runtime complained of."""

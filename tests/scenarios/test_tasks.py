@@ -44,7 +44,7 @@ async def wait_for_runs(rt: Runtime, conv: str, count: int, within_s: float = 20
 
     async def settled() -> list[Run]:
         await rt.settle(conv)
-        return await rt.runs(conv)
+        return await rt.runs.list(conv)
 
     try:
         return await eventually(
@@ -81,7 +81,7 @@ async def test_t4_background_task_notifies_once_after_its_result_and_wakes_a_tur
     assert note.seq > result.seq
     assert "build ok" in note.content
     assert note.content.count("</untrusted_process_output>") == 1  # the fake tag stayed data
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [r.trigger for r in runs] == [StartKind.PERSON, StartKind.WAKE]
     assert messages[-1].content == "The build finished."
     [_, woken] = runs
@@ -161,13 +161,13 @@ async def test_t8_a_task_the_model_waited_for_gets_no_notification(
     )).conversation_id
     await rt.post(conv, "deploy and wait")
     await wait_for_runs(rt, conv, 1)
-    (task,) = await rt.task_list(conv)
+    (task,) = await rt.tasks.list(conv)
     assert task.state.terminal  # its end is journalled: a notification would be due now...
     await rt.settle(conv)  # ...and delivered by a turn this settle waits for
     messages = await rt.transcript(conv)
     assert messages[-1].content == "It exited."
     assert notes(messages) == []
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
 
 
 async def test_t7_compaction_carries_running_tasks_into_the_handoff(
@@ -190,7 +190,7 @@ async def test_t7_compaction_carries_running_tasks_into_the_handoff(
     await wait_for_runs(rt, conv, 1)
     task_key = re.search(r"task (bg-[0-9a-f]+)", (await rt.transcript(conv))[2].content)
     assert task_key is not None
-    seq = await rt.compact(conv)
+    seq = await rt.conversations.compact(conv)
     summary = (await rt.transcript(conv))[seq - 1]
     assert summary.meta["kind"] == "compaction_summary"
     assert summary.meta["task_keys"] == [task_key.group(1)]
@@ -224,27 +224,27 @@ async def test_c7_t7_compaction_is_admitted_beside_a_notice_held_by_a_paused_goa
     rt = await runtimes(models=[model])
     conv = (await rt.create_conversation("alice", Profile(model="scripted", tools=("shell",)))
             ).conversation_id
-    await rt.set_goal(conv, "active", "ship the release")
-    await rt.set_goal(conv, "paused")
+    await rt.conversations.set_goal(conv, "active", "ship the release")
+    await rt.conversations.set_goal(conv, "paused")
     await rt.post(conv, "start the long job")
     await wait_for_runs(rt, conv, 1)
-    [task] = await rt.task_list(conv)
+    [task] = await rt.tasks.list(conv)
     flag.touch()
 
     async def journalled() -> TaskRecord:
-        seen = await rt.task(conv, task.task_key)
+        seen = await rt.tasks.get(conv, task.task_key)
         if not seen.delivered:
-            await rt.tasks.wait_journalled([task.task_key], 0.05)
+            await rt.background.wait_journalled([task.task_key], 0.05)
         return seen
 
     held = await eventually(journalled, lambda seen: seen.delivered,
                             what="the task's notice delivered", within_s=20, poll_s=0)
     await rt.settle(conv)
-    [notice] = [i for i in await rt.inputs(conv) if i.origin is Origin.TASK_RESULT]
+    [notice] = [i for i in await rt.inputs.list(conv) if i.origin is Origin.TASK_RESULT]
     assert notice.state is InputState.QUEUED  # held by the paused goal
-    assert len(await rt.runs(conv)) == 1
+    assert len(await rt.runs.list(conv)) == 1
 
-    seq = await rt.compact(conv)
+    seq = await rt.conversations.compact(conv)
 
     summary = (await rt.transcript(conv))[seq - 1]
     assert summary.meta["kind"] == "compaction_summary"
@@ -254,12 +254,12 @@ async def test_c7_t7_compaction_is_admitted_beside_a_notice_held_by_a_paused_goa
         "task_key": task.task_key, "state": "exited", "event_id": held.event_id,
         "result_id": held.result_id, "notification_delivered": True,
     }]
-    assert len(await rt.runs(conv)) == 1  # the compaction started nothing
+    assert len(await rt.runs.list(conv)) == 1  # the compaction started nothing
 
-    await rt.set_goal(conv, "active")
+    await rt.conversations.set_goal(conv, "active")
     await wait_for_runs(rt, conv, 2)
     messages = await rt.transcript(conv)
     [note] = notes(messages)
     assert (note.input_id, note.seq > seq) == (notice.input_id, True)
     assert messages[-1].content == "The long job is done."
-    assert (await rt.task(conv, task.task_key)).consumed
+    assert (await rt.tasks.get(conv, task.task_key)).consumed

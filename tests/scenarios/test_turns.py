@@ -197,7 +197,7 @@ async def test_s5_signals_claimed_inside_the_slot_in_journal_order(
     gate.release.set()
     await settle(rt, conv)
 
-    first, woken = await rt.runs(conv)
+    first, woken = await rt.runs.list(conv)
     assert (woken.trigger, woken.status) == (StartKind.WAKE, RunStatus.COMPLETED)
     (request,) = [r for r in model.requests if r.suffix]
     (block,) = request.suffix
@@ -233,7 +233,7 @@ async def test_s5_a_turn_claims_a_bounded_batch_and_the_next_turn_the_rest(
     published = await publish(rt, conv, *((f"step.{n}", {"n": n}) for n in range(20)))
     await settle(rt, conv)
 
-    runs = await rt.runs(conv)
+    runs = await rt.runs.list(conv)
     assert [(r.trigger, r.status) for r in runs] == [(StartKind.WAKE, RunStatus.COMPLETED)] * 2
     running = [e.data["signals"] for e in await rt.events(conv)
                if e.type == "turn_status" and e.data["status"] == "running"]
@@ -259,7 +259,7 @@ async def test_s7_ack_commits_with_transcript(runtimes: RuntimeFactory) -> None:
 
     ok = await publish(rt, conv, ("task.exited", {"outcome": "ok"}))
     await settle(rt, conv)
-    (done,) = await rt.runs(conv)
+    (done,) = await rt.runs.list(conv)
     assert (done.trigger, done.status) == (StartKind.WAKE, RunStatus.COMPLETED)
     (answer,) = await rt.transcript(conv)
     assert (answer.role, answer.content, answer.run_id) == ("assistant", "noted", done.run_id)
@@ -268,7 +268,7 @@ async def test_s7_ack_commits_with_transcript(runtimes: RuntimeFactory) -> None:
     # A failed turn commits no answer and keeps its signal for redelivery.
     bad = await publish(rt, conv, ("task.exited", {"outcome": "fail"}))
     await settle(rt, conv)
-    failed = (await rt.runs(conv))[1]
+    failed = (await rt.runs.list(conv))[1]
     assert (failed.status, failed.failure_code) == (RunStatus.FAILED, "model_permanent")
     assert await rt.transcript(conv) == [answer]
     (row,) = await states(rt, bad)
@@ -341,7 +341,7 @@ async def test_a4_unavailable_model_falls_back_in_order(runtimes: RuntimeFactory
 
     assert log == ["primary", "broken", "secondary", "last"]  # unavailable: no retry, move on
     assert [r.model for r in last.requests] == ["last"]
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.model) == (RunStatus.COMPLETED, "last")
     answer = (await rt.transcript(conv))[-1]
     assert (answer.role, answer.content) == ("assistant", "answered by last")
@@ -356,7 +356,7 @@ async def test_a4_retryable_error_retried_then_succeeds(runtimes: RuntimeFactory
     await rt.post(conv, "hello")
     await settle(rt, conv)
 
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.model) == (RunStatus.COMPLETED, "flaky")
     assert (len(flaky.requests), len(spare.requests)) == (3, 0)
     assert (await rt.transcript(conv))[-1].content == "answered by flaky"
@@ -372,7 +372,7 @@ async def test_a4_retries_exhausted_on_one_model_fall_back_to_the_next(
     await rt.post(conv, "hello")
     await settle(rt, conv)
 
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.model) == (RunStatus.COMPLETED, "spare")
     assert (len(down.requests), len(spare.requests)) == (3, 1)
     assert not (await rt.conversation(conv)).awaiting_person
@@ -386,7 +386,7 @@ async def test_a4_permanent_error_fails_run_without_fallback(runtimes: RuntimeFa
     said = await rt.post(conv, "hello")
     await settle(rt, conv)
 
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.failure_code) == (RunStatus.FAILED, "model_permanent")
     assert (len(wrong.requests), len(spare.requests)) == (1, 0)
     transcript = await rt.transcript(conv)
@@ -407,7 +407,7 @@ async def test_a4_every_model_spent_needs_attention(
     await rt.post(conv, "hello")
     await settle(rt, conv)
 
-    (run,) = await rt.runs(conv)
+    (run,) = await rt.runs.list(conv)
     assert (run.status, run.failure_code) == (
         RunStatus.NEEDS_ATTENTION, "model_retries_exhausted"
     )
@@ -438,7 +438,7 @@ async def test_s7_stopped_turn_answers_open_call_cancelled_and_commits_no_answer
     (stopped,) = await rt.stop(conv)
     await settle(rt, conv)
     assert gate.cancelled
-    run = await rt.run(stopped)
+    run = await rt.runs.get(stopped)
     assert (run.trigger, run.status, run.failure_code) == (
         StartKind.WAKE, RunStatus.STOPPED, "stopped"
     )

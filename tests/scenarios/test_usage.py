@@ -67,10 +67,10 @@ async def test_b8_two_step_turn_stores_summed_usage_and_the_conversation_sums_it
 
     await turn(rt, conv, "look")
     await turn(rt, conv, "hello")  # the default echo: the scripted model's own estimate
-    first, second = await rt.runs(conv)
+    first, second = await rt.runs.list(conv)
     assert (first.status, first.steps) == (RunStatus.COMPLETED, 2)
     assert first.usage == TWO_STEPS
-    assert (await rt.run(first.run_id)).usage == TWO_STEPS
+    assert (await rt.runs.get(first.run_id)).usage == TWO_STEPS
     assert second.usage.model_calls == 1
     assert second.usage.input_tokens > 0
     assert second.usage.output_tokens == 2  # "hello": 5 characters
@@ -92,7 +92,7 @@ async def test_b8_a_failed_run_keeps_the_tokens_its_calls_spent(runtimes: Runtim
                         config=FAST)
     conv = await conversation(rt, "note")
     await turn(rt, conv, "look")
-    [failed] = await rt.runs(conv)
+    [failed] = await rt.runs.list(conv)
     assert (failed.status, failed.failure_code) == (RunStatus.FAILED, "model_permanent")
     # The tool step's call, and the refused call with what its provider reported.
     assert failed.usage == Usage(model_calls=2, input_tokens=170, output_tokens=11,
@@ -100,7 +100,7 @@ async def test_b8_a_failed_run_keeps_the_tokens_its_calls_spent(runtimes: Runtim
 
     busy = await conversation(rt)
     await turn(rt, busy, "busy")
-    [exhausted] = await rt.runs(busy)
+    [exhausted] = await rt.runs.list(busy)
     assert exhausted.status is RunStatus.NEEDS_ATTENTION
     assert exhausted.usage == Usage(model_calls=3, input_tokens=30)  # every attempt counts
     assert (await rt.conversation(busy)).usage == exhausted.usage
@@ -126,7 +126,7 @@ async def test_b8_a_stopped_run_keeps_the_tokens_its_calls_spent(runtimes: Runti
     (stopped,) = await rt.stop(conv)
     async with asyncio.timeout(WAIT):
         await rt.settle(conv)
-    run = await rt.run(stopped)
+    run = await rt.runs.get(stopped)
     assert run.status is RunStatus.STOPPED
     assert run.usage == Usage(model_calls=1, input_tokens=40, output_tokens=4)
     assert (await rt.conversation(conv)).usage == run.usage
@@ -152,7 +152,7 @@ async def test_b8_metrics_count_model_calls_and_tokens_by_model_and_kind(
     await turn(rt, await conversation(rt, "note"), "look")
     fallback = await conversation(rt, model="down", fallbacks=("scripted",))
     await turn(rt, fallback, "hi")
-    [run] = await rt.runs(fallback)
+    [run] = await rt.runs.list(fallback)
     assert run.status is RunStatus.COMPLETED
     assert run.usage == Usage(model_calls=2, input_tokens=7, output_tokens=1)  # both calls
 

@@ -81,7 +81,7 @@ class Place:
 
         async def read() -> RunStatus:
             async with Runtime.open(self.database, models=[ScriptedModel()]) as rt:
-                return (await rt.run(run_id)).status
+                return (await rt.runs.get(run_id)).status
 
         return asyncio.run(read())
 

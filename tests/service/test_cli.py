@@ -451,7 +451,7 @@ async def _status_while_running(url: str) -> tuple[str, str, str, str]:
             "alice", Profile(model="scripted", tools=("shell",)))).conversation_id
         await rt.post(conversation, "deploy")
         await rt.settle(conversation)
-        [task] = await rt.task_list(conversation)
+        [task] = await rt.tasks.list(conversation)
         status = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tidings", "status", "--database", url,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)

@@ -29,8 +29,8 @@ async def _held_then_done(url: str) -> tuple[str, str, str, str]:
         [run] = await asyncio.wait_for(rt.settle(conv), WAIT_S)
         held = await _status(url)
         held_one = await _status(url, "--conversation", conv)
-        [approval] = await rt.approvals_of(conv, status="pending")
-        await rt.decide(conv, approval.approval_id, approve=True, decided_by="alice")
+        [approval] = await rt.approvals.list(conv, status="pending")
+        await rt.approvals.decide(conv, approval.approval_id, approve=True, decided_by="alice")
         assert await asyncio.wait_for(rt.settle(conv), WAIT_S) == []
         done = await _status(url)
     assert run.run_id in held_one  # the conversation's own view lists it too

@@ -44,7 +44,7 @@ async def test_l5_http_lists_and_decides_a_held_call_once(servers: Servers) -> N
         conv = created.json()["conversation_id"]
         await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "deploy now"})
         for _ in range(500):
-            if await runtime.approvals_of(conv, status="pending"):
+            if await runtime.approvals.list(conv, status="pending"):
                 break
             await asyncio.sleep(0.01)
         listed = await alice.get(f"/v1/conversations/{conv}/approvals",

@@ -78,7 +78,7 @@ async def test_a2_another_principals_conversation_answers_like_an_unknown_one(
         await alice.post(f"/v1/conversations/{conv}/inputs", json={"content": "private"})
         await live.runtime.settle(conv)
         [run] = (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
-        result = await live.runtime.results.put(conv, b"alice's secret output")
+        result = await live.runtime.keyring.results().put(conv, b"alice's secret output")
         before = (await alice.get(f"/v1/conversations/{conv}/events.json")).json()
 
         for method, template, body in CONVERSATION_ROUTES:
@@ -110,7 +110,7 @@ async def test_r2_a_foreign_result_answers_like_an_unknown_one(live: Live) -> No
     async with live.client(ALICE) as alice, live.client(BOB) as bob:
         conv = await open_conversation(alice)
         theirs = await open_conversation(bob)
-        secret = await live.runtime.results.put(conv, b"alice's secret output")
+        secret = await live.runtime.keyring.results().put(conv, b"alice's secret output")
         never = "res_00000000000000000000000000000000"
 
         page = await alice.get(f"/v1/conversations/{conv}/results/{secret.result_id}")

@@ -56,7 +56,7 @@ async def test_m16_children_are_listed_and_a_queued_request_is_cancelled_over_ht
         def hold(cx: ConversationTx) -> None:
             cx.slot.take("held-by-test", cx.now_us + 60_000_000, rt.instance_id, "run_held")
 
-        await rt.conversations.change(first.child_conversation_id, hold)
+        await rt.catalog.change(first.child_conversation_id, hold)
         queued = await rt.relay.send(parent, first.child_conversation_id, "run_host", "call-2",
                                      "say it again")
         url = f"/v1/conversations/{parent}/children/{queued.task_key}/cancel"

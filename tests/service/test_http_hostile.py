@@ -400,7 +400,7 @@ async def _ids(live: Live, alice: httpx.AsyncClient) -> dict[str, str]:
     assert posted.status_code == 202, posted.text
     await live.runtime.settle(conv)
     [run] = (await alice.get(f"/v1/conversations/{conv}/runs")).json()["items"]
-    result = await live.runtime.results.put(conv, b"some output")
+    result = await live.runtime.keyring.results().put(conv, b"some output")
     return {**UNKNOWN, "conversation_id": conv, "run_id": run["run_id"],
             "result_id": result.result_id}
 

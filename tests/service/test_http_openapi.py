@@ -126,7 +126,7 @@ async def test_a2_the_main_routes_send_what_the_schema_documents(live: Live) -> 
         documented.check(posted, f"{c}/inputs")
         await live.runtime.settle(conv)
         run_id = (await alice.get(f"{base}/runs")).json()["items"][0]["run_id"]
-        result = await live.runtime.results.put(conv, "é".encode() * 10)
+        result = await live.runtime.keyring.results().put(conv, "é".encode() * 10)
 
         for url, template in (
             ("/v1/conversations", "/v1/conversations"),

@@ -229,7 +229,7 @@ async def test_r2_runtime_results_are_scoped_to_their_conversation(
     rt = await runtimes(models=[ScriptedModel()], master_key=KEY)
     mine = (await rt.create_conversation("alice", Profile(model="scripted"))).conversation_id
     theirs = (await rt.create_conversation("bob", Profile(model="scripted"))).conversation_id
-    ref = await rt.results.put(mine, b"alice's build log")
+    ref = await rt.keyring.results().put(mine, b"alice's build log")
     assert (await rt.results.get(mine, ref.result_id))[1] == b"alice's build log"
     with pytest.raises(UnknownResultError):
         await rt.results.get(theirs, ref.result_id)

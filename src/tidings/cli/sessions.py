@@ -221,7 +221,7 @@ class LocalSession:
                 return after
 
     async def open_runs(self, conversation_id: str) -> dict[str, RunStatus]:
-        return {r.run_id: r.status for r in await self.runtime.runs(conversation_id)
+        return {r.run_id: r.status for r in await self.runtime.runs.list(conversation_id)
                 if not r.status.ended}
 
     async def post(self, conversation_id: str, text: str) -> str:
@@ -229,28 +229,28 @@ class LocalSession:
         return posted.input_id
 
     async def stop_run(self, conversation_id: str, run_id: str) -> None:
-        await self.runtime.stop_run(conversation_id, run_id)
+        await self.runtime.runs.stop(conversation_id, run_id)
 
     async def stop(self, conversation_id: str) -> None:
         await self.runtime.stop(conversation_id)
 
     async def questions(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
         return [question_json(q) for q in
-                await self.runtime.questions_of(conversation_id, status=status)]
+                await self.runtime.questions.list(conversation_id, status=status)]
 
     async def answer(self, conversation_id: str, question_id: str, action: str,
                      content: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return question_json(await self.runtime.answer(
+        return question_json(await self.runtime.questions.answer(
             conversation_id, question_id, action=action, content=content,
             decided_by=self.owner))
 
     async def approvals(self, conversation_id: str, status: str = "") -> list[dict[str, Any]]:
         return [approval_json(a) for a in
-                await self.runtime.approvals_of(conversation_id, status=status)]
+                await self.runtime.approvals.list(conversation_id, status=status)]
 
     async def decide(self, conversation_id: str, approval_id: str, *,
                      approve: bool) -> dict[str, Any]:
-        return approval_json(await self.runtime.decide(
+        return approval_json(await self.runtime.approvals.decide(
             conversation_id, approval_id, approve=approve, decided_by=self.owner))
 
     def running_here(self) -> list[str]:

@@ -169,7 +169,7 @@ async def run_demo(url: str, console: Console) -> bool:
                                 "waiting for both helpers to report")
         timeline.show(lead_view)
         requests = await rt.relay.requests_of(lead)
-        lead_inputs = await rt.inputs(lead)
+        lead_inputs = await rt.inputs.list(lead)
         for request in requests:
             passed = ("passed on to this conversation once" if request.relayed
                       else "not passed on yet")

@@ -155,8 +155,8 @@ async def a2a_phase(url: str, console: Console, timeline: Timeline, key: MasterK
                         break
                     await asyncio.sleep(0.05)
             timeline.show(view)
-            requests = await rt.children_of(conv)
-            inputs = await rt.inputs(conv)
+            requests = await rt.children.list(conv)
+            inputs = await rt.inputs.list(conv)
             for request in requests:
                 passed = ("passed on to this conversation once" if request.relayed
                           else "not passed on yet")

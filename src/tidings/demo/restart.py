@@ -38,7 +38,7 @@ async def restart_child(
     async with Runtime.open(url, models=[MODEL], config=demo_config()) as rt:
         request = await rt.post(conversation_id, STAGING_REQUEST if crash else PRODUCTION_REQUEST)
         await rt.settle(conversation_id)
-        deploy = next(t for t in await rt.task_list(conversation_id)
+        deploy = next(t for t in await rt.tasks.list(conversation_id)
                       if t.command == DEPLOY_COMMAND and t.state.value == "running")
         facts: dict[str, Any] = {
             "instance_id": rt.instance_id, "pid": os.getpid(), "task_key": deploy.task_key,

@@ -1,4 +1,4 @@
-"""The runtime: the composition root and its public facade (``root``), the reading of a database
-no runtime of this process runs (``inspection``), and what they are built from -- the
-configuration (``config``), the answers to a posted input (``answers``) and the owner-scoped
-views of a conversation's background work (``views``)."""
+"""The runtime: its public facade (``root``) and the facade's groups (``groups``, ``views``),
+the composition root that builds, starts and stops the components (``kernel``), the reading of
+a database no runtime of this process runs (``inspection``), and what they are built from --
+the configuration (``config``) and the answers to a posted input (``answers``)."""

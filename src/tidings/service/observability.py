@@ -50,7 +50,7 @@ router = APIRouter()
 async def health(runtime: RuntimeDep) -> Health:
     try:
         # The cheapest read the runtime offers that touches the database.
-        await runtime.signal_stats()
+        await runtime.signals.stats()
     except TidingsError as exc:
         raise HTTPProblem(503, exc.code, "the store cannot be read",
                           title=title_of(exc)) from None
@@ -93,7 +93,7 @@ async def unlock(body: Unlock, runtime: RuntimeDep, _: Operator) -> Health:
     summary="Prometheus metrics (operator token)",
 )
 async def metrics(runtime: RuntimeDep, _: Operator) -> PlainTextResponse:
-    stats = await runtime.signal_stats()
+    stats = await runtime.signals.stats()
     push = await runtime.push_deliveries.stats()
     gauges = [
         Gauge("tidings_signal_backlog", "Unacknowledged signal deliveries.", stats.backlog),
@@ -117,7 +117,7 @@ async def metrics(runtime: RuntimeDep, _: Operator) -> PlainTextResponse:
 @router.get("/v1/signals/stats", response_model=QueueStatsOut, responses=OPERATOR,
             tags=["signals"], summary="Signal totals over every conversation (operator token)")
 async def signal_stats(runtime: RuntimeDep, _: Operator) -> QueueStatsOut:
-    return QueueStatsOut.of(await runtime.signal_stats())
+    return QueueStatsOut.of(await runtime.signals.stats())
 
 
 @router.get("/v1/dead-letters", response_model=DeadLetterList, responses=OPERATOR,
@@ -127,7 +127,7 @@ async def dead_letters(
     limit: Limit = 100,
 ) -> DeadLetterList:
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in
-                                 await runtime.dead_letters(limit=limit)])
+                                 await runtime.signals.dead_letters(limit=limit)])
 
 
 @router.get("/v1/push-dead-letters", response_model=PushDeadLetterList, responses=OPERATOR,
@@ -146,7 +146,7 @@ async def push_dead_letters(
 async def dead_letter(
     delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
 ) -> DeadLetterDetailOut:
-    return DeadLetterDetailOut.of(await runtime.dead_letter(delivery_id))
+    return DeadLetterDetailOut.of(await runtime.signals.dead_letter(delivery_id))
 
 
 @router.post("/v1/dead-letters/{delivery_id}/retry", response_model=DeadLetterSettledOut,
@@ -156,7 +156,7 @@ async def dead_letter(
 async def retry_dead_letter(
     delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
 ) -> DeadLetterSettledOut:
-    return DeadLetterSettledOut.of(await runtime.retry_dead_letter(delivery_id))
+    return DeadLetterSettledOut.of(await runtime.signals.retry(delivery_id))
 
 
 @router.post("/v1/dead-letters/{delivery_id}/discard", response_model=DeadLetterSettledOut,
@@ -165,7 +165,7 @@ async def retry_dead_letter(
 async def discard_dead_letter(
     delivery_id: DeliveryId, runtime: RuntimeDep, _: Operator
 ) -> DeadLetterSettledOut:
-    return DeadLetterSettledOut.of(await runtime.discard_dead_letter(delivery_id))
+    return DeadLetterSettledOut.of(await runtime.signals.discard(delivery_id))
 
 
 @router.get("/v1/instances", response_model=InstanceList, responses=OPERATOR,

@@ -13,8 +13,9 @@ R = TypeVar("R")
 
 
 class Lockable(Protocol):
-    locked: bool
-    """True from a locked boot until the master key is given."""
+    @property
+    def locked(self) -> bool:
+        """True from a locked boot until the master key is given."""
 
 
 L = TypeVar("L", bound=Lockable)

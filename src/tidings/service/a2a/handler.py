@@ -131,8 +131,8 @@ class TidingsRequestHandler(RequestHandler):
         message = params.message
         if message.task_id:
             item = await find_input(caller, message.task_id)
-            before = await caller.runtime.conversations.head(item.conversation_id,
-                                                             owner=caller.principal)
+            before = await caller.runtime.catalog.head(item.conversation_id,
+                                                       owner=caller.principal)
             return await decide(caller, message), before
         text = content_of(message)
         before = 0
@@ -141,8 +141,8 @@ class TidingsRequestHandler(RequestHandler):
                 if wait:  # a waiting post's caller needs no position: the id is checked alone
                     check_id(message.context_id, "context id")
                 else:
-                    before = await caller.runtime.conversations.head(message.context_id,
-                                                                     owner=caller.principal)
+                    before = await caller.runtime.catalog.head(message.context_id,
+                                                               owner=caller.principal)
             except (UnknownConversationError, InvalidInputError):
                 raise TaskNotFoundError(f"no context {message.context_id!r}") from None
         return await self._post(caller, message, text, wait=wait), before
@@ -255,8 +255,8 @@ class TidingsRequestHandler(RequestHandler):
                 raise UnsupportedOperationError(
                     f"task {params.id!r} is {TaskState.Name(task.status.state)}: nothing more "
                     "will happen to it")
-            last = await caller.runtime.conversations.head(item.conversation_id,
-                                                           owner=caller.principal)
+            last = await caller.runtime.catalog.head(item.conversation_id,
+                                                     owner=caller.principal)
         async with aclosing(task_events(caller, item, after_seq=last,
                                         resumed=last_event_id(context) is not None)) as events:
             async for event in events:
@@ -269,7 +269,7 @@ class TidingsRequestHandler(RequestHandler):
         caller = caller_of(context)
         runtime, owner = caller.runtime, caller.principal
         item = await find_input(caller, params.id)
-        answer = await runtime.answer_of(item)
+        answer = await runtime.inputs.answer_of(item)
         task = await read_task(runtime, item, owner=owner, history=False)
         if task.status.state in FINAL_STATES:
             raise TaskNotCancelableError(
@@ -277,7 +277,7 @@ class TidingsRequestHandler(RequestHandler):
         if answer.run is None:
             raise TaskNotCancelableError(
                 f"task {params.id!r} waits behind another run: cancel it once it started")
-        await runtime.stop_run(item.conversation_id, answer.run.run_id, owner=owner)
+        await runtime.runs.stop(item.conversation_id, answer.run.run_id, owner=owner)
         await runtime.answers.wait(item, DEFAULT_TIMEOUT)
         return await read_task(runtime, item, owner=owner)
 
@@ -318,7 +318,7 @@ def _asking(caller: Caller) -> Callable[[Answer], Awaitable[bool]]:
     async def asking(answer: Answer) -> bool:
         if answer.run is None or answer.run.status.ended:
             return False
-        pending = await caller.runtime.questions_of(
+        pending = await caller.runtime.questions.list(
             answer.input.conversation_id, owner=caller.principal, status="pending")
         return any(q.run_id == answer.run.run_id for q in pending)
 

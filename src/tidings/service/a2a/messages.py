@@ -93,21 +93,21 @@ async def decide(caller: Caller, message: Message) -> Input:
             word = str(decision["decision"]).lower()
             if word not in _APPROVE | _DENY:
                 raise InvalidParamsError('a decision is "approve" or "deny"')
-            for approval in await runtime.approvals_of(conversation_id, owner=owner,
-                                                       status="pending"):
+            for approval in await runtime.approvals.list(conversation_id, owner=owner,
+                                                         status="pending"):
                 if approval.run_id == run_id:
-                    await runtime.decide(conversation_id, approval.approval_id,
-                                         approve=word in _APPROVE, decided_by=owner,
-                                         owner=owner)
+                    await runtime.approvals.decide(conversation_id, approval.approval_id,
+                                                   approve=word in _APPROVE, decided_by=owner,
+                                                   owner=owner)
         elif "action" in decision:
             action = str(decision["action"]).lower()
             if action not in _ANSWER_ACTIONS:
                 raise InvalidParamsError('an action is "accept", "decline" or "cancel"')
             content = decision.get("content")
-            for question in await runtime.questions_of(conversation_id, owner=owner,
-                                                       status="pending"):
+            for question in await runtime.questions.list(conversation_id, owner=owner,
+                                                         status="pending"):
                 if question.run_id == run_id:
-                    await runtime.answer(
+                    await runtime.questions.answer(
                         conversation_id, question.question_id, action=action,
                         content=content if isinstance(content, dict) else None,
                         decided_by=owner, owner=owner)

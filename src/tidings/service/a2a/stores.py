@@ -65,7 +65,7 @@ notice or a child's reply, which starts a supplementary run (docs/a2a.md, Later 
 async def find_input(caller: Caller, task_id: str) -> Input:
     """The input that is the task ``task_id``, in the caller's conversations."""
     try:
-        item = await caller.runtime.input(task_id, owner=caller.principal)
+        item = await caller.runtime.inputs.get(task_id, owner=caller.principal)
     except (UnknownInputError, InvalidInputError):
         raise TaskNotFoundError(f"no task {task_id!r}") from None
     if item.origin not in TASK_ORIGINS:
@@ -105,12 +105,12 @@ class RuntimeTaskStore(TaskStore):
         if params.context_id:
             contexts = [params.context_id]
         else:
-            contexts = [c.conversation_id for c in await runtime.list_conversations(
+            contexts = [c.conversation_id for c in await runtime.conversations.list(
                 owner, limit=LISTED_CONVERSATIONS)]
         candidates: list[Input] = []
         for conversation_id in contexts:
             try:
-                inputs = await runtime.inputs(conversation_id, owner=owner)
+                inputs = await runtime.inputs.list(conversation_id, owner=owner)
             except (UnknownConversationError, InvalidInputError):
                 continue  # a foreign or unknown context lists nothing, alike
             candidates += [i for i in inputs if i.origin in TASK_ORIGINS]

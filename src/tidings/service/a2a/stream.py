@@ -171,7 +171,7 @@ class TaskStream:
             return [self._status(TaskState.TASK_STATE_WORKING, event)], False
         if status == RunStatus.AWAITING_APPROVAL.value:
             ids = [str(i) for i in event.data.get("approvals") or ()]
-            found = {a.approval_id: a for a in await runtime.approvals_of(
+            found = {a.approval_id: a for a in await runtime.approvals.list(
                 self.context_id, owner=owner) if a.approval_id in ids}
             held = [{"approval_id": i, "tool": found[i].tool_name,
                      "arguments": found[i].arguments} for i in ids if i in found]
@@ -219,7 +219,7 @@ async def task_events(caller: Caller, item: Input, *, after_seq: int, resumed: b
     task = await read_task(runtime, item, owner=owner)
     task.metadata.get_or_create_struct("tidings")[SEQ] = after_seq
     yield task
-    run = (await runtime.answer_of(item)).run
+    run = (await runtime.inputs.answer_of(item)).run
     stream = TaskStream(caller, item, None if run is None else str(run.run_id),
                         resumed=resumed)
     feed: Watch | AsyncGenerator[FeedEvent] = (

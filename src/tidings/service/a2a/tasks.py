@@ -196,18 +196,18 @@ async def read_task(runtime: Runtime, item: Input, *, owner: str | None,
                     answer: Answer | None = None) -> Task:
     """The task of ``item`` as it stands now (or as ``answer``, just read, has it)."""
     if answer is None:
-        answer = await runtime.answer_of(item)
+        answer = await runtime.inputs.answer_of(item)
     approvals: list[Approval] = []
     questions: list[Question] = []
     run = answer.run
     if run is not None and not run.status.ended:
-        approvals = [a for a in await runtime.approvals_of(
+        approvals = [a for a in await runtime.approvals.list(
             item.conversation_id, owner=owner, status="pending") if a.run_id == run.run_id]
-        questions = [q for q in await runtime.questions_of(
+        questions = [q for q in await runtime.questions.list(
             item.conversation_id, owner=owner, status="pending") if q.run_id == run.run_id]
     said: list[Said] | None = None
     if history:
-        said = [] if run is None else await runtime.run_transcript(
+        said = [] if run is None else await runtime.runs.transcript(
             item.conversation_id, run.run_id, owner=owner)
     return build_task(item, answer, history=said, approvals=approvals, questions=questions,
                       history_length=history_length)

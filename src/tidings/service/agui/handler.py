@@ -158,9 +158,9 @@ async def _checked(runtime: Runtime, owner: str, conversation_id: str,
                    resume: list[ResumeEntry]) -> list[_Answer]:
     """Each resume entry against the conversation's approvals and questions; nothing is
     decided until every entry is known to be decidable."""
-    approvals = {a.approval_id: a for a in await runtime.approvals_of(
+    approvals = {a.approval_id: a for a in await runtime.approvals.list(
         conversation_id, owner=owner)}
-    questions = {q.question_id: q for q in await runtime.questions_of(
+    questions = {q.question_id: q for q in await runtime.questions.list(
         conversation_id, owner=owner)}
     checked: list[_Answer] = []
     for index, entry in enumerate(resume):
@@ -198,12 +198,13 @@ async def _decide(runtime: Runtime, owner: str, conversation_id: str,
             continue
         try:
             if answer.approval is not None:
-                await runtime.decide(conversation_id, answer.interrupt_id,
-                                     approve=answer.approval, decided_by=owner, owner=owner)
+                await runtime.approvals.decide(conversation_id, answer.interrupt_id,
+                                               approve=answer.approval, decided_by=owner,
+                                               owner=owner)
             else:
-                await runtime.answer(conversation_id, answer.interrupt_id,
-                                     action=str(answer.action), content=answer.content,
-                                     decided_by=owner, owner=owner)
+                await runtime.questions.answer(conversation_id, answer.interrupt_id,
+                                               action=str(answer.action), content=answer.content,
+                                               decided_by=owner, owner=owner)
         except (ApprovalDecidedError, QuestionDecidedError, UnknownApprovalError,
                 UnknownQuestionError):
             continue  # decided meanwhile, by someone else: the stream shows what came of it
@@ -224,7 +225,7 @@ class Admitted:
 async def _head(runtime: Runtime, owner: str, conversation_id: str) -> int:
     """The conversation's journal head: an id that is no conversation's is unknown too."""
     try:
-        return await runtime.conversations.head(conversation_id, owner=owner)
+        return await runtime.catalog.head(conversation_id, owner=owner)
     except InvalidInputError:
         raise UnknownConversationError(conversation_id) from None
 
@@ -255,7 +256,7 @@ async def admit(runtime: Runtime, owner: str, body: RunAgentInput,
     if posted is not None and start is None and posted.run_id is not None:
         # Posted before (the same message id) and read already: what became of its run is
         # not after the head; it is told as it stands (a cursor would replay it instead).
-        answer = await runtime.answer_of(posted)
+        answer = await runtime.inputs.answer_of(posted)
         if answer.run is not None:
             made, ended = await stream.settled(answer.run)
             first.extend(made)

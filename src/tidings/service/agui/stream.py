@@ -212,7 +212,7 @@ class RunStream:
         """The run's end as it stands now, for a request that comes after it (nothing while
         it runs: the feed tells the rest)."""
         if run.status is RunStatus.AWAITING_APPROVAL:
-            held = [a.approval_id for a in await self.runtime.approvals_of(
+            held = [a.approval_id for a in await self.runtime.approvals.list(
                 self.conversation_id, owner=self.owner, status="pending")
                 if a.run_id == run.run_id]
             made = await self._held(run.run_id, held)
@@ -227,10 +227,10 @@ class RunStream:
     async def holding(self, *, before_us: int) -> list[BaseEvent]:
         """What waits for a person since before ``before_us`` -- held calls, then questions --
         as interrupts (none: nothing)."""
-        held = [a for a in await self.runtime.approvals_of(
+        held = [a for a in await self.runtime.approvals.list(
             self.conversation_id, owner=self.owner, status="pending")
             if a.requested_at_us < before_us][::-1]
-        asked = [q for q in await self.runtime.questions_of(
+        asked = [q for q in await self.runtime.questions.list(
             self.conversation_id, owner=self.owner, status="pending")
             if q.requested_at_us < before_us][::-1]
         interrupts = [*map(_approval, held), *(
@@ -269,7 +269,7 @@ class RunStream:
     async def _held(self, run: str, ids: list[str]) -> list[BaseEvent]:
         """The held calls still waiting for a decision, as interrupts (none: a replay of a
         wait that is over, and the stream goes on to what followed it)."""
-        pending = {a.approval_id: a for a in await self.runtime.approvals_of(
+        pending = {a.approval_id: a for a in await self.runtime.approvals.list(
             self.conversation_id, owner=self.owner, status="pending")}
         held = [pending[i] for i in ids if i in pending]
         if not held:
@@ -279,7 +279,7 @@ class RunStream:
 
     async def _question(self, run: str, data: Mapping[str, Any]) -> list[BaseEvent]:
         question_id = str(data.get("question_id"))
-        pending = {q.question_id for q in await self.runtime.questions_of(
+        pending = {q.question_id for q in await self.runtime.questions.list(
             self.conversation_id, owner=self.owner, status="pending")}
         if question_id not in pending:
             return []

@@ -15,8 +15,8 @@ async def list_approvals(
     status_filter: StatusFilter = "",
     limit: Limit = 100,
 ) -> ApprovalList:
-    approvals = await runtime.approvals_of(conversation_id, owner=owner, status=status_filter,
-                                           limit=limit)
+    approvals = await runtime.approvals.list(conversation_id, owner=owner, status=status_filter,
+                                             limit=limit)
     return ApprovalList(approvals=[ApprovalOut.of(a) for a in approvals])
 
 
@@ -27,7 +27,7 @@ async def decide(
     conversation_id: ConversationId, approval_id: ApprovalId, body: Decision, runtime: RuntimeDep,
     owner: Scope, actor: Actor,
 ) -> ApprovalOut:
-    decided = await runtime.decide(conversation_id, approval_id, approve=body.approve,
-                                   decided_by=actor, owner=owner)
+    decided = await runtime.approvals.decide(conversation_id, approval_id, approve=body.approve,
+                                             decided_by=actor, owner=owner)
     return ApprovalOut.of(decided)
 

@@ -33,7 +33,7 @@ async def set_goal(
     conversation_id: ConversationId, body: GoalUpdate, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     return ConversationOut.of(
-        await runtime.set_goal(conversation_id, body.status, body.text, owner=owner)
+        await runtime.conversations.set_goal(conversation_id, body.status, body.text, owner=owner)
     )
 
 
@@ -43,7 +43,7 @@ async def set_goal(
 async def checkpoint(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> Accepted:
-    await runtime.checkpoint(conversation_id, owner=owner)
+    await runtime.conversations.checkpoint(conversation_id, owner=owner)
     return Accepted()
 
 
@@ -58,7 +58,7 @@ async def stop(conversation_id: ConversationId, runtime: RuntimeDep, owner: Scop
 async def compact(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> Compacted:
-    return Compacted(message_seq=await runtime.compact(conversation_id, owner=owner))
+    return Compacted(message_seq=await runtime.conversations.compact(conversation_id, owner=owner))
 
 
 @router.post("/{conversation_id}/runs/{run_id}/stop", response_model=RunStopped,
@@ -67,7 +67,7 @@ async def compact(
 async def stop_run(
     conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Scope
 ) -> RunStopped:
-    cancelled = await runtime.stop_run(conversation_id, run_id, owner=owner)
+    cancelled = await runtime.runs.stop(conversation_id, run_id, owner=owner)
     return RunStopped(cancelled_inputs=cancelled)
 
 
@@ -77,7 +77,7 @@ async def children(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     limit: Limit = 100,
 ) -> ChildRequestList:
-    requests = await runtime.children_of(conversation_id, owner=owner, limit=limit)
+    requests = await runtime.children.list(conversation_id, owner=owner, limit=limit)
     return ChildRequestList(items=[ChildRequestOut.of(r) for r in requests])
 
 
@@ -87,7 +87,7 @@ async def children(
 async def cancel_child(
     conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Scope
 ) -> ChildCancelled:
-    cancelled = await runtime.cancel_child(conversation_id, task_key, owner=owner)
+    cancelled = await runtime.children.cancel(conversation_id, task_key, owner=owner)
     return ChildCancelled(cancelled=[
         CancelledRequestOut(task_key=c.task_key, child_conversation_id=c.child_conversation_id)
         for c in cancelled
@@ -101,7 +101,7 @@ async def retry_run(
     conversation_id: ConversationId, run_id: RunId, body: RetryCreate, runtime: RuntimeDep,
     owner: Scope, actor: Actor,
 ) -> InputOut:
-    accepted = await runtime.retry(
+    accepted = await runtime.runs.retry(
         conversation_id, run_id, model=body.model, owner=owner,
         authored_by=None if owner is not None else Author(AuthorKind.HUMAN, actor, actor),
     )

@@ -38,8 +38,8 @@ async def list_conversations(
     runtime: RuntimeDep, owner: Scope, after: Cursor = "", limit: Limit = 100,
     order: Order = "oldest",
 ) -> ConversationPage:
-    found = await runtime.conversation_summaries(owner, after=after, limit=limit,
-                                                 newest_first=order == "newest")
+    found = await runtime.conversations.summaries(owner, after=after, limit=limit,
+                                                  newest_first=order == "newest")
     return ConversationPage(
         items=[ConversationSummaryOut.of_summary(s) for s in found],
         next_after=found[-1].conversation.conversation_id if len(found) == limit else None,
@@ -59,7 +59,8 @@ def _status_route(verb: Literal["archive", "unarchive"], summary: str) -> None:
     async def change(
         conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
     ) -> ConversationOut:
-        act = runtime.archive if verb == "archive" else runtime.unarchive
+        act = (runtime.conversations.archive if verb == "archive"
+               else runtime.conversations.unarchive)
         return ConversationOut.of(await act(conversation_id, owner=owner))
 
     router.post(f"/{{conversation_id}}/{verb}", response_model=ConversationOut, responses=WRITE,
@@ -77,7 +78,8 @@ async def change_profile(
     conversation_id: ConversationId, body: ProfileChange, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
     profile = body.profile if isinstance(body.profile, str) else body.profile.to_profile()
-    return ConversationOut.of(await runtime.set_profile(conversation_id, profile, owner=owner))
+    return ConversationOut.of(
+        await runtime.conversations.set_profile(conversation_id, profile, owner=owner))
 
 
 @router.delete("/{conversation_id}", response_model=ConversationOut, responses=WRITE,
@@ -85,5 +87,5 @@ async def change_profile(
 async def delete_conversation(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> ConversationOut:
-    return ConversationOut.of(await runtime.tombstone(conversation_id, owner=owner))
+    return ConversationOut.of(await runtime.conversations.tombstone(conversation_id, owner=owner))
 

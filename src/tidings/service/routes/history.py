@@ -26,7 +26,8 @@ async def transcript(
 async def list_runs(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> RunList:
-    return RunList(items=[RunOut.of(r) for r in await runtime.runs(conversation_id, owner=owner)])
+    runs = await runtime.runs.list(conversation_id, owner=owner)
+    return RunList(items=[RunOut.of(r) for r in runs])
 
 
 @router.get("/{conversation_id}/runs/{run_id}", response_model=RunOut, responses=READ)
@@ -34,7 +35,7 @@ async def get_run(
     conversation_id: ConversationId, run_id: RunId, runtime: RuntimeDep, owner: Scope
 ) -> RunOut:
     await runtime.conversation(conversation_id, owner=owner)
-    run = await runtime.run(run_id, owner=owner)
+    run = await runtime.runs.get(run_id, owner=owner)
     if run.conversation_id != conversation_id:
         raise UnknownRunError(run_id)
     return RunOut.of(run)

@@ -72,5 +72,5 @@ async def list_inputs(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> InputList:
     return InputList(items=[InputOut.of(i) for i in
-                            await runtime.inputs(conversation_id, owner=owner)])
+                            await runtime.inputs.list(conversation_id, owner=owner)])
 

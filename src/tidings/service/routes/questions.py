@@ -15,8 +15,8 @@ async def list_questions(
     status_filter: StatusFilter = "",
     limit: Limit = 100,
 ) -> QuestionList:
-    questions = await runtime.questions_of(conversation_id, owner=owner, status=status_filter,
-                                           limit=limit)
+    questions = await runtime.questions.list(conversation_id, owner=owner, status=status_filter,
+                                             limit=limit)
     return QuestionList(questions=[QuestionOut.of(q) for q in questions])
 
 
@@ -28,7 +28,7 @@ async def answer_question(
     conversation_id: ConversationId, question_id: QuestionId, body: QuestionAnswer,
     runtime: RuntimeDep, owner: Scope, actor: Actor,
 ) -> QuestionOut:
-    answered = await runtime.answer(conversation_id, question_id, action=body.action,
-                                    content=body.content, decided_by=actor, owner=owner)
+    answered = await runtime.questions.answer(conversation_id, question_id, action=body.action,
+                                              content=body.content, decided_by=actor, owner=owner)
     return QuestionOut.of(answered)
 

@@ -13,7 +13,7 @@ from tidings.service.schemas import DeadLetterList, DeadLetterOut, QueueStatsOut
 async def conversation_signal_stats(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope
 ) -> QueueStatsOut:
-    return QueueStatsOut.of(await runtime.signal_stats(conversation_id, owner=owner))
+    return QueueStatsOut.of(await runtime.signals.stats(conversation_id, owner=owner))
 
 
 @router.get("/{conversation_id}/dead-letters", response_model=DeadLetterList, responses=READ,
@@ -21,6 +21,6 @@ async def conversation_signal_stats(
 async def conversation_dead_letters(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope, limit: Limit = 100
 ) -> DeadLetterList:
-    letters = await runtime.dead_letters(conversation_id, owner=owner, limit=limit)
+    letters = await runtime.signals.dead_letters(conversation_id, owner=owner, limit=limit)
     return DeadLetterList(items=[DeadLetterOut.of(d) for d in letters])
 

@@ -22,8 +22,8 @@ async def list_tasks(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Scope,
     before_us: BeforeUs = None, limit: Limit = 100,
 ) -> TaskPage:
-    tasks = await runtime.task_list(conversation_id, owner=owner, before_us=before_us,
-                                    limit=limit)
+    tasks = await runtime.tasks.list(conversation_id, owner=owner, before_us=before_us,
+                                     limit=limit)
     return TaskPage(
         items=[TaskOut.of(t) for t in tasks],
         next_before_us=tasks[-1].started_at_us if len(tasks) == limit else None,
@@ -34,7 +34,7 @@ async def list_tasks(
 async def get_task(
     conversation_id: ConversationId, task_key: TaskKey, runtime: RuntimeDep, owner: Scope
 ) -> TaskOut:
-    return TaskOut.of(await runtime.task(conversation_id, task_key, owner=owner))
+    return TaskOut.of(await runtime.tasks.get(conversation_id, task_key, owner=owner))
 
 
 # Output is the owner's: an operator's token reads a conversation's task facts, not the output
@@ -45,7 +45,7 @@ async def list_results(
     conversation_id: ConversationId, runtime: RuntimeDep, owner: Principal, after: Cursor = "",
     limit: Limit = 100,
 ) -> ResultList:
-    refs = await runtime.result_list(conversation_id, owner=owner, after=after, limit=limit)
+    refs = await runtime.results.list(conversation_id, owner=owner, after=after, limit=limit)
     return ResultList(
         items=[ResultRefOut.of(r) for r in refs],
         next_after=refs[-1].result_id if len(refs) == limit else None,
@@ -60,7 +60,7 @@ async def get_result_page(
     offset: Offset = 0,
     limit_bytes: LimitBytes = None,
 ) -> ResultPageOut:
-    page = await runtime.result_page(conversation_id, result_id, owner=owner, offset=offset,
-                                     limit_bytes=limit_bytes)
+    page = await runtime.results.page(conversation_id, result_id, owner=owner, offset=offset,
+                                      limit_bytes=limit_bytes)
     return ResultPageOut.of(page)
 
