@@ -87,6 +87,6 @@ async def test_a2_health_needs_no_token_and_is_503_when_the_store_cannot_be_read
         async def unreadable(*args: Any, **kwargs: Any) -> QueueStats:
             raise ConnectionLostError("the database went away")
 
-        monkeypatch.setattr(live.runtime, "signal_stats", unreadable)
+        monkeypatch.setattr(live.runtime.signals, "stats", unreadable)
         body = assert_problem(await anonymous.get("/health"), 503, "connection_lost")
         assert "went away" not in body["detail"]
