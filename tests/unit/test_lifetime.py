@@ -117,6 +117,69 @@ async def test_s9_shutdown_does_not_wait_out_a_failed_components_pause() -> None
     assert lifetime.restarts == 0
 
 
+class Worker(Loop):
+    """A component class of its own: its work and its hooks, the cancellation inherited."""
+
+    def __init__(self, name: str, log: list[str], *, fail_first: bool = False) -> None:
+        super().__init__(name)
+        self.log = log
+        self.fail_first = fail_first
+
+    async def serve(self) -> None:
+        self.log.append(f"{self.name} runs")
+        if self.fail_first:
+            self.fail_first = False
+            raise RuntimeError(f"{self.name} broke")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.log.append(f"{self.name} cancelled")
+
+    async def stopping(self) -> None:
+        self.log.append(f"{self.name} closes")
+
+    async def stopped(self) -> None:
+        self.log.append(f"{self.name} closed")
+
+
+async def test_s9_a_component_class_has_its_hooks_around_its_work_in_order() -> None:
+    log: list[str] = []
+    turns, outbox = Worker("turns", log), Worker("outbox", log)
+    lifetime = Lifetime([turns, outbox])
+    lifetime.start()
+    await wait_until(lambda: len(log) == 2, what="both running")
+    log.clear()
+    await lifetime.shutdown()
+    assert log == ["turns closes", "turns cancelled", "turns closed",
+                   "outbox closes", "outbox cancelled", "outbox closed"]
+    await turns.shutdown()  # idempotent: nothing runs twice
+    await asyncio.wait_for(turns.run(), 5)  # after shutdown: returns at once
+    assert len(log) == 6
+
+
+async def test_s9_a_component_class_shut_down_before_it_ran_runs_both_hooks_once() -> None:
+    log: list[str] = []
+    worker = Worker("sweep", log)
+    await worker.shutdown()
+    await worker.shutdown()
+    await asyncio.wait_for(worker.run(), 5)
+    assert log == ["sweep closes", "sweep closed"]
+
+
+async def test_s9_a_component_class_runs_again_after_a_failure_and_still_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log: list[str] = []
+    worker = Worker("sweep", log, fail_first=True)
+    lifetime = Lifetime([worker], restart_base_s=0.01, restart_cap_s=0.01)
+    with caplog.at_level(logging.ERROR, logger="tidings.lifetime"):
+        lifetime.start()
+        await wait_until(lambda: log.count("sweep runs") == 2, what="the second run")
+    await lifetime.shutdown()
+    assert log == ["sweep runs", "sweep runs", "sweep closes", "sweep cancelled", "sweep closed"]
+    assert lifetime.restarts == 1
+
+
 async def test_l5_first_of_returns_with_the_first_wait_and_reaps_the_other() -> None:
     """What settle waits on: the conversation idle, or a turn held for a person."""
     done = asyncio.Event()

@@ -36,6 +36,7 @@ from tidings.feed.watch import Reader, ReadPage, Watch
 from tidings.feed.wire import DISCARD, REQUEST, WATCH, decode
 from tidings.store import Row, Store, Tx
 from tidings.store.feed import FeedSubscription
+from tidings.support.lifetime import Loop
 from tidings.support.policy import check_position
 from tidings.types import new_id
 
@@ -53,13 +54,19 @@ def _heads(tx: Tx, conversation_ids: list[str]) -> list[Row]:
     return tx.all("journal_heads", conversation_ids=conversation_ids)
 
 
-class FeedHub:
-    """Drafts and watchers of one runtime; see the module docstring."""
+class FeedHub(Loop):
+    """Drafts and watchers of one runtime; see the module docstring.
+
+    A component of the runtime with no work of its own to run: it holds its place in the
+    shutdown order, last, and its shutdown closes it (:meth:`close`). It listens from
+    :meth:`start` on, which its owner calls before any turn can run -- not from ``run()``,
+    whose task begins at no moment its owner controls."""
 
     def __init__(self, store: Store, clock: Clock, *,
                  poll: timedelta = timedelta(seconds=1)) -> None:
         if poll <= timedelta(0):
             raise ValueError("the feed's poll must be positive")
+        super().__init__("tidings-feed")
         self.store = store
         self.clock = clock
         self.poll_s = poll.total_seconds()
@@ -248,6 +255,8 @@ class FeedHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
         await self._peers.close()
+
+    stopped = close  # at shutdown: every watch ends
 
 
 __all__ = ("FeedHub",)

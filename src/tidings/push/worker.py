@@ -1,8 +1,8 @@
 """The webhook worker: POSTs each owed push notification to its config's URL, at least once.
 
-Its :meth:`Webhooks.serve` is the work of one of the runtime's components (a
-:class:`~tidings.support.lifetime.Loop`, cancelled at shutdown: an attempt cut short is tried again,
-the notification id the same). The POSTs themselves run on a thread and event loop of their own
+It is one of the runtime's components (a :class:`~tidings.support.lifetime.Loop`): its work,
+:meth:`Webhooks.serve`, is cancelled at shutdown -- an attempt cut short is tried again, the
+notification id the same. The POSTs themselves run on a thread and event loop of their own
 (:class:`~tidings.push.sender.Sender`), so that a busy runtime loop does not delay each of
 their steps. It wakes on the store's
 journal hints -- a commit of this process, or (PostgreSQL) of any process of the cluster -- and
@@ -49,6 +49,7 @@ from tidings.push.sender import Sender
 from tidings.push.targets import resolve
 from tidings.records.results import MasterKey
 from tidings.store import Row, Store
+from tidings.support.lifetime import Loop
 from tidings.support.metrics import Metrics
 
 log = logging.getLogger("tidings.push")
@@ -58,13 +59,14 @@ PURGE_EVERY = 600
 """Passes between two purges of delivered notifications past retention."""
 
 
-class Webhooks:
+class Webhooks(Loop):
     """The delivery worker (see the module docstring)."""
 
     def __init__(self, store: Store, clock: Clock, deliveries: PushDeliveries, *,
                  metrics: Metrics | None = None,
                  master_key: Callable[[], MasterKey | None] = lambda: None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__("tidings-webhooks")
         self.store = store
         self.clock = clock
         self.deliveries = deliveries

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from tidings.clock import Clock, SystemClock, to_us
 from tidings.errors import InstanceNotRunningError, StoreError
 from tidings.store import Store, Tx
+from tidings.support.lifetime import Loop
 from tidings.types import (
     ConversationId,
     InstanceId,
@@ -73,13 +74,18 @@ async def list_instances(
     ]
 
 
-class Instance:
+class Instance(Loop):
     """This process's instance over one store: register, heartbeat, reconcile, retire.
 
     ``start()`` registers it (with a heartbeat and a liveness mark) and reconciles instances
     that are gone; ``close()`` retires it -- its leases voided, its unsettled operations
     outcome_unknown, its slots freed -- and is idempotent. ``on_gone`` is handed the report of
-    a periodic sweep (see :meth:`run`) that found instances gone while this one runs.
+    a periodic ``sweep`` (the outbox's; see :meth:`serve`) that found instances gone while this
+    one runs.
+
+    A component of the runtime, the outbox's heartbeat (``tidings-outbox``): its work
+    heartbeats and sweeps (:meth:`serve`); its shutdown cancels that work, then retires the
+    instance (:meth:`close`) -- last, once what stops before it no longer needs it.
     """
 
     def __init__(
@@ -89,12 +95,15 @@ class Instance:
         clock: Clock | None = None,
         config: OutboxConfig | None = None,
         on_gone: Callable[[ReconcileReport], Awaitable[None]] | None = None,
+        sweep: Callable[[], Awaitable[SweepReport]] | None = None,
     ) -> None:
+        super().__init__("tidings-outbox")
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.config = config or OutboxConfig()
         self.instance_id = InstanceId(new_id("inst"))
         self._on_gone = on_gone
+        self._sweep = sweep
         self._running = False
         self._closed = False
         self._stop = asyncio.Event()
@@ -145,9 +154,11 @@ class Instance:
             self._running = False
             await self.store.transact(lambda tx: self._retire(tx, self.instance_id, dead=True))
 
-    async def run(self, sweep: Callable[[], Awaitable[SweepReport]]) -> None:
-        """Heartbeat, and every ``sweep_interval`` run ``sweep``, until ``close()``; each pass
-        survives a failed database call.
+    stopped = close  # at shutdown, once the heartbeat has ended
+
+    async def serve(self) -> None:
+        """Heartbeat, and every ``sweep_interval`` run ``sweep`` (none: never), until
+        ``close()``; each pass survives a failed database call.
 
         A sweep that finds instances gone hands its report to ``on_gone``, so that what they
         left (tasks, slots, restarts) is taken up now, not at the next slower pass.
@@ -162,8 +173,8 @@ class Instance:
             with contextlib.suppress(StoreError):
                 await self.heartbeat()
                 beats += 1
-                if beats % sweep_every == 0:
-                    report = await sweep()
+                if beats % sweep_every == 0 and self._sweep is not None:
+                    report = await self._sweep()
                     if report.reconciled.gone_instances and self._on_gone is not None:
                         await self._on_gone(report.reconciled)
 

@@ -32,6 +32,7 @@ from tidings.errors import InvalidInputError, StoreError
 from tidings.mail import queue
 from tidings.records.rows import input_from_row, run_from_row
 from tidings.store import Store, Tx
+from tidings.support.lifetime import Loop
 from tidings.types import Answer, Input, InputState, RunStatus
 
 log = logging.getLogger("tidings.answers")
@@ -85,12 +86,16 @@ def timeout_seconds(timeout: timedelta | float) -> float:
     return seconds
 
 
-class Answers:
-    """Reads and waits for the answers to inputs (see the module docstring)."""
+class Answers(Loop):
+    """Reads and waits for the answers to inputs (see the module docstring).
+
+    A component of the runtime with no work of its own: it holds its place in the shutdown
+    order, where its shutdown ends the waits (:meth:`close`) after the turns' ends."""
 
     def __init__(self, store: Store, *, poll: timedelta = timedelta(milliseconds=500)) -> None:
         if poll <= timedelta(0):
             raise ValueError("the answers' poll must be positive")
+        super().__init__("tidings-answers")
         self.store = store
         self.poll_s = poll.total_seconds()
         self._waiting: set[asyncio.Event] = set()
@@ -166,6 +171,8 @@ class Answers:
         for changed in self._waiting:
             changed.set()
         await self._idle.wait()
+
+    stopping = close  # at shutdown
 
 
 __all__ = ("DEFAULT_TIMEOUT", "Answers", "answered", "read_answer", "timeout_seconds")

@@ -36,7 +36,7 @@ from tidings.runtime.config import RuntimeConfig
 from tidings.scheduler.coordinator import Coordinator
 from tidings.scheduler.sweeps import RelaySweep, SlowSweep, Takeover
 from tidings.store import Store
-from tidings.support.lifetime import Lifetime, Loop
+from tidings.support.lifetime import Lifetime
 from tidings.support.locking import mutation
 from tidings.support.metrics import Metrics
 from tidings.support.tracing import Tracing
@@ -72,6 +72,7 @@ class Kernel:
         self.instance = Instance(
             store, clock=self.clock, config=config.outbox,
             on_gone=lambda report: self.takeover.instances_gone(report),
+            sweep=lambda: self.outbox.sweep(),  # its heartbeat is the outbox's
         )
         self.outbox = Outbox(store, instance=self.instance)
         self.catalog = Conversations(
@@ -87,6 +88,8 @@ class Kernel:
                 conversation_id, StartKind.WAKE, write, record=False
             ),
         )
+        # A process's end is no longer retried for long once the supervisor shuts down.
+        self.supervisor.first_at_shutdown(self.background.ends.close)
         self.relay = ChildRelay(
             store, self.clock, self.door,
             start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
@@ -145,20 +148,19 @@ class Kernel:
             remote=self.remote_children if self.remote_children.names() else None,
         )
         self.lifetime = Lifetime((  # stopped in this order
-            Loop("tidings-coordinator", self.coordinator.run, first=self.coordinator.close),
-            Loop("tidings-answers", first=self.answers.close),  # after the turns' ends
-            Loop("tidings-supervisor", first=self._close_supervisor),
+            self.coordinator,  # running turns end as stopped
+            self.answers,  # after the turns' ends
+            self.supervisor,
             *self.mcp.components(),
             self.remote_children,
-            Loop("tidings-webhooks", self.webhooks.serve),
+            self.webhooks,
             RelaySweep(config.relay_sweep, self.relay, self.clock),
             SlowSweep(config.results_sweep_interval, store=store, outbox=self.outbox,
                       instance=self.instance, clock=self.clock, tasks=self.background,
                       results=self.keyring.known, remote_tasks=self.mcp.tasks),
-            Loop("tidings-outbox", lambda: self.instance.run(self.outbox.sweep),
-                 then=self.instance.close),
+            self.instance,  # the outbox's heartbeat; retires the instance once it ended
             # Last: the turns' last commits reach the watchers, whose feeds end here.
-            Loop("tidings-feed", then=self.feed.close),
+            self.feed,
         ), clock=self.clock, on_failure=self.metrics.count_component_failure)
         self._owns_store = owns_store
         self._closed = False
@@ -189,7 +191,9 @@ class Kernel:
 
     async def _boot(self) -> None:
         await self.instance.start()
-        self.feed.start()  # hears other processes' watchers before its first turn
+        # Before any turn: it hears other processes' watchers from now on. Not in its run(),
+        # whose task begins only once this boot yields -- perhaps after a turn was asked for.
+        self.feed.start()
         self.lifetime.start()
         await self.mcp.started()  # MCP tools registered before the first turn
         await self.takeover.take_up()
@@ -205,11 +209,6 @@ class Kernel:
         finally:
             if self._owns_store:
                 await self.store.close()
-
-    async def _close_supervisor(self) -> None:
-        self.background.ends.close()  # a process's end is no longer retried for long
-        await self.supervisor.close()
-
 
     def named(self, profile: Profile | str) -> Profile:
         """``profile`` itself, or the named profile of :attr:`profiles` it names."""

@@ -46,6 +46,7 @@ from tidings.scheduler.entries import Entries, Entry
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.scheduler.starter import Starter, written
 from tidings.store import Store
+from tidings.support.lifetime import Loop
 from tidings.support.policy import check_id
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
 from tidings.types import RunId, StartKind
@@ -64,8 +65,12 @@ class CoordinatorConfig:
     busy_retry_margin: timedelta = timedelta(milliseconds=50)
 
 
-class Coordinator:
-    """Per-conversation slots and the one entry every start goes through."""
+class Coordinator(Loop):
+    """Per-conversation slots and the one entry every start goes through.
+
+    A component of the runtime (:class:`~tidings.support.lifetime.Loop`): its work follows
+    wake-ups and sweeps (:meth:`serve`); its shutdown closes it first (:meth:`close`: running
+    turns end as ``stopped``), then cancels that work."""
 
     def __init__(
         self,
@@ -78,6 +83,7 @@ class Coordinator:
         instance: Instance,
         door: Door | None = None,
     ) -> None:
+        super().__init__("tidings-coordinator")
         self.store = store
         self.outbox = outbox
         self.instance = instance
@@ -386,7 +392,7 @@ class Coordinator:
                 asked += 1
         return asked
 
-    async def run(self) -> None:
+    async def serve(self) -> None:
         """Follow signal wake-ups and sweep periodically, until cancelled."""
         async with self.outbox.wakeups() as wakeups:
             sweeper = asyncio.create_task(self._sweep_forever())
@@ -422,6 +428,8 @@ class Coordinator:
         for driver in drivers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await driver
+
+    stopping = close  # at shutdown, before the wake-ups and the sweep are cancelled
 
 
 __all__ = ("Coordinator", "CoordinatorConfig", "recover_interrupted")

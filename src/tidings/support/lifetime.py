@@ -6,6 +6,13 @@ Each component has ``async run()`` -- it runs until it is shut down -- and an id
 was given: what is stopped first can still rely on what is stopped after it (running turns
 commit as stopped while the outbox still heartbeats; the outbox retires the instance last).
 
+Every long-lived part of the runtime owns its lifetime: the coordinator, the answers' waits,
+the process supervisor, the webhook worker, the instance's heartbeat and the feed hub are each
+a :class:`Loop` -- their own work in :meth:`Loop.serve`, their own close in its hooks, the
+cancellation between them written once, here -- and the composition root lists the components
+themselves, not adapters around their callbacks. A component that already had a ``close()``
+others call keeps it as it was; its shutdown calls it, once, at the same point as before.
+
 A component whose ``run()`` fails is logged and run again after a pause that doubles with each
 failure in a row (:data:`RESTART_BASE_S` up to :data:`RESTART_CAP_S`): a sweep, a worker or the
 outbox's heartbeat that broke on one bad moment does not stay dead while the runtime goes on.
@@ -52,12 +59,18 @@ class Component(Protocol):
 
 
 class Loop:
-    """A component whose work is one coroutine (``serve``), cancelled at shutdown.
+    """A component whose work is one coroutine (:meth:`serve`), cancelled at shutdown.
 
-    ``first`` runs at shutdown before the work is cancelled (an owner's close that lets the
-    work end well: turns commit as stopped), ``then`` after it has ended (what the work needed
-    to the last: the outbox retires its instance). Both run even when the work never started
-    (a runtime closed while locked). A ``run()`` that begins after shutdown returns at once.
+    A component class derives from it and declares only its own work and its hooks: it
+    overrides :meth:`serve` (without one it holds nothing but its place in the shutdown order),
+    :meth:`stopping`, which runs at shutdown before the work is cancelled (an owner's close
+    that lets the work end well: turns commit as stopped), and :meth:`stopped`, which runs once
+    the work has ended (what the work needed to the last: the instance retires). Both run even
+    when the work never started (a runtime closed while locked). A ``run()`` that begins after
+    shutdown returns at once; one that begins after a failure runs the work again.
+
+    Built from callbacks instead -- ``serve``, ``first`` (the default :meth:`stopping`) and
+    ``then`` (the default :meth:`stopped`) -- it is a component around other objects' work.
     """
 
     def __init__(
@@ -68,49 +81,61 @@ class Loop:
         first: Callable[[], Awaitable[None]] | None = None,
         then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self._name = name
-        self._serve = serve
-        self._first = first
-        self._then = then
-        self._task: asyncio.Task[object] | None = None
-        self._ended = asyncio.Event()
-        self._stopping = False
+        # Prefixed: a component class's own attributes never meet the loop's.
+        self._loop_name = name
+        self._loop_serve = serve
+        self._loop_first = first
+        self._loop_then = then
+        self._loop_task: asyncio.Task[object] | None = None
+        self._loop_ended = asyncio.Event()
+        self._loop_stopping = False
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._loop_name
 
     async def serve(self) -> None:
         """The work; without ``serve`` it holds nothing but its place in the shutdown order."""
-        if self._serve is None:
+        if self._loop_serve is None:
             await asyncio.Event().wait()
         else:
-            await self._serve()
+            await self._loop_serve()
+
+    async def stopping(self) -> None:
+        """At shutdown, before the work is cancelled (``first``, if given)."""
+        if self._loop_first is not None:
+            await self._loop_first()
+
+    async def stopped(self) -> None:
+        """At shutdown, once the work has ended or if it never started (``then``, if given)."""
+        if self._loop_then is not None:
+            await self._loop_then()
 
     async def run(self) -> None:
-        if self._stopping:
+        """Do the work (:meth:`serve`) until :meth:`shutdown`."""
+        if self._loop_stopping:
             return
-        self._task = asyncio.current_task()
-        self._ended.clear()  # run again after a failure: shutdown waits for this run
+        self._loop_task = asyncio.current_task()
+        self._loop_ended.clear()  # run again after a failure: shutdown waits for this run
         try:
             await self.serve()
         except asyncio.CancelledError:
-            if not self._stopping:
+            if not self._loop_stopping:
                 raise  # cancelled from outside: not ours to swallow
         finally:
-            self._ended.set()
+            self._loop_ended.set()
 
     async def shutdown(self) -> None:
-        if self._stopping:
+        """:meth:`stopping`, then the work cancelled and waited for, then :meth:`stopped`.
+        Idempotent: the second call does nothing."""
+        if self._loop_stopping:
             return
-        self._stopping = True
-        if self._first is not None:
-            await self._first()
-        if self._task is not None:
-            self._task.cancel()
-            await self._ended.wait()
-        if self._then is not None:
-            await self._then()
+        self._loop_stopping = True
+        await self.stopping()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await self._loop_ended.wait()
+        await self.stopped()
 
 
 class Lifetime:

@@ -43,6 +43,7 @@ from tidings.clock import Clock, SystemClock
 # The supervisor's errors live in tidings.errors; re-exported (``as``) for callers of this module.
 from tidings.errors import DuplicateTaskKeyError as DuplicateTaskKeyError
 from tidings.errors import SupervisorClosedError as SupervisorClosedError
+from tidings.support.lifetime import Loop
 from tidings.tasks.capture import CaptureBuffer
 from tidings.tasks.leftover import HOST, kill_left_behind, process_identity
 from tidings.tasks.spawn import (
@@ -263,18 +264,23 @@ class RunningProcess:
             self._supervisor._forget(self)
 
 
-class Supervisor:
+class Supervisor(Loop):
     """Starts processes and watches them to their single outcome; see the module guarantees.
 
     ``drain_timeout`` bounds how long output is still read after the process group ended: only
     a process that left the group can hold a pipe that long.
+
+    A component of the runtime with no work of its own to run: its shutdown calls what was
+    given to :meth:`first_at_shutdown` (the task ends' retries cut short), then :meth:`close`.
     """
 
     def __init__(
         self, *, clock: Clock | None = None, drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT
     ) -> None:
+        super().__init__("tidings-supervisor")
         self.clock: Clock = clock or SystemClock()
         self._drain_timeout = drain_timeout
+        self._first: list[Callable[[], None]] = []
         self._processes: dict[str, RunningProcess] = {}
         self._closed = False
         self._closing: asyncio.Task[None] | None = None
@@ -352,6 +358,16 @@ class Supervisor:
     def _forget(self, process: RunningProcess) -> None:
         if self._processes.get(process.task_key) is process:
             del self._processes[process.task_key]
+
+    def first_at_shutdown(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` called at shutdown, before the processes are stopped."""
+        self._first.append(callback)
+
+    async def stopping(self) -> None:
+        """At shutdown: what was asked to come first, then :meth:`close`."""
+        for callback in self._first:
+            callback()
+        await self.close()
 
     async def close(self, grace: timedelta | None = None) -> None:
         """Stop every process (SIGTERM, then SIGKILL after ``grace`` or each spec's
