@@ -12,6 +12,9 @@ a :class:`Loop` -- their own work in :meth:`Loop.serve`, their own close in its 
 cancellation between them written once, here -- and the composition root lists the components
 themselves, not adapters around their callbacks. A component that already had a ``close()``
 others call keeps it as it was; its shutdown calls it, once, at the same point as before.
+What a component must do before its task group starts stays a call of its own: the feed hub
+listens from ``start()``, called in the boot before any turn can run, not from its ``run()``,
+whose task begins only once the boot yields.
 
 A component whose ``run()`` fails is logged and run again after a pause that doubles with each
 failure in a row (:data:`RESTART_BASE_S` up to :data:`RESTART_CAP_S`): a sweep, a worker or the
