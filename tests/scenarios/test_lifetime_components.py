@@ -1,7 +1,7 @@
 """S9 through the runtime: its long-lived parts own their lifetime. The coordinator, the
-answers, the supervisor, the webhook worker, the instance's heartbeat and the feed hub are the
-components the runtime's task group runs -- no adapter around them -- and stop in that order,
-each once, whether they ever ran (a runtime closed while locked) or not."""
+answers, the task ends, the supervisor, the webhook worker, the instance's heartbeat and the
+feed hub are the components the runtime's task group runs -- no adapter around them -- and stop
+in that order, each once, whether they ever ran (a runtime closed while locked) or not."""
 
 from __future__ import annotations
 
@@ -21,18 +21,19 @@ from tidings.tasks.supervisor import ProcessSpec
 from tidings.types import Profile
 
 MODEL = ScriptedModel(rules=[], default={"text": "ok"})
-OWN = ("tidings-coordinator", "tidings-answers", "tidings-supervisor", "tidings-webhooks",
-       "tidings-outbox", "tidings-feed")
+OWN = ("tidings-coordinator", "tidings-answers", "tidings-task-ends", "tidings-supervisor",
+       "tidings-webhooks", "tidings-outbox", "tidings-feed")
 """The components that own their lifetime, in the order the runtime stops them."""
 STOPS = [f"{name} {hook}" for name in OWN for hook in ("stopping", "stopped")]
 
 
 def _own(rt: Runtime) -> list[Loop]:
-    return [rt.coordinator, rt.answers, rt.supervisor, rt.webhooks, rt.instance, rt.feed]
+    return [rt.coordinator, rt.answers, rt.background.ends, rt.supervisor, rt.webhooks,
+            rt.instance, rt.feed]
 
 
 def _record(rt: Runtime) -> list[str]:
-    """Record each hook of the six as the runtime's shutdown calls it; the supervisor's close
+    """Record each hook of the seven as the runtime's shutdown calls it; the supervisor's close
     also records whether the task ends were closed before it."""
     log: list[str] = []
 

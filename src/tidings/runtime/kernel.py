@@ -88,8 +88,6 @@ class Kernel:
                 conversation_id, StartKind.WAKE, write, record=False
             ),
         )
-        # A process's end is no longer retried for long once the supervisor shuts down.
-        self.supervisor.first_at_shutdown(self.background.ends.close)
         self.relay = ChildRelay(
             store, self.clock, self.door,
             start_with=lambda conversation_id, kind, write: self.coordinator.start_with(
@@ -150,6 +148,7 @@ class Kernel:
         self.lifetime = Lifetime((  # stopped in this order
             self.coordinator,  # running turns end as stopped
             self.answers,  # after the turns' ends
+            self.background.ends,  # a process's end is no longer retried for long
             self.supervisor,
             *self.mcp.components(),
             self.remote_children,

@@ -33,6 +33,7 @@ from tidings.errors import CorruptDatabaseError, IntegrityViolationError, StoreE
 from tidings.records.results import Results
 from tidings.records.transcript import ConversationTx
 from tidings.store import Store, Tx
+from tidings.support.lifetime import Loop
 from tidings.support.metrics import Metrics
 from tidings.support.policy import backoff
 from tidings.support.tracing import Span, Tracing
@@ -95,9 +96,11 @@ class RemoteTasks(Protocol):
         ...
 
 
-class TaskEnds:
+class TaskEnds(Loop):
     """Journals how tasks end (see the module's docstring), and finds the tasks of gone
-    instances."""
+    instances. A component of the runtime with no work of its own to run: its shutdown cuts the
+    retries of ends still failing short (:meth:`close`), before the supervisor stops the
+    processes."""
 
     def __init__(
         self,
@@ -114,6 +117,7 @@ class TaskEnds:
         end_retry_cap: timedelta = END_RETRY_CAP,
         rng: random.Random | None = None,
     ) -> None:
+        super().__init__("tidings-task-ends")
         self.store = store
         self.clock = clock
         self.instance_id = instance_id
@@ -248,6 +252,9 @@ class TaskEnds:
         """The runtime is closing: ends still failing to commit are tried only a few more
         times, at once, so that the shutdown is not held up. Idempotent."""
         self._closing.set()
+
+    async def stopping(self) -> None:
+        self.close()
 
     async def reconcile_lost(
         self, *, remote: RemoteTasks | None = None, limit: int = 500

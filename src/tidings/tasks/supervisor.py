@@ -270,8 +270,7 @@ class Supervisor(Loop):
     ``drain_timeout`` bounds how long output is still read after the process group ended: only
     a process that left the group can hold a pipe that long.
 
-    A component of the runtime with no work of its own to run: its shutdown calls what was
-    given to :meth:`first_at_shutdown` (the task ends' retries cut short), then :meth:`close`.
+    A component of the runtime with no work of its own to run: its shutdown is :meth:`close`.
     """
 
     def __init__(
@@ -280,7 +279,6 @@ class Supervisor(Loop):
         super().__init__("tidings-supervisor")
         self.clock: Clock = clock or SystemClock()
         self._drain_timeout = drain_timeout
-        self._first: list[Callable[[], None]] = []
         self._processes: dict[str, RunningProcess] = {}
         self._closed = False
         self._closing: asyncio.Task[None] | None = None
@@ -359,14 +357,7 @@ class Supervisor(Loop):
         if self._processes.get(process.task_key) is process:
             del self._processes[process.task_key]
 
-    def first_at_shutdown(self, callback: Callable[[], None]) -> None:
-        """Have ``callback`` called at shutdown, before the processes are stopped."""
-        self._first.append(callback)
-
     async def stopping(self) -> None:
-        """At shutdown: what was asked to come first, then :meth:`close`."""
-        for callback in self._first:
-            callback()
         await self.close()
 
     async def close(self, grace: timedelta | None = None) -> None:
