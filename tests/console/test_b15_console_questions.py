@@ -45,12 +45,17 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             drop_postgres_database(admin, database)
 
 
+def created(site: Site) -> str:
+    """A new conversation of alice's that may call the desk and bulky."""
+    with site.client(ALICE) as client:
+        answer = client.post("/v1/conversations", json={"profile": PROFILE})
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["conversation_id"])
+
+
 def asking(site: Site, text: str) -> str:
     """A new conversation of alice's that may call the desk and bulky; ``text`` posted."""
-    with site.client(ALICE) as client:
-        created = client.post("/v1/conversations", json={"profile": PROFILE})
-        assert created.status_code == 201, created.text
-        conversation = str(created.json()["conversation_id"])
+    conversation = created(site)
     site.post(ALICE, conversation, text)
     return conversation
 
@@ -108,8 +113,12 @@ def test_b15_declining_in_the_console_reaches_the_server(page: Page, site: Site)
 
 
 def test_b14_a_running_mcp_call_shows_its_progress(page: Page, site: Site) -> None:
-    conversation = asking(site, "count it")
+    # The call lasts 1.2 s: the page watches before the post, or a slow page load may first
+    # show the call already answered.
+    conversation = created(site)
     page.sign_in(site, ALICE, f"/c/{conversation}")
+    page.find("#feed-state[data-state='live']")
+    site.post(ALICE, conversation, "count it")
     state = "#messages details.tool[data-call] .tool-state"
     page.wait(lambda d: page.all(f"{state}[data-progress]") and "/1.2 — step" in page.text(
         state), "the call's progress")
