@@ -119,18 +119,31 @@ class Served:
 
     def __init__(self, database: str, *args: str, port: int | None = None,
                  env: Mapping[str, str] | None = None) -> None:
-        self.port = port or free_port()
+        self._chosen = port is not None
+        self._argv = [sys.executable, "-m", "tidings", "serve", "--database", database, *args]
+        self._env = {**ENV, **(env or {})}
+        self._spawn(port or free_port())
+
+    def _spawn(self, port: int) -> None:
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tidings", "serve", "--database", database,
-             "--port", str(self.port), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**ENV, **(env or {})},
+            [*self._argv, "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self._env,
         )
         assert self.process.stderr is not None
         self.logs = Lines(self.process.stderr)
 
     def wait_ready(self) -> Served:
+        """Until this server answers. Its own log says first that it listens -- it binds the
+        port before its runtime starts -- so a server another test started on the same free
+        port can never answer in its place; a port taken meanwhile is given up for another."""
+        for _ in range(3):
+            said = self.logs.wait_for(r"runtime started|is already in use", within_s=WAIT_S)
+            if said.group(0) == "runtime started" or self._chosen:
+                break
+            self.process.wait(WAIT_S)
+            self._spawn(free_port())
         wait_serving(self.url, process=self.process, within_s=WAIT_S,
                      output=lambda: self.logs.so_far() if self.process.poll() is None
                      else self.logs.rest())
