@@ -41,6 +41,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.waiting import eventually, wait_until
 from tidings import (
     CompactionRefusedError,
     Event,
@@ -251,18 +252,13 @@ class Example:
         """Wait until the conversation is idle or blocked at its gates (bounded)."""
         self.moving = False
         settle = asyncio.ensure_future(self.rt.settle(self.conversation_id))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
         try:
-            while True:
-                await asyncio.wait({settle}, timeout=POLL)
-                if settle.done():
-                    settle.result()
-                    self.idle = True
-                    return
-                if self.harness.blocked():
-                    return
-                assert loop.time() < deadline, "the runtime neither settled nor reached a gate"
+            await wait_until(lambda: settle.done() or self.harness.blocked(),
+                             what="the runtime settled or reached a gate", within_s=WAIT,
+                             poll_s=POLL)
+            if settle.done():
+                settle.result()
+                self.idle = True
         finally:
             if not settle.done():
                 settle.cancel()
@@ -328,16 +324,15 @@ class Example:
 
     async def drain(self) -> None:
         """Open every gate as it comes until the conversation settles."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while True:
+
+        async def step() -> bool:
             while self.harness.pending:
                 self.harness.open(0, fail=False)
             self.idle = False
             await self.progress()
-            if self.idle:
-                return
-            assert loop.time() < deadline, "the conversation did not settle"
+            return self.idle
+
+        await eventually(step, what="the conversation settled", within_s=WAIT, poll_s=0)
 
 
 @dataclass(frozen=True)
