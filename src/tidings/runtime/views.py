@@ -19,17 +19,6 @@ from tidings.tasks.journal import TaskRecord
 from tidings.types import DeadLetter, QueueStats
 
 
-class Scoped(Group):
-    """A view of one conversation, or of all of them for an operator."""
-
-    async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
-        """One conversation (``owner``'s, when given), or all of them: for operators only."""
-        if conversation_id is not None:
-            await self._owned(conversation_id, owner)
-        elif owner is not None:
-            raise InvalidInputError(f"{what} are for operators")
-
-
 class RuntimeTasks(Group):
     """A conversation's background tasks: processes, MCP tasks, remote agents' tasks."""
 
@@ -86,7 +75,7 @@ class RuntimeResults(Group):
 
 
 
-class RuntimeSignals(Scoped):
+class RuntimeSignals(Group):
     """The signals' deliveries: their backlog, and the dead letters an operator settles."""
 
     async def stats(
@@ -122,9 +111,16 @@ class RuntimeSignals(Scoped):
         await self._scope(None, owner, "discards of dead letters")
         return await self._dead_letters().discard(delivery_id)
 
+    async def _scope(self, conversation_id: str | None, owner: str | None, what: str) -> None:
+        """One conversation (``owner``'s, when given), or all of them: for operators only."""
+        if conversation_id is not None:
+            await self._owned(conversation_id, owner)
+        elif owner is not None:
+            raise InvalidInputError(f"{what} are for operators")
+
     def _dead_letters(self) -> DeadLetters:
         outbox = self._kernel.outbox
         return DeadLetters(outbox.store, outbox.clock, outbox.config)
 
 
-__all__ = ("RuntimeResults", "RuntimeSignals", "RuntimeTasks", "Scoped")
+__all__ = ("RuntimeResults", "RuntimeSignals", "RuntimeTasks")
