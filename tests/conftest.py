@@ -15,7 +15,6 @@ import io
 import os
 import sys
 import threading
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import psycopg
 import pytest
 import pytest_asyncio
 
+from tests.databases import Clones, create, drop, with_dbname
 from tidings import Clock, ManualClock, Outbox
 from tidings.models.base import Model
 from tidings.records.results import MasterKey
@@ -37,14 +37,6 @@ TEMPLATE = f"tidings_test_template_{os.getpid()}"  # one per session: sessions m
 
 def postgres_admin_dsn() -> str | None:
     return os.environ.get(POSTGRES_DSN_ENV) or None
-
-
-def _with_dbname(dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(
-        "", **{key: str(value) for key, value in info.items() if value is not None}
-    )
 
 
 def _to_url(dsn: str) -> str:
@@ -64,39 +56,49 @@ class Backend:
     url: str
 
 
+_clones: Clones | None = None
+"""This process's test databases, once the template is migrated."""
+
+
 @pytest.fixture(scope="session")
 def postgres_template() -> Iterator[str]:
+    global _clones
     admin = postgres_admin_dsn()
     if admin is None:
         pytest.skip(f"PostgreSQL tests need {POSTGRES_DSN_ENV} (e.g. "
                     "postgresql://postgres@127.0.0.1:5432/test)")
+    drop(admin, TEMPLATE)
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
 
     async def migrate() -> None:
-        store = await open_store(_to_url(_with_dbname(admin, TEMPLATE)))
+        store = await open_store(_to_url(with_dbname(admin, TEMPLATE)))
         await store.close()
 
     asyncio.run(migrate())
+    _clones = Clones(admin, TEMPLATE)
     yield admin
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+    clones, _clones = _clones, None
+    clones.close()
+    drop(admin, TEMPLATE)
 
 
 def fresh_postgres_database(admin: str, *, template: str | None = TEMPLATE) -> str:
-    """Create an empty (or template-cloned) database; return its URL."""
-    name = f"tidings_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        clause = f" TEMPLATE {template}" if template else ""
-        conn.execute(f"CREATE DATABASE {name}{clause}")
-    return _to_url(_with_dbname(admin, name))
+    """An empty (or template-cloned) database; its URL."""
+    if template == TEMPLATE and _clones is not None:
+        name = _clones.take()
+    else:
+        name = create(admin, template)
+    return _to_url(with_dbname(admin, name))
 
 
 def drop_postgres_database(admin: str, url: str) -> None:
+    """Done with a test's database: emptied for another test, or dropped (tests/databases.py)."""
     name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    if _clones is not None:
+        _clones.give_back(name)
+    else:
+        drop(admin, name)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
