@@ -2,13 +2,14 @@
 moments and restarted on the same database, then a drain and the invariant checker.
 
 ``run_torture(url, kills=..., processes=...)`` sets the torture's conversations up, starts
-``processes`` churning workers (:mod:`tests.crash.torture_worker`), and until ``kills`` kills
-were made: picks a worker at random, waits a random moment -- inside a turn, a tool, a relay, a
-boot's recovery, wherever it falls; most moments are counted from the worker's boot, so that a
-slow machine's long boots do not leave it too little time to work -- SIGKILLs it and starts
-another in its place. Then every worker is
-killed, one drain process finishes what they left, and :func:`tests.crash.invariants.check`
-reads the database. Used by ``tests/crash/test_torture.py`` (CI) and ``bench/torture.py``.
+``processes`` churning workers (:mod:`tests.crash.torture_worker`, each a process forked by
+:mod:`tests.crash.forked`), and until ``kills`` kills were made: picks a worker at random,
+waits a random moment -- inside a turn, a tool, a relay, a boot's recovery, wherever it falls;
+most moments are counted from the worker's boot, so that a slow machine's long boots do not
+leave it too little time to work -- SIGKILLs it and starts another in its place. Then every
+worker is killed, one drain process finishes what they left, and
+:func:`tests.crash.invariants.check` reads the database. Used by ``tests/crash/test_torture.py``
+(CI) and ``bench/torture.py``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ import asyncio
 import contextlib
 import json
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from tests.crash.forked import Forked, fork_worker
 from tests.crash.invariants import Report, Violation, check
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = "tests.crash.torture_worker"
 DRAIN_TIMEOUT_S = 120.0
 DRAINS = 4
 """Drain instances at most: each completes the restarts the one before it accepted."""
@@ -52,16 +50,9 @@ class TortureResult:
         return self.report.violations
 
 
-async def _run(url: str, seed: int, mode: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", WORKER, url, str(seed), mode, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-
-
 @dataclass
 class _Worker:
-    process: asyncio.subprocess.Process
+    process: Forked
     ready: asyncio.Event
     refused: int = 0
     reader: asyncio.Task[None] | None = None
@@ -77,7 +68,7 @@ class _Worker:
 
 
 async def _start(url: str, seed: int) -> _Worker:
-    worker = _Worker(await _run(url, seed, "churn"), asyncio.Event())
+    worker = _Worker(await fork_worker(url, seed, "churn"), asyncio.Event())
     worker.reader = asyncio.create_task(worker.follow())
     return worker
 
@@ -113,7 +104,7 @@ async def run_torture(
     """
     started = time.monotonic()
     rng = random.Random(seed)
-    setup = await _run(url, seed, "setup")
+    setup = await fork_worker(url, seed, "setup")
     _, err = await setup.communicate()
     if setup.returncode != 0:
         raise RuntimeError(f"torture setup failed: {err.decode()[-2000:]}")
@@ -143,7 +134,7 @@ async def run_torture(
             await _kill(worker)  # the last ones die the same way, not cleanly
             refused += worker.refused
     for _ in range(DRAINS):
-        drain = await _run(url, seed, "drain")
+        drain = await fork_worker(url, seed, "drain")
         try:
             out, err = await asyncio.wait_for(drain.communicate(), DRAIN_TIMEOUT_S)
         except TimeoutError:

@@ -169,8 +169,7 @@ async def drain(url: str) -> None:
         announce(json.dumps({"drained": True}))
 
 
-def main() -> None:
-    url, seed, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def run(url: str, seed: int, mode: str) -> None:
     if mode == "setup":
         asyncio.run(setup(url))
     elif mode == "churn":
@@ -179,6 +178,10 @@ def main() -> None:
         asyncio.run(drain(url))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
+
+
+def main() -> None:
+    run(sys.argv[1], int(sys.argv[2]), sys.argv[3])
 
 
 if __name__ == "__main__":
