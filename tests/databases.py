@@ -36,6 +36,10 @@ ORDER BY 1
 """What a test may not change for its database to be reused: its relations, functions,
 triggers and applied migrations."""
 
+RESTART_SEQUENCES = """
+SELECT setval(s.seqrelid::regclass, s.seqstart, false) FROM pg_sequence s
+"""
+
 KEPT = frozenset({"schema_migrations"})
 """The template's tables that hold rows of their own (emptying them would undo migrations)."""
 
@@ -144,6 +148,7 @@ class Clones:
                     raise LookupError("the test changed the schema")
                 conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
                     sql.SQL(", ").join(sql.Identifier(t) for t in self._tables)))
+                conn.execute(RESTART_SEQUENCES)  # those of no table's column too
         except (LookupError, psycopg.Error):
             drop(self._admin, renamed)
             return None
