@@ -39,6 +39,7 @@ triggers and applied migrations."""
 RESTART_SEQUENCES = """
 SELECT setval(s.seqrelid::regclass, s.seqstart, false) FROM pg_sequence s
 """
+"""Every sequence back to its start: those of a column and any other."""
 
 KEPT = frozenset({"schema_migrations"})
 """The template's tables that hold rows of their own (emptying them would undo migrations)."""
@@ -144,15 +145,15 @@ class Clones:
         try:
             with psycopg.connect(with_dbname(self._admin, renamed), autocommit=True) as conn:
                 conn.execute("SET lock_timeout = '5s'")
-                if [row[0] for row in conn.execute(SIGNATURE)] != self._signature:
-                    raise LookupError("the test changed the schema")
-                conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
-                    sql.SQL(", ").join(sql.Identifier(t) for t in self._tables)))
-                conn.execute(RESTART_SEQUENCES)  # those of no table's column too
-        except (LookupError, psycopg.Error):
-            drop(self._admin, renamed)
-            return None
-        return renamed
+                if [row[0] for row in conn.execute(SIGNATURE)] == self._signature:
+                    conn.execute(sql.SQL("TRUNCATE {} CASCADE").format(
+                        sql.SQL(", ").join(sql.Identifier(t) for t in self._tables)))
+                    conn.execute(RESTART_SEQUENCES)
+                    return renamed
+        except psycopg.Error:
+            pass  # a lock still held, the migrations' table gone: dropped as changed
+        drop(self._admin, renamed)
+        return None
 
 
 __all__ = ("Clones", "create", "drop", "with_dbname")

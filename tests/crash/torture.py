@@ -76,8 +76,7 @@ async def _start(url: str, seed: int) -> _Worker:
 async def _kill(worker: _Worker) -> bool:
     """SIGKILL; returns whether it had finished booting."""
     ready = worker.ready.is_set()
-    with contextlib.suppress(ProcessLookupError):
-        worker.process.kill()
+    worker.process.kill()
     await worker.process.wait()
     if worker.reader is not None:
         with contextlib.suppress(Exception):
