@@ -609,12 +609,14 @@ async def throughput(
         lags: list[float] = []
         measuring = asyncio.Event()
         prober = asyncio.create_task(loop_lag(stop, measuring, lags))
+        collector = CollectorTime()
         try:
             await asyncio.sleep(plan.tps_warmup_s)
             before, t0 = done[0], time.perf_counter()
             cpu0, busy0 = time.process_time(), machine_cpu_s()
             measuring.set()
-            await asyncio.sleep(plan.tps_seconds)
+            with collector.timing():
+                await asyncio.sleep(plan.tps_seconds)
             measuring.clear()
             after, t1 = done[0], time.perf_counter()
             cpu1, busy1 = time.process_time(), machine_cpu_s()
@@ -631,12 +633,43 @@ async def throughput(
         "seconds": t1 - t0,
         "tps": turns / (t1 - t0),
         "cpu_us_per_turn": (cpu1 - cpu0) / turns * 1e6 if turns else None,
+        "gc_us_per_turn": collector.seconds / turns * 1e6 if turns else None,
+        "gc_collections": collector.collections,
+        "gc_longest_ms": collector.longest * 1e3,
         "machine_busy": busy_share(busy0, busy1),
         "turns_per_conversation": done[0] / conversations,
         "loop_lag_p50_ms": pct_us(lags, 0.5) / 1e3 if lags else None,
         "loop_lag_p99_ms": pct_us(lags, 0.99) / 1e3 if lags else None,
         "loop_lag_max_ms": max(lags) * 1e3 if lags else None,
     }
+
+
+class CollectorTime:
+    """The time the garbage collector takes while :meth:`timing` is entered (part of the
+    process's CPU per turn): collections of each generation, their total and the longest."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.longest = 0.0
+        self.collections = [0, 0, 0]
+        self._began = 0.0
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        self.seconds += took
+        self.longest = max(self.longest, took)
+        self.collections[info["generation"]] += 1
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        gc.callbacks.append(self._observe)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self._observe)
 
 
 LAG_TICK_S = 0.001
@@ -1044,6 +1077,7 @@ def summarize(figures: dict[str, Any]) -> dict[str, Any]:
         many_figure = figures.get(f"{key}_tps_{MANY}", {})
         summary[f"{key}_cpu_per_turn_us_100"] = many_figure.get("cpu_us_per_turn")
         summary[f"{key}_loop_lag_p99_ms"] = many_figure.get("loop_lag_p99_ms")
+        summary[f"{key}_gc_us_per_turn_100"] = many_figure.get("gc_us_per_turn")
     summary["pg_round_trips_per_unit"] = figures.get("pg_serial", {}).get("round_trips_per_unit")
     summary["pg_units_per_turn"] = figures.get("pg_serial", {}).get("units_per_turn")
     summary["idle_bytes_per_conversation"] = summary["sqlite_idle_bytes_per_conversation"]
@@ -1111,6 +1145,8 @@ def print_table(figures: dict[str, Any], summary: dict[str, Any]) -> None:
     row(f"turns_100_vs_1 ({MANY} / 1)", "turns_100_vs_1", 2, "turns_100_vs_1")
     row(f"  process CPU per turn, {MANY} conversations (µs)", "",
         path=(f"tps_{MANY}", "cpu_us_per_turn"))
+    row(f"  of which the garbage collector, {MANY} conversations (µs)", "",
+        path=(f"tps_{MANY}", "gc_us_per_turn"))
     row(f"  machine CPUs busy, {MANY} conversations (share)", "", 2,
         path=(f"tps_{MANY}", "machine_busy"))
     row("idle: bytes per conversation (10k, one turn each)", "idle_bytes_per_conversation", 0,
@@ -1203,6 +1239,8 @@ async def main_async(args: argparse.Namespace) -> int:
         "model": 'ScriptedModel(default={"text": "ok"}), timed',
         "command": " ".join(["python", "bench/turns.py", *sys.argv[1:]]),
         "revision": source_revision(),
+        "gc_threshold": list(gc.get_threshold()),
+        "gc_frozen_objects": gc.get_freeze_count(),
     }
     try:
         backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
@@ -1250,6 +1288,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile the serial turn path and print its top costs")
     parser.add_argument("--workdir", help="folder for the SQLite files (default: the temp dir)")
+    parser.add_argument("--gc-threshold", metavar="G0,G1,G2",
+                        help="the garbage collector's thresholds for this run (an experiment)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="move what the imports made out of the collector's way first "
+                             "(gc.freeze; an experiment)")
     parser.add_argument("--idle-probe", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--conversations", type=int, default=10_000, help=argparse.SUPPRESS)
     parser.add_argument("--idle-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
@@ -1267,6 +1310,12 @@ def main() -> int:
                                        args.idle_seconds, args.rounds))
         print(json.dumps(probe))
         return 0
+    if args.gc_threshold:
+        g0, g1, g2 = (int(part) for part in args.gc_threshold.split(","))
+        gc.set_threshold(g0, g1, g2)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     return asyncio.run(main_async(args))
 
 
