@@ -3,15 +3,18 @@ text is written once (the transcript, the inputs).
 
 :func:`read_events` is the one place a page of events is read and filled in: the
 conversations' own reads and the feed's channel (:mod:`tidings.feed.channel`) both call it.
+:func:`written_events` fills in what this process's own units wrote the same way, for the
+channel to hand out without reading it back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from tidings.records.rows import event_from_row, message_from_row
-from tidings.records.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED
+from tidings.records.transcript import INPUT_ACCEPTED, MESSAGE_COMMITTED, JournalWrite
 from tidings.store import Tx
 from tidings.types import Event, Message, Origin
 
@@ -41,6 +44,29 @@ def read_events(tx: Tx, conversation_id: str, *, after_seq: int, limit: int) -> 
             "inputs_content_by_id", conversation_id=conversation_id, input_ids=input_ids,
         )
     } if input_ids else {}
+    return _filled(events, messages, contents)
+
+
+def written_events(writes: Iterable[object]) -> list[Event]:
+    """The events that units of this process wrote (:class:`JournalWrite`, in commit order),
+    exactly as :func:`read_events` would read them back once committed: the same rows, filled
+    in from the same messages and texts, without a query."""
+    events: list[Event] = []
+    messages: dict[int, Message] = {}
+    contents: dict[str, str] = {}
+    for write in writes:
+        assert isinstance(write, JournalWrite)
+        events += [event_from_row({
+            "conversation_id": write.conversation_id, "seq": e["seq"], "type": e["type"],
+            "run_id": e["run_id"], "data": e["data"], "at_us": write.at_us,
+        }) for e in write.events]
+        messages.update(write.messages)
+        contents.update(write.inputs)
+    return _filled(events, messages, contents)
+
+
+def _filled(events: list[Event], messages: dict[int, Message],
+            contents: dict[str, str]) -> list[Event]:
     if not messages and not contents:
         return events
 
@@ -81,4 +107,4 @@ def committed_data(message: Message) -> dict[str, Any]:
     }
 
 
-__all__ = ("committed_data", "read_events")
+__all__ = ("committed_data", "read_events", "written_events")

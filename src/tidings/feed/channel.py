@@ -5,7 +5,10 @@ However many watch it, a conversation has one reader here: when a hint says its 
 advanced past what the reader has, the reader reads the new rows once (with their messages
 filled in) and hands each to every watcher. 500 watchers of one conversation cost one query
 per commit, not 500. Hints carry the sequence they announce, so a second copy of one (this
-process's own commit, heard again from the database) reads nothing.
+process's own commit, heard again from the database) reads nothing. A commit of this process
+comes with what it wrote (:func:`~tidings.conversations.journal.written_events` makes the
+same events a read would): when those rows follow the last handed out, the reader hands them
+out without reading; a gap between them (another process's commit in between) is read.
 
 Live events keep the order of cause and effect: one that comes while the reader is behind a
 hint (the commit that started the run whose answer this is) waits until that read is handed
@@ -26,10 +29,10 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tidings.conversations.history import MAX_PAGE
-from tidings.conversations.journal import read_events
+from tidings.conversations.journal import read_events, written_events
 from tidings.errors import StoreError
 from tidings.feed.drafts import (
     MESSAGE_DELTA,
@@ -47,6 +50,8 @@ from tidings.types import FeedEvent
 log = logging.getLogger("tidings.feed")
 
 _REMEMBERED = 64
+_WRITTEN = 256
+"""Units' writes kept for the reader at most (beyond, it reads them)."""
 _HELD = 1_024
 """Live events held behind a read at most (then they pass: they are hints)."""
 
@@ -78,6 +83,10 @@ class Channel:
         self._held: list[tuple[int, FeedEvent]] = []
         """Live events waiting for the journal rows hinted before them (that sequence, each)."""
         self._pending: list[FeedEvent] = []  # live events for the next turn of the loop
+        self._written: list[object] = []
+        """What this process's commits wrote to the journal since the reader last looked."""
+        self.reads = 0
+        """How many times the reader read the journal (its writes taken instead are not)."""
         self._flush: asyncio.Handle | None = None
         self._round_at = 0.0  # the loop's time of the last round of live events
         self.asked_at_us = 0
@@ -104,6 +113,14 @@ class Channel:
 
     # -- hints and the reader -----------------------------------------------------------------
 
+    def written(self, writes: Sequence[object]) -> None:
+        """What a commit of this process wrote to the journal (its hint follows): the reader
+        hands it out instead of reading it, when it follows what was handed out."""
+        if len(self._written) + len(writes) <= _WRITTEN:
+            self._written.extend(writes)
+        else:
+            self._written = []  # too far behind: read
+
     def hint(self, seq: int) -> None:
         """The journal reached ``seq``: read on if that is past what was handed out."""
         if seq > self._hinted:
@@ -121,8 +138,10 @@ class Channel:
                     # if that is before it (the rows between are read and handed out).
                     self.last = head if self._start is None else min(head, self._start)
                     self._hinted = max(self._hinted, head)
+                self._take_written()
                 while self.last < self._hinted and await self._read_new():
-                    pass
+                    self._take_written()
+                self._take_written()
             except StoreError as exc:
                 # A passing store failure: the next hint, or the slow poll, tries again.
                 log.warning("feed reader of %s: %s (%s)", self.conversation_id, exc.code,
@@ -146,11 +165,25 @@ class Channel:
         ))
         return int(rows[0]["last_event_seq"]) if rows else 0
 
+    def _take_written(self) -> None:
+        """Hand out the events this process's commits wrote that follow the last handed out,
+        up to the first gap (what follows a gap is read); drop those handed out already."""
+        writes, self._written = self._written, []
+        if not writes or self.last is None:
+            return
+        for event in written_events(writes):
+            if event.seq <= self.last:
+                continue  # a read reached it first
+            if event.seq != self.last + 1:
+                return  # a gap: the rest is read
+            self.journal(FeedEvent.of(event))
+
     async def _read_new(self) -> bool:
         """Read the rows after the last handed out; whether a full page says there is more."""
         assert self.last is not None
         after = self.last
         target = self._hinted  # before the read: a hint that comes during it is a new one
+        self.reads += 1
         events = await self.store.read(
             lambda tx: read_events(tx, self.conversation_id, after_seq=after, limit=MAX_PAGE)
         )

@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 
 from tidings.clock import Clock
@@ -192,10 +192,18 @@ class FeedHub(Loop):
 
     def _listen(self) -> None:
         if self._subscription is None and not self._closed:
-            self._subscription = self.store.feed.subscribe(self._journal_hints, self._heard)
+            self._subscription = self.store.feed.subscribe(
+                self._journal_hints, self._heard, on_written=self._journal_hints)
             self._want_hints()
 
-    def _journal_hints(self, hints: Mapping[str, int]) -> None:
+    def _journal_hints(self, hints: Mapping[str, int],
+                       written: Mapping[str, Sequence[object]] | None = None) -> None:
+        """Journals advanced; ``written``: what this process's commits wrote there, handed to
+        the channels before their hints."""
+        for conversation_id, writes in (written or {}).items():
+            channel = self._channels.get(conversation_id)
+            if channel is not None:
+                channel.written(writes)
         for conversation_id, seq in hints.items():
             channel = self._channels.get(conversation_id)
             if channel is not None:

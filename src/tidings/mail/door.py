@@ -155,6 +155,7 @@ def add_input(
         now_us=cx.now_us,
     )
     cx.accepted.append(accepted)
+    cx.written_inputs[accepted.input_id] = content
     cx.record_event(INPUT_ACCEPTED, input_accepted_data(accepted))
     return accepted
 

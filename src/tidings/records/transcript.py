@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tidings.clock import Clock
@@ -67,6 +67,23 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 def _json(value: Any) -> str:
     return _ENCODER.encode(value)  # one encoder: json.dumps makes one per call with options
+
+
+@dataclass(slots=True, frozen=True)
+class JournalWrite:
+    """What one unit wrote to a conversation's journal, as reading its rows back would find
+    it: the events (their data still JSON text), the messages they name and the text of the
+    inputs they accept. Handed to this process's watchers with the commit's hint, so that
+    they need not read back what the process itself just wrote."""
+
+    conversation_id: str
+    at_us: int
+    events: Sequence[dict[str, Any]]
+    """Each: ``seq``, ``type``, ``run_id`` and ``data`` (JSON text), as the rows hold them."""
+    messages: dict[int, Message]
+    """The messages this unit appended, by position."""
+    inputs: dict[str, str]
+    """The text of the inputs this unit wrote, by id."""
 
 
 class Slot:
@@ -121,6 +138,9 @@ class ConversationTx:
         self.accepted: list[Input] = []
         """The inputs this unit wrote that it has not read yet (the door appends, reading
         removes): when they are the whole queue, the queue is read without a query."""
+        self.written_inputs: dict[str, str] = {}
+        """The text of the inputs this unit wrote, by id (the door adds them): what a read of
+        the journal fills ``input_accepted`` in with."""
         self.notified = False
         """Whether this unit delivered a task notification (it then waits unconsumed)."""
         self.changed_tasks: dict[str, Any] = {}
@@ -161,8 +181,12 @@ class ConversationTx:
                 "insert_events", conversation_id=self.conversation_id,
                 items=_json(self._events), now_us=self.now_us,
             )
-            self.tx.journaled(self.conversation_id, self._events[-1]["seq"])
+            self.tx.journaled(self.conversation_id, self._events[-1]["seq"], JournalWrite(
+                self.conversation_id, self.now_us, self._events,
+                {m.seq: m for m in self.appended}, self.written_inputs,
+            ))
             self._events = []
+            self.written_inputs = {}
         r = self.row
         state = tuple(map(r.__getitem__, STATE_COLUMNS))
         c = self.conversation

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ PAYLOAD_BYTES = 7999
 """PostgreSQL's bound on a NOTIFY payload (shorter than 8000 bytes), prefix included."""
 
 JournalHints = Callable[[Mapping[str, int]], None]
+JournalWrites = Callable[[Mapping[str, int], Mapping[str, Sequence[object]]], None]
 LiveMessages = Callable[[list[str]], None]
 
 
@@ -54,12 +55,15 @@ class FeedSubscription:
     """One subscriber: its loop and what it is called with (compared by identity).
 
     ``journal`` says whether it wants journal hints now (a hub that watches nothing does
-    not: the writers then skip waking its loop for every commit)."""
+    not: the writers then skip waking its loop for every commit). ``on_written``, when
+    given, takes this process's own commits' hints instead of ``on_journal``, with what
+    each conversation's units wrote to its journal (for those whose every unit said)."""
 
     loop: asyncio.AbstractEventLoop
     on_journal: JournalHints
     on_live: LiveMessages
     journal: bool = True
+    on_written: JournalWrites | None = None
 
 
 class FeedSignals:
@@ -69,10 +73,13 @@ class FeedSignals:
         self._lock = threading.Lock()
         self._subscribers: tuple[FeedSubscription, ...] = ()
 
-    def subscribe(self, on_journal: JournalHints, on_live: LiveMessages) -> FeedSubscription:
+    def subscribe(self, on_journal: JournalHints, on_live: LiveMessages, *,
+                  on_written: JournalWrites | None = None) -> FeedSubscription:
         """Call ``on_journal({conversation_id: seq})`` and ``on_live([text, ...])`` on the
-        running loop for every hint and message from now on."""
-        subscription = FeedSubscription(asyncio.get_running_loop(), on_journal, on_live)
+        running loop for every hint and message from now on (``on_written(hints, writes)``
+        for the hints of this process's commits, when given)."""
+        subscription = FeedSubscription(asyncio.get_running_loop(), on_journal, on_live,
+                                        on_written=on_written)
         with self._lock:
             self._subscribers = (*self._subscribers, subscription)
         return subscription
@@ -81,14 +88,19 @@ class FeedSignals:
         with self._lock:
             self._subscribers = tuple(s for s in self._subscribers if s is not subscription)
 
-    def journal_advanced(self, advanced: Mapping[str, int]) -> None:
-        """Tell every subscriber that these conversations' journals reached these sequences."""
+    def journal_advanced(self, advanced: Mapping[str, int],
+                         written: Mapping[str, Sequence[object]] | None = None) -> None:
+        """Tell every subscriber that these conversations' journals reached these sequences;
+        ``written``: what this process's units wrote there, by conversation (opaque here)."""
         if not advanced:
             return
         hints = dict(advanced)
         for subscriber in self._subscribers:
             if subscriber.journal and not subscriber.loop.is_closed():
-                call_in(subscriber.loop, subscriber.on_journal, hints)
+                if written and subscriber.on_written is not None:
+                    call_in(subscriber.loop, subscriber.on_written, hints, written)
+                else:
+                    call_in(subscriber.loop, subscriber.on_journal, hints)
 
     def live(self, messages: Iterable[str]) -> None:
         """Hand live messages heard from the database to every subscriber."""
@@ -121,6 +133,20 @@ def merge_hints(into: dict[str, int], more: Mapping[str, int]) -> None:
             into[conversation_id] = seq
 
 
+def merge_written(into: dict[str, list[object] | None],
+                  more: Mapping[str, list[object] | None]) -> None:
+    """Add a later unit's writes to a conversation's, in commit order; None (a unit that did
+    not say what it wrote) stays None."""
+    for conversation_id, writes in more.items():
+        if conversation_id not in into:
+            into[conversation_id] = None if writes is None else list(writes)
+        elif (known := into[conversation_id]) is not None:
+            if writes is None:
+                into[conversation_id] = None
+            else:
+                known.extend(writes)
+
+
 __all__ = (
     "FEED_CHANNEL",
     "JOURNAL_PREFIX",
@@ -130,4 +156,5 @@ __all__ = (
     "FeedSubscription",
     "call_in",
     "merge_hints",
+    "merge_written",
 )

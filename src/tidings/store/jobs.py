@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.store.base import Tx, Wakeups
-from tidings.store.feed import FeedSignals, merge_hints
+from tidings.store.feed import FeedSignals, merge_hints, merge_written
 
 STOP = object()
 """Put on a writer's queue to stop it once the units queued before it are done."""
@@ -42,6 +42,7 @@ class Job:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     woken: set[str] = field(default_factory=set)
     journaled: dict[str, int] = field(default_factory=dict)
+    written: dict[str, list[object] | None] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
 
     def took(self, tx: Tx) -> None:
@@ -49,6 +50,7 @@ class Job:
         self.after_commit = tx._take_after_commit()
         self.woken = tx._woken
         self.journaled = tx._journaled
+        self.written = tx._written
         self.changed = tx._changed
 
 
@@ -79,6 +81,7 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
     woken: set[str] = set()
     changed: set[str] = set()
     journaled: dict[str, int] = {}
+    written: dict[str, list[object] | None] = {}
     for job in jobs:
         woken |= job.woken
         if job.changed:
@@ -86,13 +89,17 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
             changed |= job.changed
         if job.journaled:
             merge_hints(journaled, job.journaled)
+            merge_written(written, job.written)
         for callback in job.after_commit:
             callback()
     if woken:
         wakeups.notify_many(woken)
     if changed:
         wakeups.changed_many(changed)
-    feed.journal_advanced(journaled)
+    feed.journal_advanced(journaled, {
+        conversation_id: writes for conversation_id, writes in written.items()
+        if writes is not None
+    })
 
 
 class Answerer:
