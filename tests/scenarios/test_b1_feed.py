@@ -48,7 +48,6 @@ from tidings.feed import Watch, channel
 from tidings.models.base import DeltaCallback, ModelReply, ModelRequest
 from tidings.records.transcript import ConversationTx
 from tidings.store import Tx
-from tidings.store.sqlite import SqliteStore
 
 OWNER = "alice"
 STORY = "Once upon a time, a kernel kept every promise it made, even across a crash."
@@ -433,10 +432,8 @@ async def test_b1_many_watchers_of_one_conversation_share_one_reader(
     await rt.post(conv, "tell me a story", owner=OWNER)
     for watcher in watchers:
         await watcher.until(turn_ended, what="the turn's end")
-    # At most one read per commit of the turn (input, start and answer are at most three), not
-    # one per watcher: none at all when this process's own commits are handed over (always on
-    # SQLite; on PostgreSQL the database's copy of a hint may come first and read).
-    assert len(reads) <= 3
+    # Not one read per watcher: none at all, the process's own commits are handed over.
+    assert reads == []
     for watcher in watchers:
         assert assembled(watcher.events) == STORY
         assert [e.seq for e in journal(watcher.events)] == [
@@ -477,8 +474,7 @@ async def test_b1_this_process_commits_reach_its_watchers_as_a_read_would_give_t
         (e.seq, e.type, e.run_id, e.data, e.at_us) for e in stored]
     assert any(e.type == "input_accepted" and e.data.get("content") for e in stored)
     assert len([e for e in stored if e.type == "message_committed"]) == 6
-    if isinstance(rt.store, SqliteStore):
-        assert reads == []  # every commit was this process's: nothing was read back
+    assert reads == []  # every commit was this process's: nothing was read back
     await watcher.stop()
 
 

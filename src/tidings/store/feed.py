@@ -72,6 +72,20 @@ class FeedSignals:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscribers: tuple[FeedSubscription, ...] = ()
+        self._senders: dict[object, int] = {}
+        self._own: frozenset[int] = frozenset()
+
+    def sending_from(self, writer: object, pid: int | None) -> None:
+        """``writer``'s database connection is now the server process ``pid`` (None: it has
+        none). The hints its commits NOTIFY are this process's own: its watchers have them
+        from the writer already, with what was written, and the database's copy is dropped
+        (a commit whose outcome the writer never learnt is then seen at the slow poll)."""
+        with self._lock:
+            if pid is None:
+                self._senders.pop(writer, None)
+            else:
+                self._senders[writer] = pid
+            self._own = frozenset(self._senders.values())
 
     def subscribe(self, on_journal: JournalHints, on_live: LiveMessages, *,
                   on_written: JournalWrites | None = None) -> FeedSubscription:
@@ -111,12 +125,17 @@ class FeedSignals:
             if not subscriber.loop.is_closed():
                 call_in(subscriber.loop, subscriber.on_live, batch)
 
-    def heard(self, payloads: Iterable[str]) -> None:
-        """Route NOTIFY payloads of :data:`FEED_CHANNEL`: journal hints and live messages."""
+    def heard(self, notices: Iterable[tuple[str, int]]) -> None:
+        """Route NOTIFY payloads of :data:`FEED_CHANNEL` (each with the server process that
+        sent it): journal hints -- but those of this process's own writers -- and live
+        messages."""
         hints: dict[str, int] = {}
         live: list[str] = []
-        for payload in payloads:
+        own = self._own
+        for payload, sender in notices:
             if payload.startswith(JOURNAL_PREFIX):
+                if sender in own:
+                    continue
                 conversation_id, _, seq = payload[len(JOURNAL_PREFIX):].rpartition(" ")
                 if conversation_id and seq.isdigit():
                     hints[conversation_id] = max(int(seq), hints.get(conversation_id, 0))

@@ -69,11 +69,11 @@ class Listener:
                 if listener.fileno() not in ready:
                     continue
                 listener.pgconn.consume_input()
-                heard: list[str] = []
+                heard: list[tuple[str, int]] = []
                 while (notify := listener.pgconn.notifies()) is not None:
                     payload = notify.extra.decode("utf-8", "replace")
                     if notify.relname == _FEED:
-                        heard.append(payload)
+                        heard.append((payload, notify.be_pid))
                     else:
                         self._wakeups.notify(payload)
                 self._feed.heard(heard)

@@ -167,6 +167,7 @@ class GroupWriter:
                 if stop:
                     return
         finally:
+            self._feed.sending_from(writer, None)
             if conn is not None:
                 conn.close()
 
@@ -184,9 +185,11 @@ class GroupWriter:
                 try:
                     conn = self._connect()
                 except psycopg.Error as exc:
+                    self._feed.sending_from(writer, None)
                     for job in pending:
                         job.error = classify(exc)
                     return None
+                self._feed.sending_from(writer, conn.info.backend_pid)
             try:
                 lone = pending[0]
                 if len(pending) == 1 and lone.statement is not None:
