@@ -89,8 +89,11 @@ from tidings import (
     TurnConfig,
     Tx,
 )
+from tidings.conversations.journal import read_events
+from tidings.feed import channel as feed_channel
 from tidings.models.base import DeltaCallback
 from tidings.records.transcript import ConversationTx
+from tidings.types import Event
 
 OWNER = "bench"
 PROFILE = Profile(model="scripted", system="You are a benchmark.")
@@ -330,14 +333,19 @@ async def serial(
     plan: Plan,
     history: int = HISTORY,
     turns: int | None = None,
+    watched: bool = False,
 ) -> dict[str, Any]:
-    """One conversation, its history window full, serial turns: wall, model and the rest."""
+    """One conversation, its history window full, serial turns: wall, model and the rest.
+    ``watched``: with a watcher of the conversation's feed in the same process, as a UI has
+    (and how many times the feed read the journal per turn)."""
     model = timed_model()
     samples = plan.serial_turns if turns is None else turns
-    breakdown_turns = plan.breakdown_turns if turns is None else 0
+    breakdown_turns = plan.breakdown_turns if turns is None and not watched else 0
     async with open_runtime(backend, url, model, history=history) as rt:
         conv = (await rt.create_conversation(OWNER, PROFILE)).conversation_id
         await seed_history(rt, conv, HISTORY)
+        watching = asyncio.create_task(watch_all(rt, conv)) if watched else None
+        reads0 = feed_reads()
         for n in range(plan.serial_warmup):
             await turn(rt, conv, n)
         walls: list[float] = []
@@ -359,6 +367,11 @@ async def serial(
             n += 1
         busy = busy_share(busy0, machine_cpu_s())
         trips1, units1 = round_trips(rt.store)
+        reads = feed_reads() - reads0
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
         breakdown = (
             await unit_breakdown(rt, conv, n, breakdown_turns, model) if breakdown_turns else None
         )
@@ -384,8 +397,31 @@ async def serial(
         "round_trips_per_unit": (trips1 - trips0) / (units1 - units0)
         if trips0 is not None and trips1 is not None and units1 > units0 else None,
         "units_per_turn": (units1 - units0) / len(walls) if trips0 is not None else None,
+        "feed_reads_per_turn": reads / len(walls) if watched else None,
         "breakdown": breakdown,
     }
+
+
+async def watch_all(rt: Runtime, conv: str) -> None:
+    """A watcher of the conversation's feed that takes every event, until cancelled."""
+    async for _ in rt.watch(conv, owner=OWNER):
+        pass
+
+
+_FEED_READS = [0]
+
+
+def _counted_read(tx: Tx, conversation_id: str, **kwargs: Any) -> list[Event]:
+    _FEED_READS[0] += 1
+    return read_events(tx, conversation_id, **kwargs)
+
+
+vars(feed_channel)["read_events"] = _counted_read  # the feed's readers count their reads here
+
+
+def feed_reads() -> int:
+    """How many times the feed's readers in this process read a journal so far."""
+    return _FEED_READS[0]
 
 
 def round_trips(store: Store) -> tuple[int | None, int]:
@@ -1021,6 +1057,12 @@ async def bench_backend(
     if value is not None:
         log(f"  overhead p50 {value['overhead_p50_us']:.0f} µs, "
             f"p99 {value['overhead_p99_us']:.0f} µs, {value['tps']:.0f} turns/s")
+    value = await scratch_run("serial_watched", functools.partial(
+        serial, backend, plan=plan, turns=plan.small_window_turns or plan.serial_turns,
+        watched=True))
+    if value is not None:
+        log(f"  watched: overhead p50 {value['overhead_p50_us']:.0f} µs, "
+            f"{value['feed_reads_per_turn']:.2f} feed reads per turn")
     if plan.small_window_turns:
         value = await scratch_run("serial_small_window", functools.partial(
             serial, backend, plan=plan, history=SMALL_WINDOW, turns=plan.small_window_turns
@@ -1061,6 +1103,9 @@ def summarize(figures: dict[str, Any]) -> dict[str, Any]:
         summary[f"{key}_raw_commit_us"] = raw
         summary[f"{key}_turn_overhead_p50_us"] = p50
         summary[f"{key}_turn_overhead_p99_us"] = s.get("overhead_p99_us")
+        watched = figures.get(f"{key}_serial_watched", {})
+        summary[f"{key}_turn_overhead_watched_us"] = watched.get("overhead_p50_us")
+        summary[f"{key}_feed_reads_per_turn"] = watched.get("feed_reads_per_turn")
         summary[f"{key}_turn_overhead_p50_us_small_window"] = (
             figures.get(f"{key}_serial_small_window", {}).get("overhead_p50_us")
         )
@@ -1133,6 +1178,8 @@ def print_table(figures: dict[str, Any], summary: dict[str, Any]) -> None:
     row("kernel overhead p50 (µs)", "turn_overhead_p50_us")
     row("kernel overhead p99 (µs)", "turn_overhead_p99_us")
     row("turn_overhead_ratio (p50 / raw commit)", "turn_overhead_ratio", 2, "turn_overhead_ratio")
+    row("  overhead p50 with a watcher of the feed (µs)", "turn_overhead_watched_us")
+    row("  the feed's reads of the journal per watched turn", "feed_reads_per_turn", 2)
     row(f"  overhead p50 with a {SMALL_WINDOW}-message window (µs)", "",
         path=("serial_small_window", "overhead_p50_us"))
     row("  machine CPUs busy during the serial turns (share)", "", 2,
