@@ -6,10 +6,12 @@ committed message closes. Thread-safe; each subscriber is called on its own even
 per batch.
 
 - **Journal hints** carry the conversation and the highest journal sequence its commit wrote.
-  In-process they come from the writers right after a commit (:meth:`Tx.journaled`); on
-  PostgreSQL the ``insert_events`` statement also NOTIFYs them on :data:`FEED_CHANNEL`, inside
-  the committing transaction, so they reach every process (this one too, a second time: the
-  sequence makes the copy harmless).
+  In-process they come from the writers right after a commit (:meth:`Tx.journaled`), with
+  what the units wrote; on PostgreSQL the ``insert_events`` statement also NOTIFYs them on
+  :data:`FEED_CHANNEL`, inside the committing transaction, so they reach every process. This
+  process's copy, sent by one of its own writers' connections, is dropped
+  (:meth:`FeedSignals.sending_from`): the writer's hint, which carries the rows, is the one
+  its watchers take.
 - **Live messages** are opaque text for the feed hub above the store (deltas, discards,
   snapshot requests). A store that reaches other processes (PostgreSQL) sends them with
   :meth:`tidings.store.base.Store.publish_feed` and hands the ones it hears to subscribers,
