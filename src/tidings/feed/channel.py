@@ -85,8 +85,6 @@ class Channel:
         self._pending: list[FeedEvent] = []  # live events for the next turn of the loop
         self._written: list[object] = []
         """What this process's commits wrote to the journal since the reader last looked."""
-        self.reads = 0
-        """How many times the reader read the journal (its writes taken instead are not)."""
         self._flush: asyncio.Handle | None = None
         self._round_at = 0.0  # the loop's time of the last round of live events
         self.asked_at_us = 0
@@ -183,7 +181,6 @@ class Channel:
         assert self.last is not None
         after = self.last
         target = self._hinted  # before the read: a hint that comes during it is a new one
-        self.reads += 1
         events = await self.store.read(
             lambda tx: read_events(tx, self.conversation_id, after_seq=after, limit=MAX_PAGE)
         )
