@@ -139,7 +139,7 @@ class Channel:
                 self._take_written()
                 while self.last < self._hinted and await self._read_new():
                     self._take_written()
-                self._take_written()
+                self._take_written()  # what came during the read, before the live events held
             except StoreError as exc:
                 # A passing store failure: the next hint, or the slow poll, tries again.
                 log.warning("feed reader of %s: %s (%s)", self.conversation_id, exc.code,

@@ -87,7 +87,7 @@ class Tx(ABC):
         self._after_commit: list[Callable[[], None]] = []
         self._woken: set[str] = set()
         self._journaled: dict[str, int] = {}
-        self._written: dict[str, list[object] | None] = {}
+        self._written: dict[str, list[object]] = {}
         self._changed: set[str] = set()
 
     def all(self, query: str, **params: Any) -> list[Row]:
@@ -143,17 +143,14 @@ class Tx(ABC):
         """Call ``callback`` once this unit's changes are durable (never if they are not)."""
         self._after_commit.append(callback)
 
-    def journaled(self, conversation_id: str, seq: int, written: object | None = None) -> None:
+    def journaled(self, conversation_id: str, seq: int, written: object) -> None:
         """This unit wrote ``conversation_id``'s journal up to ``seq``: once it commits, the
         feed's watchers in this process are told (a hint; other processes hear it from the
-        dialect, or poll). ``written`` is what it wrote, for those watchers to take instead
-        of reading it back (opaque here); one call without it, and they read."""
+        dialect, or poll), with ``written``, what it wrote, for them to take instead of
+        reading it back (opaque here)."""
         if seq > self._journaled.get(conversation_id, 0):
             self._journaled[conversation_id] = seq
-        if written is None:
-            self._written[conversation_id] = None
-        elif (known := self._written.setdefault(conversation_id, [])) is not None:
-            known.append(written)
+        self._written.setdefault(conversation_id, []).append(written)
 
     def changed(self, conversation_id: str) -> None:
         """Tell this process's watchers of the conversation (:meth:`Wakeups.watch`) that its

@@ -59,7 +59,7 @@ class FeedSubscription:
     ``journal`` says whether it wants journal hints now (a hub that watches nothing does
     not: the writers then skip waking its loop for every commit). ``on_written``, when
     given, takes this process's own commits' hints instead of ``on_journal``, with what
-    each conversation's units wrote to its journal (for those whose every unit said)."""
+    each conversation's units wrote to its journal."""
 
     loop: asyncio.AbstractEventLoop
     on_journal: JournalHints
@@ -154,18 +154,10 @@ def merge_hints(into: dict[str, int], more: Mapping[str, int]) -> None:
             into[conversation_id] = seq
 
 
-def merge_written(into: dict[str, list[object] | None],
-                  more: Mapping[str, list[object] | None]) -> None:
-    """Add a later unit's writes to a conversation's, in commit order; None (a unit that did
-    not say what it wrote) stays None."""
+def merge_written(into: dict[str, list[object]], more: Mapping[str, list[object]]) -> None:
+    """Add a later unit's writes to each conversation's, in commit order."""
     for conversation_id, writes in more.items():
-        if conversation_id not in into:
-            into[conversation_id] = None if writes is None else list(writes)
-        elif (known := into[conversation_id]) is not None:
-            if writes is None:
-                into[conversation_id] = None
-            else:
-                known.extend(writes)
+        into.setdefault(conversation_id, []).extend(writes)
 
 
 __all__ = (

@@ -42,7 +42,7 @@ class Job:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     woken: set[str] = field(default_factory=set)
     journaled: dict[str, int] = field(default_factory=dict)
-    written: dict[str, list[object] | None] = field(default_factory=dict)
+    written: dict[str, list[object]] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
 
     def took(self, tx: Tx) -> None:
@@ -81,7 +81,7 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
     woken: set[str] = set()
     changed: set[str] = set()
     journaled: dict[str, int] = {}
-    written: dict[str, list[object] | None] = {}
+    written: dict[str, list[object]] = {}
     for job in jobs:
         woken |= job.woken
         if job.changed:
@@ -96,10 +96,7 @@ def committed(jobs: list[Job], wakeups: Wakeups, feed: FeedSignals) -> None:
         wakeups.notify_many(woken)
     if changed:
         wakeups.changed_many(changed)
-    feed.journal_advanced(journaled, {
-        conversation_id: writes for conversation_id, writes in written.items()
-        if writes is not None
-    })
+    feed.journal_advanced(journaled, written)
 
 
 class Answerer:
