@@ -52,7 +52,11 @@ from tidings.models.base import DeltaCallback
 
 BLOCK_SECONDS = 120  # a safety net: a child whose parent vanished does not linger forever
 SLOW_SECONDS = 1.0
-SERVE_SLOT_TTL = timedelta(seconds=2)
+# A live server keeps its slots by extending them every third of this; the survivor takes a
+# killed server's slots from its freed liveness mark, not from their expiry. Two seconds let a
+# loaded machine (one keeper's extension late by 1.3 s) expire a live turn's slot, which the
+# server's own sweep then recovered as a dead holder's: a run of the survivor ended interrupted.
+SERVE_SLOT_TTL = timedelta(seconds=8)
 class StillClock(ManualClock):
     """Its time stands still unless moved; its sleeps and timed waits take real time."""
 
