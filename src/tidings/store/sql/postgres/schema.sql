@@ -483,7 +483,10 @@ CREATE INDEX IF NOT EXISTS a2a_push_deliveries_dead
 
 CREATE OR REPLACE FUNCTION a2a_push_publish() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
+    IF NOT EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.conversation_id = NEW.conversation_id)
+    THEN RETURN NULL
+    ; END IF
+    ; INSERT INTO a2a_push_deliveries (task_id, owner, config_id, conversation_id, event_seq,
                                      event_type, run_id, data, state, attempts,
                                      claimable_at_us, published_at_us)
     SELECT c.task_id, c.owner, c.config_id, NEW.conversation_id, NEW.seq, NEW.type, NEW.run_id,
