@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 BENCHES = ("floor", "outbox", "turns", "tasks", "mail", "torture", "scale", "peers", "load",
-           "service", "a2a_children", "feed_idle", "rtt")
+           "service", "a2a_children", "feed_idle", "rtt", "pg_events")
 
 
 def sqlite_commits_per_s(synchronous: str, rows: int, seconds: float = 1.0) -> float:
@@ -399,6 +399,10 @@ OTHERS: tuple[Other, ...] = (
      ("pg_turn_overhead_ratio_rtt1ms",), 2, "≤ 1.25", (("<=", 1.25),)),
     ("rtt", "PostgreSQL 1 ms away: turn / floor, µs",
      ("pg_turn_overhead_us_rtt1ms", "pg_floor_turn_us_rtt1ms"), 0, "", ()),
+    ("pg_events", "PostgreSQL: a turn's journal statement, p50 µs, with / without the A2A push "
+     "trigger", ("pg_events_insert_us", "pg_events_insert_no_push_trigger_us"), 0, "", ()),
+    ("pg_events", "PostgreSQL: the server's time in the A2A push trigger per call, µs",
+     ("pg_push_trigger_explain_us",), 0, "", ()),
 )
 
 
