@@ -113,7 +113,7 @@ class Fresh:
 
     def __init__(self, postgres_url: str | None = None) -> None:
         self.postgres_url = postgres_url
-        self.max_examples = 60 if postgres_url is None else 30
+        self.max_examples = 60 if postgres_url is None else 20
 
     def new_url(self) -> str:
         if self.postgres_url is None:
