@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from floor import pg
 from harness import DEFAULT_DSN, Results, finish, guarded, log, raw_commits, run_main, scratch_url
 
 from tidings.models.scripted import ScriptedModel
@@ -63,8 +64,7 @@ WARMUP = 200
 
 def statement() -> str:
     """The shipped ``insert_events`` statement, in psycopg's placeholders."""
-    text = load_queries("postgres")["insert_events"].statements[0]
-    return re.sub(r"(?<!:):(\w+)", r"%(\1)s", text)
+    return pg(load_queries("postgres")["insert_events"].statements[0])
 
 
 class Rows:

@@ -67,7 +67,8 @@ class LastAfterCommit:
         self.runtime = runtime
         self.send = runtime.store.publish_feed
         self.heard = asyncio.Event()
-        runtime.store.feed.subscribe(lambda hints: self.heard.set(), lambda messages: None)
+        runtime.store.feed.subscribe(lambda hints, _written: self.heard.set(),
+                                     lambda messages: None)
         runtime.store.publish_feed = self.publish  # type: ignore[method-assign]
 
     async def publish(self, messages: Sequence[str]) -> None:

@@ -79,7 +79,7 @@ class Heard:
         self.conversation_id = conversation_id
         self.reached = 0
         self._changed = asyncio.Event()
-        rt.store.feed.subscribe(lambda hints: None, self._heard)
+        rt.store.feed.subscribe(lambda hints, _written: None, self._heard)
 
     def _heard(self, messages: list[str]) -> None:
         for message in messages:

@@ -192,15 +192,14 @@ class FeedHub(Loop):
 
     def _listen(self) -> None:
         if self._subscription is None and not self._closed:
-            self._subscription = self.store.feed.subscribe(
-                self._journal_hints, self._heard, on_written=self._journal_hints)
+            self._subscription = self.store.feed.subscribe(self._journal_hints, self._heard)
             self._want_hints()
 
     def _journal_hints(self, hints: Mapping[str, int],
-                       written: Mapping[str, Sequence[object]] | None = None) -> None:
+                       written: Mapping[str, Sequence[object]]) -> None:
         """Journals advanced; ``written``: what this process's commits wrote there, handed to
         the channels before their hints."""
-        for conversation_id, writes in (written or {}).items():
+        for conversation_id, writes in written.items():
             channel = self._channels.get(conversation_id)
             if channel is not None:
                 channel.written(writes)
@@ -241,7 +240,7 @@ class FeedHub(Loop):
             except StoreError as exc:
                 log.warning("feed poll: %s (%s)", exc.code, exc.message)
                 continue
-            self._journal_hints({r["conversation_id"]: int(r["last_event_seq"]) for r in rows})
+            self._journal_hints({r["conversation_id"]: int(r["last_event_seq"]) for r in rows}, {})
 
     # -- closing ------------------------------------------------------------------------------
 

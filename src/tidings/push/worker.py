@@ -88,7 +88,7 @@ class Webhooks(Loop):
             self._watched = self._watched | {conversation_id}
         self._wake.set()
 
-    def _hinted(self, hints: Mapping[str, int]) -> None:
+    def _hinted(self, hints: Mapping[str, int], _written: Mapping[str, object]) -> None:
         watched = self._watched
         if watched is None or not watched.isdisjoint(hints):
             self._wake.set()

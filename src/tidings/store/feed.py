@@ -38,8 +38,9 @@ LIVE_PREFIX = "l "
 PAYLOAD_BYTES = 7999
 """PostgreSQL's bound on a NOTIFY payload (shorter than 8000 bytes), prefix included."""
 
-JournalHints = Callable[[Mapping[str, int]], None]
-JournalWrites = Callable[[Mapping[str, int], Mapping[str, Sequence[object]]], None]
+JournalHints = Callable[[Mapping[str, int], Mapping[str, Sequence[object]]], None]
+"""Called with the hints and, by conversation, what this process's units wrote there (empty
+for hints heard from the database)."""
 LiveMessages = Callable[[list[str]], None]
 
 
@@ -57,15 +58,12 @@ class FeedSubscription:
     """One subscriber: its loop and what it is called with (compared by identity).
 
     ``journal`` says whether it wants journal hints now (a hub that watches nothing does
-    not: the writers then skip waking its loop for every commit). ``on_written``, when
-    given, takes this process's own commits' hints instead of ``on_journal``, with what
-    each conversation's units wrote to its journal."""
+    not: the writers then skip waking its loop for every commit)."""
 
     loop: asyncio.AbstractEventLoop
     on_journal: JournalHints
     on_live: LiveMessages
     journal: bool = True
-    on_written: JournalWrites | None = None
 
 
 class FeedSignals:
@@ -89,13 +87,10 @@ class FeedSignals:
                 self._senders[writer] = pid
             self._own = frozenset(self._senders.values())
 
-    def subscribe(self, on_journal: JournalHints, on_live: LiveMessages, *,
-                  on_written: JournalWrites | None = None) -> FeedSubscription:
-        """Call ``on_journal({conversation_id: seq})`` and ``on_live([text, ...])`` on the
-        running loop for every hint and message from now on (``on_written(hints, writes)``
-        for the hints of this process's commits, when given)."""
-        subscription = FeedSubscription(asyncio.get_running_loop(), on_journal, on_live,
-                                        on_written=on_written)
+    def subscribe(self, on_journal: JournalHints, on_live: LiveMessages) -> FeedSubscription:
+        """Call ``on_journal({conversation_id: seq}, {conversation_id: writes})`` and
+        ``on_live([text, ...])`` on the running loop for every hint and message from now on."""
+        subscription = FeedSubscription(asyncio.get_running_loop(), on_journal, on_live)
         with self._lock:
             self._subscribers = (*self._subscribers, subscription)
         return subscription
@@ -105,7 +100,7 @@ class FeedSignals:
             self._subscribers = tuple(s for s in self._subscribers if s is not subscription)
 
     def journal_advanced(self, advanced: Mapping[str, int],
-                         written: Mapping[str, Sequence[object]] | None = None) -> None:
+                         written: Mapping[str, Sequence[object]]) -> None:
         """Tell every subscriber that these conversations' journals reached these sequences;
         ``written``: what this process's units wrote there, by conversation (opaque here)."""
         if not advanced:
@@ -113,10 +108,7 @@ class FeedSignals:
         hints = dict(advanced)
         for subscriber in self._subscribers:
             if subscriber.journal and not subscriber.loop.is_closed():
-                if written and subscriber.on_written is not None:
-                    call_in(subscriber.loop, subscriber.on_written, hints, written)
-                else:
-                    call_in(subscriber.loop, subscriber.on_journal, hints)
+                call_in(subscriber.loop, subscriber.on_journal, hints, written)
 
     def live(self, messages: Iterable[str]) -> None:
         """Hand live messages heard from the database to every subscriber."""
@@ -143,7 +135,7 @@ class FeedSignals:
                     hints[conversation_id] = max(int(seq), hints.get(conversation_id, 0))
             elif payload.startswith(LIVE_PREFIX):
                 live.append(payload[len(LIVE_PREFIX):])
-        self.journal_advanced(hints)
+        self.journal_advanced(hints, {})
         self.live(live)
 
 
