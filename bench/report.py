@@ -388,6 +388,9 @@ OTHERS: tuple[Other, ...] = (
      ("sqlite_library_turn_p50_us", "pg_library_turn_p50_us"), 0, "", ()),
     ("service", "waiting post (`?wait=`) ÷ library, p50 (SQLite / PG)",
      ("sqlite_http_wait_overhead_ratio", "pg_http_wait_overhead_ratio"), 2, "", ()),
+    ("service", "the feed way read by a bare HTTP/1.1 client (no httpx) ÷ library, p50 "
+     "(SQLite / PG)",
+     ("sqlite_http_bare_overhead_ratio", "pg_http_bare_overhead_ratio"), 2, "", ()),
     ("a2a_children", "remote A2A child relay p50, ms: PostgreSQL / SQLite polling only (1 s)",
      ("pg_remote_child_relay_p50_ms", "remote_child_relay_polling_p50_ms"), 1, "", ()),
     ("feed_idle", "`tidings serve` with 200 idle SSE watchers, % of a CPU (SQLite / PG)",

@@ -17,7 +17,11 @@ with the same model and the same master key. A turn is a person's words and the 
                    ``message_committed`` holds the reply, its ended ``turn_status`` ends the turn;
 * ``http_wait`` -- ``POST .../inputs?wait=30``: the answer in the response;
 * ``client``    -- ``await client.post(conv, words, wait=30)`` through ``tidings.Client``: the
-                   same request, made and read by the Python client (its models, its errors).
+                   same request, made and read by the Python client (its models, its errors);
+* ``http_bare`` -- the feed way's turn (the same post, the same SSE feed, read the same way)
+                   with a minimal HTTP/1.1 client on asyncio's streams instead of httpx: the
+                   server's share of the feed way, with little of the measuring client's in it
+                   (it shares this machine's CPUs with the server).
 
 Serial turns, one conversation per way and block, the ways in alternating blocks (their order
 rotated each block) so drift in the machine hits all three alike: wall time per turn, p50 and
@@ -25,7 +29,8 @@ p99, and the CPU each way spent per turn (this process; for HTTP also the server
 ``/proc``). Then turns per second with ``--concurrency`` conversations at once, each posting
 again as soon as it has its answer, in alternating windows. ``*_http_overhead_ratio`` is the
 feed way's p50 over the library's (goal <= 1.5); ``*_client_overhead_ratio`` the client's p50
-over the library's (goal <= 1.5; ``client_overhead_ratio`` is the worse of the backends').
+over the library's (goal <= 1.5; ``client_overhead_ratio`` is the worse of the backends');
+``*_http_bare_overhead_ratio`` the bare way's p50 over the library's.
 
 Progress goes to stderr; stdout gets a table and, last, one JSON line: the ratios, the p50s and
 p99s, the turns per second, the raw SQLite (and PostgreSQL) commit p50 of the same run, the load
@@ -76,7 +81,7 @@ from tidings import Profile, ScriptedModel
 from tidings.records.results import MasterKey
 
 TOKEN, PRINCIPAL = "bench-token", "bench"
-WAYS = ("library", "http_feed", "http_wait", "client")
+WAYS = ("library", "http_feed", "http_wait", "client", "http_bare")
 GOAL_RATIO = 1.5
 SLOW_US = 500_000  # a turn this slow waited for a slow poll, not for work
 ENDED = frozenset({"completed", "failed", "needs_attention", "stopped"})
@@ -172,7 +177,57 @@ class Served:
         return self.log_path.read_text("utf-8", errors="replace")
 
 
-# -- the three ways of a turn ------------------------------------------------------------------
+# -- the ways of a turn ------------------------------------------------------------------------
+
+
+class Bare:
+    """One kept-alive HTTP/1.1 connection to the server on asyncio's streams: a request written
+    in one piece, the answer's head parsed by hand, its body read by its length or its chunks.
+    Only what the bare way needs (no redirects, no pooling, no timeouts of its own)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> Bare:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)  # TCP_NODELAY: asyncio's
+        return cls(reader, writer)
+
+    async def request(self, method: str, path: str, body: bytes = b"",
+                      accept: str = "application/json") -> tuple[int, dict[bytes, bytes]]:
+        """Send a request; the answer's status and headers (names lowercased)."""
+        head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nAccept: {accept}\r\n")
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + body)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        return int(lines[0].split(b" ", 2)[1]), headers
+
+    async def body(self, headers: dict[bytes, bytes]) -> bytes:
+        if b"content-length" in headers:
+            return await self.reader.readexactly(int(headers[b"content-length"]))
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """A chunked body's chunks as they arrive, until its last."""
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+            if size == 0:
+                await self.reader.readuntil(b"\r\n")
+                return
+            yield (await self.reader.readexactly(size + 2))[:-2]
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
 
 
 class Feed:
@@ -181,8 +236,8 @@ class Feed:
 
     WANTED = (b"input_materialized", b"message_committed", b"turn_status")
 
-    def __init__(self, response: httpx.Response) -> None:
-        self.chunks = response.aiter_raw()
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self.chunks = chunks
         self.buffer = b""
         self.run_of: dict[str, str] = {}  # input id -> the run that read it
         self.reply_of: dict[str, str] = {}  # run id -> its last assistant text
@@ -261,6 +316,8 @@ class Ways:
         made.raise_for_status()
         conv = made.json()["conversation_id"]
         inputs = f"/v1/conversations/{conv}/inputs"
+        if way == "http_bare":
+            return await self.bare(conv, inputs)
         if way == "http_wait":
 
             async def http_wait(words: str) -> None:
@@ -276,7 +333,7 @@ class Ways:
             self.client.stream("GET", f"/v1/conversations/{conv}/events"))
         if response.status_code != 200:
             raise RuntimeError(f"the feed answered {response.status_code}")
-        feed = Feed(response)
+        feed = Feed(response.aiter_raw())
 
         async def http_feed(words: str) -> None:
             t0 = time.time_ns() // 1000
@@ -293,6 +350,29 @@ class Ways:
                                          for read, kind, at in feed.trace])
 
         return http_feed
+
+    async def bare(self, conv: str, inputs: str) -> Callable[[str], Awaitable[None]]:
+        """The feed way's turn through :class:`Bare` connections: one for the posts, one for
+        the feed."""
+        poster = await Bare.open(self.server.port)
+        self.stack.push_async_callback(poster.close)
+        watcher = await Bare.open(self.server.port)
+        self.stack.push_async_callback(watcher.close)
+        status, _ = await watcher.request("GET", f"/v1/conversations/{conv}/events",
+                                          accept="text/event-stream")
+        if status != 200:
+            raise RuntimeError(f"the feed answered {status}")
+        feed = Feed(watcher.chunks())
+
+        async def http_bare(words: str) -> None:
+            status, headers = await poster.request(
+                "POST", inputs, json.dumps({"content": words}).encode())
+            body = await poster.body(headers)
+            if status != 202:
+                raise RuntimeError(f"the post answered {status}: {body[:200]!r}")
+            self.check(words, await feed.answer(json.loads(body)["input_id"]))
+
+        return http_bare
 
     def check(self, words: str, reply: str | None) -> None:
         """The echo model answers with the words: anything else is a wrong answer."""
@@ -444,6 +524,7 @@ async def one_backend(backend: str, args: argparse.Namespace, plan: Plan) -> dic
     figures["http_overhead_ratio"] = s["http_feed"]["p50_us"] / lib
     figures["http_wait_overhead_ratio"] = s["http_wait"]["p50_us"] / lib
     figures["client_overhead_ratio"] = s["client"]["p50_us"] / lib
+    figures["http_bare_overhead_ratio"] = s["http_bare"]["p50_us"] / lib
     figures["concurrent_http_vs_library"] = (c["http_feed"]["turns_per_s"]
                                              / c["library"]["turns_per_s"])
     if figures["wrong_answers"]:
@@ -502,6 +583,7 @@ async def main_async(args: argparse.Namespace) -> int:
         headline[f"{prefix}_http_overhead_ratio"] = f["http_overhead_ratio"]
         headline[f"{prefix}_http_wait_overhead_ratio"] = f["http_wait_overhead_ratio"]
         headline[f"{prefix}_client_overhead_ratio"] = f["client_overhead_ratio"]
+        headline[f"{prefix}_http_bare_overhead_ratio"] = f["http_bare_overhead_ratio"]
         for way in WAYS:
             headline[f"{prefix}_{way}_turn_p50_us"] = s[way]["p50_us"]
             headline[f"{prefix}_{way}_turn_p99_us"] = s[way]["p99_us"]
@@ -549,7 +631,7 @@ def print_table(results: Results, args: argparse.Namespace, raw_us: dict[str, fl
                                 for k in ("cpu_us_per_turn_this_process",
                                           "cpu_us_per_turn_server")) or None)
                         for p in ("sqlite", "pg")), "")
-    table.add_row("serial turns over 500 ms (library / feed / ?wait= / client)",
+    table.add_row("serial turns over 500 ms (library / feed / ?wait= / client / bare)",
                   *("/".join(cell(p, "serial", way, "turns_over_500ms") for way in WAYS)
                     for p in ("sqlite", "pg")), "")
     table.add_row("http_overhead_ratio (feed p50 / library p50)",
@@ -560,6 +642,9 @@ def print_table(results: Results, args: argparse.Namespace, raw_us: dict[str, fl
     table.add_row("client_overhead_ratio (tidings.Client p50 / library p50)",
                   cell("sqlite", "client_overhead_ratio", digits=2),
                   cell("pg", "client_overhead_ratio", digits=2), f"≤ {GOAL_RATIO}")
+    table.add_row("the feed way with a bare client: p50 / library p50",
+                  cell("sqlite", "http_bare_overhead_ratio", digits=2),
+                  cell("pg", "http_bare_overhead_ratio", digits=2), "")
     for way in WAYS:
         table.add_row(f"{args.concurrency} conversations, {way}: turns/s",
                       cell("sqlite", "concurrent", way, "turns_per_s", digits=1),
