@@ -30,6 +30,7 @@ from tidings.errors import (
     ReadOnlyDatabaseError,
     StoreError,
 )
+from tidings.store import postgres_pipeline as pipeline
 from tidings.store.base import Query, Row, Tx
 
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
@@ -117,16 +118,17 @@ def expecting(statement: str, expect: int) -> str | None:
     return _expecting[key]
 
 
-_Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
-_Check = tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]
+_Later = pipeline.Later
+_Check = tuple[int, int | None, Callable[[], Exception] | None]  # a row count, its expectation
 
 
 class Batch:
     """What a writer's group still has to send: statements whose answers nobody needs (and the
     group's ``BEGIN``). They go to the server with the next statement whose answer is needed,
-    or with ``COMMIT``, in one pipeline: one round trip. With nothing queued, a statement goes
-    alone, outside pipeline mode (cheaper in the client for the same round trip).
-    ``round_trips`` counts the sends: each waits once for the server's answer."""
+    or with ``COMMIT``, in one pipeline: one round trip -- straight through libpq where it can
+    (:func:`~tidings.store.postgres_pipeline.send`), else in psycopg's pipeline. With nothing
+    queued, a statement goes alone, outside pipeline mode (cheaper in the client for the same
+    round trip). ``round_trips`` counts the sends: each waits once for the server's answer."""
 
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self._conn = conn
@@ -135,21 +137,31 @@ class Batch:
 
     def send(
         self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False
-    ) -> tuple[psycopg.Cursor[Row], list[_Check]]:
-        """Send what is queued and ``statement``; its cursor, answered, and the row counts of
-        the queued statements still to check."""
+    ) -> tuple[list[Row], int, list[_Check]]:
+        """Send what is queued and ``statement``; its rows and row count, answered, and the row
+        counts of the queued statements still to check."""
         self.round_trips += 1
         if not self.queued:
-            return self._conn.execute(statement, params, binary=binary), []
+            cursor = self._conn.execute(statement, params, binary=binary)
+            return fetch(cursor), cursor.rowcount, []
         queued, self.queued = self.queued, []
-        checks: list[_Check] = []
+        if not binary:
+            answer = pipeline.send(self._conn, queued, statement, params)
+            if answer is not None:
+                return answer.rows, answer.rowcount, answer.counts
+        checks: list[tuple[psycopg.Cursor[Row], int, Callable[[], Exception] | None]] = []
         with self._conn.pipeline():  # leaving it syncs: everything is answered (or raises)
             for statements, later_params, expect, mismatch in queued:
                 cursors = [self._conn.execute(st, later_params) for st in statements]
                 if expect is not None:
                     checks.append((cursors[-1], expect, mismatch))
             cursor = self._conn.execute(statement, params, binary=binary)
-        return cursor, checks
+        return fetch(cursor), cursor.rowcount, [(c.rowcount, e, m) for c, e, m in checks]
+
+    def commit(self) -> None:
+        """Send what is queued and ``COMMIT``, and wait for their answers. Every row count a
+        unit expects was checked before it ended."""
+        self.send("COMMIT")
 
 
 class PostgresTx(Tx):
@@ -193,8 +205,9 @@ class PostgresTx(Tx):
         else:  # what the group queued, this unit's writes and this statement: a round trip
             self._batch.queued += self._later
             self._later = []
-            cursor, checks = self._batch.send(statement, params, binary=self._binary)
+            rows, count, checks = self._batch.send(statement, params, binary=self._binary)
             _check(checks)  # only this unit's: a unit's own checks are made before it ends
+            return rows, count
         return fetch(cursor), cursor.rowcount
 
     def run_later(
@@ -220,25 +233,25 @@ class PostgresTx(Tx):
             self._batch.queued += later
             if any(expect is not None for _, _, expect, _ in later):
                 # A row count the server cannot check is this unit's to check, now.
-                _, checks = self._batch.send("SELECT 1")
+                _, _, checks = self._batch.send("SELECT 1")
                 _check(checks)
             return
         self.round_trips += 1  # one statement, or one pipeline
         if len(later) == 1 and len(later[0][0]) == 1:
             (statement,), params, expect, mismatch = later[0]
-            checks = [(self._conn.execute(statement, params), expect, mismatch)]
-        else:
-            checks = []
-            with self._conn.pipeline():
-                for statements, params, expect, mismatch in later:
-                    cursors = [self._conn.execute(st, params) for st in statements]
-                    checks.append((cursors[-1], expect, mismatch))
-        _check(checks)
+            _check([(self._conn.execute(statement, params).rowcount, expect, mismatch)])
+            return
+        sent: list[tuple[psycopg.Cursor[Row], int | None, Callable[[], Exception] | None]] = []
+        with self._conn.pipeline():
+            for statements, params, expect, mismatch in later:
+                cursors = [self._conn.execute(st, params) for st in statements]
+                sent.append((cursors[-1], expect, mismatch))
+        _check([(cursor.rowcount, expect, mismatch) for cursor, expect, mismatch in sent])
 
 
 def _check(checks: list[_Check]) -> None:
-    for cursor, expect, mismatch in checks:
-        if expect is not None and cursor.rowcount != expect:
+    for count, expect, mismatch in checks:
+        if expect is not None and count != expect:
             if mismatch is not None:
                 raise mismatch()
-            raise AssertionError(f"a statement changed {cursor.rowcount} rows, not {expect}")
+            raise AssertionError(f"a statement changed {count} rows, not {expect}")
