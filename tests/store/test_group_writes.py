@@ -136,3 +136,25 @@ async def test_s1_postgres_group_writes_and_commit_are_one_round_trip(
     finally:
         await store.close()
         drop_postgres_database(postgres_template, url)
+
+
+@pytest.mark.postgres_only
+async def test_s7_postgres_a_group_too_large_for_the_socket_still_commits(
+    postgres_template: str,
+) -> None:
+    url = fresh_postgres_database(postgres_template)
+    store = await PostgresStore.open(url)
+    try:
+        trips = store.round_trips
+
+        def many(tx: Tx) -> None:
+            # Megabytes of statements, and their answers, in one round trip: more than the
+            # socket holds in either direction.
+            for _ in range(20_000):
+                tx.run_later("heartbeat", now_us=1, instance_id="nobody")
+
+        await asyncio.wait_for(store.transact(many), 60)
+        assert store.round_trips - trips == 1
+    finally:
+        await store.close()
+        drop_postgres_database(postgres_template, url)

@@ -91,7 +91,10 @@ def _value(value: Any) -> tuple[bytes | None, int, int] | None:
     if value is None:
         return None, _UNKNOWN, 0
     if cls is str:
-        return value.encode("utf-8"), _UNKNOWN, 0
+        try:
+            return value.encode("utf-8"), _UNKNOWN, 0
+        except UnicodeEncodeError:
+            return None  # a lone surrogate: psycopg's dumper says so, as it always did
     if cls is int:
         return str(value).encode("ascii"), _INT8, 0
     if cls is bool:
@@ -225,8 +228,12 @@ def _rows(conn: psycopg.Connection[Any], answer: pq.abc.PGresult) -> list[dict[s
 
 
 def _flush(pgconn: pq.abc.PGconn) -> None:
+    """Write libpq's buffer out. While the socket will not take more, the server's answers so
+    far are read into libpq's buffer: a server whose own writes to us are blocked stops reading
+    what we send, and neither side would move again."""
     while pgconn.flush():
-        _wait(pgconn.socket, select.POLLOUT)
+        if _wait(pgconn.socket, select.POLLOUT | select.POLLIN) & select.POLLIN:
+            pgconn.consume_input()
 
 
 def _answers(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
@@ -246,10 +253,17 @@ def _answers(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
         answers.append(result)
 
 
-def _wait(fd: int, event: int) -> None:
+def _wait(fd: int, events: int) -> int:
+    """Wait until the socket is ready for ``events``; what it is ready for (an error or a
+    hang-up counts as readable: libpq's next read reports it)."""
     poller = select.poll()
-    poller.register(fd, event | select.POLLERR | select.POLLHUP)
-    poller.poll()
+    poller.register(fd, events)
+    ready = 0
+    for _, happened in poller.poll():
+        ready |= happened
+    if ready & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+        ready |= select.POLLIN
+    return ready
 
 
 __all__ = ("Answer", "Later", "send")
