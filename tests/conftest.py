@@ -28,7 +28,7 @@ from tidings import Clock, ManualClock, Outbox
 from tidings.models.base import Model
 from tidings.records.results import MasterKey
 from tidings.runtime.root import Runtime, RuntimeConfig
-from tidings.store import open_store
+from tidings.store import Store, open_store
 from tidings.tools.registry import Tool
 
 POSTGRES_DSN_ENV = "TIDINGS_TEST_POSTGRES_DSN"
@@ -119,6 +119,16 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 def clock() -> ManualClock:
     """A clock that moves only when a test advances it."""
     return ManualClock()
+
+
+@pytest_asyncio.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    """An opened store on a fresh database of each backend."""
+    opened = await open_store(backend.url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @pytest_asyncio.fixture

@@ -4,13 +4,11 @@ boundaries, state their lifetime, and expire."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
-import pytest_asyncio
 
 from tests.conftest import Backend, RuntimeFactory
 from tidings.clock import ManualClock
@@ -26,21 +24,12 @@ from tidings.records.results import (
     UnknownResultError,
     page_bounds,
 )
-from tidings.store import Store, open_store
+from tidings.store import Store
 from tidings.types import Profile
 
 OWNER = "conv_owner"
 OTHER = "conv_other"
 SECRET_TEXT = "deploy log: the token was rotated ✓ — naïve café 🚀"
-
-
-@pytest_asyncio.fixture
-async def store(backend: Backend) -> AsyncIterator[Store]:
-    opened = await open_store(backend.url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def results(store: Store, clock: ManualClock, key: MasterKey | None = None,

@@ -7,12 +7,9 @@ run that reads it writes it into the transcript (H1). ``Journal.read`` stands fo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
-import pytest_asyncio
-
-from tests.conftest import Backend
 from tidings.clock import ManualClock
 from tidings.conversations.catalog import Conversations
 from tidings.mail import queue
@@ -20,22 +17,13 @@ from tidings.mail.door import Door, DoorConfig
 from tidings.models.base import ToolCall
 from tidings.records.transcript import ConversationTx
 from tidings.scheduler.slot import recover_interrupted
-from tidings.store import Store, Tx, open_store
+from tidings.store import Store, Tx
 from tidings.tasks import journal
 from tidings.tasks.journal import TaskRecord
 from tidings.tasks.notify import NOTIFICATION_KIND, TaskState, is_notice
 from tidings.types import Input, Message, Profile
 
 T = TypeVar("T")
-
-
-@pytest_asyncio.fixture
-async def store(backend: Backend) -> AsyncIterator[Store]:
-    opened = await open_store(backend.url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 class Journal:

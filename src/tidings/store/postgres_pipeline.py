@@ -37,6 +37,8 @@ _INT8, _BOOL, _FLOAT8, _BYTEA, _UNKNOWN = 20, 16, 701, 17, 0
 Later = tuple[tuple[str, ...], dict[str, Any], int | None, Callable[[], Exception] | None]
 """Statements queued in a group: their texts, their bound values, the row count the last
 must change (None: none checked here) and the error to raise when it does not."""
+Count = tuple[int, int | None, Callable[[], Exception] | None]
+"""A row count a statement changed, with the count expected and the error for a mismatch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +147,7 @@ class Answer:
 
     rows: list[dict[str, Any]]
     rowcount: int
-    counts: list[tuple[int, int | None, Callable[[], Exception] | None]]
+    counts: list[Count]
 
 
 def send(
@@ -162,7 +164,7 @@ def send(
     pgconn = conn.pgconn
     prepared = _prepared.setdefault(pgconn, _Prepared())
     preparing: dict[_Key, tuple[int, str, bytes]] = {}  # prepared in this pipeline: its answer
-    counted: list[tuple[int, int | None, Callable[[], Exception] | None]] = []
+    counted: list[Count] = []  # the answer's index (a count once answered), as expected
     sent = 0  # the answers to wait for, one per query sent
     pgconn.enter_pipeline_mode()
     try:
@@ -266,4 +268,4 @@ def _wait(fd: int, events: int) -> int:
     return ready
 
 
-__all__ = ("Answer", "Later", "send")
+__all__ = ("Answer", "Count", "Later", "send")

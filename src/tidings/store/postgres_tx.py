@@ -119,7 +119,7 @@ def expecting(statement: str, expect: int) -> str | None:
 
 
 _Later = pipeline.Later
-_Check = tuple[int, int | None, Callable[[], Exception] | None]  # a row count, its expectation
+_Check = pipeline.Count
 
 
 class Batch:
@@ -157,11 +157,6 @@ class Batch:
                     checks.append((cursors[-1], expect, mismatch))
             cursor = self._conn.execute(statement, params, binary=binary)
         return fetch(cursor), cursor.rowcount, [(c.rowcount, e, m) for c, e, m in checks]
-
-    def commit(self) -> None:
-        """Send what is queued and ``COMMIT``, and wait for their answers. Every row count a
-        unit expects was checked before it ended."""
-        self.send("COMMIT")
 
 
 class PostgresTx(Tx):

@@ -294,7 +294,7 @@ class GroupWriter:
             if not durable:  # claims only: no fsync of its own (Store.transact says why)
                 batch.queued.append((("SET LOCAL synchronous_commit = off",), {}, None, None))
             try:
-                batch.commit()
+                batch.send("COMMIT")
             except psycopg.Error as exc:
                 error = exc
         self._round_trips[writer] += batch.round_trips
