@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Backend
+from tests.conftest import Backend, drop_postgres_database, fresh_postgres_database
 from tidings import (
     BacklogFullError,
     InstanceNotRunningError,
@@ -44,6 +44,7 @@ from tidings import (
 from tidings.clock import to_us
 from tidings.records import operations
 from tidings.store import Row
+from tidings.store.postgres import PostgresStore
 
 CONV = "conv-a"
 OTHER = "conv-b"
@@ -708,6 +709,61 @@ async def test_s7_stale_consumer_commits_nothing_and_releases_nothing(
                          failure_code="turn_failed")
     assert not await consumer_write_landed(ob, written)
     assert await states(ob, new.delivery_ids) == before  # the new holder keeps its lease
+
+
+async def test_s7_a_stale_consumer_among_concurrent_ones_fails_alone(
+    outbox: Outbox, clock: ManualClock
+) -> None:
+    """Consumers that commit together: the one whose lease went stale gets its error and
+    commits nothing; the others' acks and writes all land."""
+    ob = outbox
+    convs = [f"conv-group-{n}" for n in range(6)]
+    for conv in (CONV, *convs):
+        await publish(ob, conv)
+    old = await ob.claim(CONV)
+    clock.advance(TTL + US)
+    new = await ob.claim(CONV)
+    before = await states(ob, new.delivery_ids)
+    leases = [await ob.claim(conv) for conv in convs]
+    written: list[list[str]] = [[] for _ in range(7)]  # each consumer's tries, the last kept
+    consumers = [*leases[:3], old, *leases[3:]]
+
+    def writing(mine: list[str]) -> Callable[[Tx], None]:
+        return lambda tx: consumer_write(ob, tx, mine)
+
+    results = await asyncio.gather(
+        *(ob.consume(lease, writing(mine), failure_code="turn_failed")
+          for lease, mine in zip(consumers, written, strict=True)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[3], StaleLeaseError)
+    assert [r for n, r in enumerate(results) if n != 3] == [None] * 6
+    assert await states(ob, new.delivery_ids) == before
+    for conv in convs:
+        assert (await ob.stats(conv)).backlog == 0
+    assert [await exists(ob, mine[-1]) for mine in written] == [True] * 3 + [False] + [True] * 3
+    assert not [op for op in written[3] if await exists(ob, op)]
+
+
+async def test_s7_postgres_a_consumers_ack_rides_with_its_commit(
+    postgres_template: str, clock: ManualClock
+) -> None:
+    """The ack's all-or-nothing check is made by the server with the commit: a consumer that
+    reads nothing costs one round trip, its ack included."""
+    url = fresh_postgres_database(postgres_template)
+    try:
+        async with Outbox.open(url, clock=clock) as ob:
+            store = ob.store
+            assert isinstance(store, PostgresStore)
+            for n in range(4):  # the first prepares its statements on the connection
+                await publish(ob, payload={"n": n})
+                lease = await ob.claim(CONV)
+                trips = store.round_trips
+                await ob.consume(lease, lambda tx: None, failure_code="turn_failed")
+                assert store.round_trips - trips == 1
+                assert (await ob.stats(CONV)).backlog == 0
+    finally:
+        drop_postgres_database(postgres_template, url)
 
 
 # -- S8 retry and dead letters -------------------------------------------------------------------

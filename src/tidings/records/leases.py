@@ -163,6 +163,17 @@ class Leases:
         raised and -- because the whole unit then rolls back -- the consumer's writes do not
         commit either.
         """
+        self._ack(tx, lease, delivery_ids, at_once=True)
+
+    def ack_later(self, tx: Tx, lease: Lease) -> None:
+        """:meth:`ack` of the whole lease, for a unit that lets a stale lease fail it: the
+        :class:`StaleLeaseError` may come when the unit ends rather than here, so the ack can
+        travel with the unit's later statements and waits for no answer of its own."""
+        self._ack(tx, lease, None, at_once=False)
+
+    def _ack(
+        self, tx: Tx, lease: Lease, delivery_ids: Sequence[int] | None, *, at_once: bool
+    ) -> None:
         whole = delivery_ids is None
         ids = list(dict.fromkeys(lease.delivery_ids if delivery_ids is None else delivery_ids))
         if not ids:
@@ -177,17 +188,20 @@ class Leases:
             whole = len(held) == len(lease.deliveries)
         # All or nothing: one row changes at the end, or none when any of them is no longer
         # held by this unexpired token -- and then nothing changed at all.
-        changed = tx.execute(
-            "ack" if whole else "ack_listed",
-            token=lease.token,
-            conversation_id=lease.conversation_id,
-            now_us=self.clock.now_us(),
-            expected=len(held),
-            first_seq=held[0].queue_seq,  # a lease is in journal order
-            last_seq=held[-1].queue_seq,
+        params = {
+            "token": lease.token,
+            "conversation_id": lease.conversation_id,
+            "now_us": self.clock.now_us(),
+            "expected": len(held),
+            "first_seq": held[0].queue_seq,  # a lease is in journal order
+            "last_seq": held[-1].queue_seq,
             **({} if whole else {"delivery_ids": ids}),
-        )
-        if changed != 1:
+        }
+        query = "ack" if whole else "ack_listed"
+        if not at_once:
+            tx.run_later(query, expect=1, mismatch=lambda: StaleLeaseError(lease.token, ids),
+                         **params)
+        elif tx.execute(query, **params) != 1:
             raise StaleLeaseError(lease.token, ids)
 
     async def consume(self, lease: Lease, unit: Callable[[Tx], T], *, failure_code: str) -> T:
@@ -202,7 +216,7 @@ class Leases:
 
         def both(tx: Tx) -> T:
             result = unit(tx)
-            self.ack(tx, lease)
+            self.ack_later(tx, lease)
             return result
 
         try:

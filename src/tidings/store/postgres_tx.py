@@ -95,27 +95,73 @@ def fetch(cursor: psycopg.Cursor[Row]) -> list[Row]:
 
 _DML = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+_WITH = re.compile(r"\s*WITH\b", re.IGNORECASE)
+_MAIN = re.compile(r"(SELECT|INSERT|UPDATE|DELETE|VALUES)\b", re.IGNORECASE)
+_WORD = re.compile(r"\w")
 _expecting: dict[tuple[str, int], str | None] = {}
 EXPECTATION_FAILED = "22012"  # division_by_zero: what an :func:`expecting` statement raises
 
 
 def expecting(statement: str, expect: int) -> str | None:
     """``statement`` rewritten to fail (division by zero, :data:`EXPECTATION_FAILED`) unless
-    it changes exactly ``expect`` rows: the check runs in the server, in the same round trip.
-    None for a statement that cannot be wrapped so (not a plain INSERT, UPDATE or DELETE: one
-    that starts with its own WITH, say)."""
+    its count is exactly ``expect`` -- the rows an INSERT, UPDATE or DELETE changes, the rows
+    a statement that starts with its own ``WITH`` returns, as the driver counts them: the check
+    runs in the server, in the same round trip. None for a statement that cannot be wrapped so
+    (a plain SELECT, say)."""
     key = (statement, expect)
     if key not in _expecting:
-        wrapped = None
-        if _DML.match(statement) is not None:
-            # A row per changed row: the statement's own RETURNING, or one added.
-            returning = "" if _RETURNING.search(statement) else " RETURNING 1"
-            wrapped = (
-                f"WITH tidings_expected AS ({statement}{returning}) "
-                f"SELECT 1 / (count(*) = {int(expect)})::int FROM tidings_expected"
-            )
-        _expecting[key] = wrapped
+        _expecting[key] = _expecting_sql(statement, int(expect))
     return _expecting[key]
+
+
+def _expecting_sql(statement: str, expect: int) -> str | None:
+    check = f"SELECT 1 / (count(*) = {expect})::int FROM tidings_expected"
+    if _DML.match(statement) is not None:
+        # A row per changed row: the statement's own RETURNING, or one added.
+        returning = "" if _RETURNING.search(statement) else " RETURNING 1"
+        return f"WITH tidings_expected AS ({statement}{returning}) {check}"
+    if _WITH.match(statement) is None:
+        return None
+    # The statement's own common table expressions stay at the top level (PostgreSQL wants a
+    # data-modifying one there); its main statement becomes one more of them.
+    main = _main_statement(statement)
+    if main is None:
+        return None
+    body = statement[main:].rstrip().rstrip(";")
+    if _DML.match(body) is not None and _RETURNING.search(body) is None:
+        body += " RETURNING 1"
+    return f"{statement[:main].rstrip()}, tidings_expected AS ({body}) {check}"
+
+
+def _main_statement(statement: str) -> int | None:
+    """Where the main statement of ``WITH ... main`` starts: the first SELECT, INSERT,
+    UPDATE, DELETE or VALUES outside every parenthesis, quote and comment."""
+    depth, n, end = 0, 0, len(statement)
+    while n < end:
+        char = statement[n]
+        if char in "'\"":
+            close = statement.find(char, n + 1)
+            while close != -1 and statement[close + 1:close + 2] == char:  # a doubled quote
+                close = statement.find(char, close + 2)
+            if close == -1:
+                return None
+            n = close + 1
+            continue
+        if statement.startswith("--", n):
+            n = statement.find("\n", n)
+            if n == -1:
+                return None
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and (n == 0 or not _WORD.match(statement[n - 1])):
+            found = _MAIN.match(statement, n)
+            if found is not None:
+                return n
+        n += 1
+    return None
 
 
 _Later = pipeline.Later

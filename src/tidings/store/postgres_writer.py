@@ -25,8 +25,8 @@ visible, not once it is durable.
 A transient error (serialization failure, deadlock, a connection lost before ``COMMIT``) runs
 the group again, a bounded number of times. A connection lost *during* ``COMMIT`` is different:
 the transaction may or may not have landed, and every caller of the group is told exactly that
-(:class:`CommitOutcomeUnknownError`), never success. A lone single-statement unit (a claim) runs
-in autocommit: one round trip, no ``BEGIN``.
+(:class:`CommitOutcomeUnknownError`), never success. A lone single-statement unit (a slot's
+extension) runs in autocommit: one round trip, no ``BEGIN``.
 
 Units about one conversation (one ``route``) always go to the same writer: two writers never
 hold locks on the same conversation's rows, so concurrent groups cannot deadlock over them.

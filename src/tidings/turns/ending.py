@@ -79,7 +79,7 @@ class TurnEnding:
                                       **(meta or {}),
                                       **_reply_sources(cx, plan, progress)})
             if plan.lease is not None and plan.lease.deliveries:
-                self.outbox.ack(cx.tx, plan.lease)
+                self.outbox.ack_later(cx.tx, plan.lease)
             self.obligations.settle_turn_tasks(cx, plan, progress, stopped=False)
             # A request a parent opened in this (child) conversation is answered (M16).
             answered = [child_requests.answer(cx, item, status="completed", text=reply.text,
