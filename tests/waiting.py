@@ -21,6 +21,9 @@ from tidings.runtime.root import Runtime
 
 T = TypeVar("T")
 WITHIN_S = 20.0
+# A bound on a server's start: its imports alone take seconds of CPU, and a loaded two-core
+# machine running four test workers stretches that several times over. Never asserted on.
+START_S = 90.0
 
 
 async def eventually(
@@ -93,7 +96,7 @@ def wait_serving(
     *,
     process: subprocess.Popen[Any] | None = None,
     statuses: Collection[int] = (200,),
-    within_s: float = WITHIN_S,
+    within_s: float = START_S,
     output: Callable[[], object] | None = None,
 ) -> int:
     """Until ``GET {url}/health`` answers one of ``statuses``: a server started in another
@@ -117,6 +120,11 @@ def wait_serving(
             what=f"{url}/health answers {sorted(statuses)}", within_s=within_s, poll_s=0.05,
         )
     except AssertionError as failed:
+        if process is not None and process.poll() is None:
+            # A server that never answered is stopped here: left running, it would outlive
+            # the test and fail a later one when it is collected.
+            process.kill()
+            process.wait()
         if output is None:
             raise
         raise AssertionError(f"{failed}\n{output()}") from None

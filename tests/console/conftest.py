@@ -217,7 +217,7 @@ def serve(database: str, folder: Path, *extra: str,
             env={**os.environ, "TIDINGS_MASTER_KEY": KEY.secret.hex()},
         )
     url = f"http://127.0.0.1:{port}"
-    wait_serving(url, process=process, statuses=(200, 503), within_s=WAIT_S,
+    wait_serving(url, process=process, statuses=(200, 503),
                  output=lambda: f"tidings serve did not start: {log.read_text('utf-8')}")
     return process, url, log
 

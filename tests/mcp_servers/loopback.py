@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.waiting import wait_until_sync
+from tests.waiting import START_S, wait_until_sync
 from tidings import MCPServer
 
 HERE = Path(__file__).parent
@@ -37,7 +37,7 @@ def listening(process: subprocess.Popen[bytes], port: int, name: str) -> None:
             return True
         return False
 
-    wait_until_sync(accepts, what=f"{name} accepts connections on port {port}", within_s=30,
+    wait_until_sync(accepts, what=f"{name} accepts connections on port {port}", within_s=START_S,
                     poll_s=0.05)
 
 

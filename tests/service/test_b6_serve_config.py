@@ -102,7 +102,7 @@ def served(example: Path, backend: Backend) -> Iterator[tuple[str, Lines]]:
 
 def listening(url: str) -> None:
     """Until the server answers /health (it logs "runtime started" before it listens)."""
-    wait_serving(url, within_s=WAIT_S)
+    wait_serving(url)
 
 
 def test_b6_serve_with_the_documented_config_answers_a_turn(

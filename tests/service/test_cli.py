@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import Backend
-from tests.waiting import eventually_sync, wait_for_output, wait_serving
+from tests.waiting import START_S, eventually_sync, wait_for_output, wait_serving
 from tidings.clock import ManualClock, SystemClock
 from tidings.conversations.catalog import Conversations
 from tidings.models.scripted import Rule, ScriptedModel
@@ -82,7 +82,7 @@ class Lines:
             self._ended = True
             self._arrived.notify_all()
 
-    def wait_for(self, pattern: str, within_s: float = WAIT_S) -> re.Match[str]:
+    def wait_for(self, pattern: str, within_s: float = START_S) -> re.Match[str]:
         """The first line (seen before or arriving now) that matches ``pattern``."""
         regex = re.compile(pattern)
         for line in self.seen:
@@ -139,12 +139,12 @@ class Served:
         port before its runtime starts -- so a server another test started on the same free
         port can never answer in its place; a port taken meanwhile is given up for another."""
         for _ in range(3):
-            said = self.logs.wait_for(r"runtime started|is already in use", within_s=WAIT_S)
+            said = self.logs.wait_for(r"runtime started|is already in use", within_s=START_S)
             if said.group(0) == "runtime started" or self._chosen:
                 break
             self.process.wait(WAIT_S)
             self._spawn(free_port())
-        wait_serving(self.url, process=self.process, within_s=WAIT_S,
+        wait_serving(self.url, process=self.process,
                      output=lambda: self.logs.so_far() if self.process.poll() is None
                      else self.logs.rest())
         return self

@@ -73,7 +73,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_serving(base, process=process, within_s=30,
+        wait_serving(base, process=process,
                      output=lambda: log.read_text()[-3000:])
         yield base
     finally:
