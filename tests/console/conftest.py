@@ -401,6 +401,28 @@ class Page:
     def text(self, css: str) -> str:
         return str(self.find(css).get_attribute("textContent"))
 
+    def attributes(self, css: str, name: str) -> list[str | None]:
+        """``name`` of every element ``css`` matches (None where it has none), read in one step
+        of the page: a table the page redraws meanwhile cannot leave a row read half-way."""
+        found = self.js("return [...document.querySelectorAll(arguments[0])]"
+                        ".map(e => e.getAttribute(arguments[1]))", css, name)
+        return [None if value is None else str(value) for value in found]
+
+    def shown(self, css: str) -> list[bool]:
+        """Whether each element ``css`` matches is visible (not inside a closed fold, not hidden),
+        read in one step of the page."""
+        return [bool(shown) for shown in self.js(
+            "return [...document.querySelectorAll(arguments[0])]"
+            ".map(e => e.checkVisibility())", css)]
+
+    def click(self, css: str) -> None:
+        """Click the element ``css`` matches, found again if the page redrew it meanwhile."""
+        def clicked(driver: WebDriver) -> bool:
+            driver.find_element(By.CSS_SELECTOR, css).click()
+            return True
+
+        self.wait(clicked, css)
+
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)
 

@@ -331,17 +331,16 @@ def test_u9_instances_are_folded_to_the_running_ones_and_a_count_of_the_gone(
     assert gone, "the demo's database holds instances that stopped (its restart among them)"
     page.sign_in(site, OPERATOR, "/ops")
     page.find("#instances tr[data-instance] .serving")
-    listed_rows = page.all("#instances > table tr[data-instance]")
-    assert {str(r.get_attribute("data-instance")) for r in listed_rows} == set(running)
-    fold = page.find("#gone-instances")
-    assert fold.get_attribute("open") is None  # folded
+    # The page redraws its tables as the instances' heartbeats arrive: each is read in one step.
+    assert set(page.attributes("#instances > table tr[data-instance]", "data-instance")) == set(
+        running)
+    assert page.attributes("#gone-instances", "open") == [None]  # folded
     assert page.text("#gone-instances summary") == f"{len(gone)} gone (stopped)"
-    assert not any(r.is_displayed() for r in page.all("#gone-instances tr[data-instance]"))
-    fold.find_element(By.CSS_SELECTOR, "summary").click()
-    page.wait(lambda d: all(r.is_displayed() for r in page.all(
-        "#gone-instances tr[data-instance]")), "the gone ones unfolded")
-    assert {str(r.get_attribute("data-instance"))
-            for r in page.all("#gone-instances tr[data-instance]")} == set(gone)
+    assert not any(page.shown("#gone-instances tr[data-instance]"))
+    page.click("#gone-instances summary")
+    page.wait(lambda d: all(page.shown("#gone-instances tr[data-instance]")),
+              "the gone ones unfolded")
+    assert set(page.attributes("#gone-instances tr[data-instance]", "data-instance")) == set(gone)
 
 
 # -- labels ---------------------------------------------------------------------------------
