@@ -479,13 +479,14 @@ async def test_t3_t4_stress_real_processes_exactly_one_notification_each(
     assert not errors, f"{where}: {len(errors)} errors logged: {errors[:5]}"
 
     # The plan still races the two facts T3 joins: some ends were journalled before their
-    # tool result committed, some after it (at least 2 % each way: how the two mix follows the
-    # machine's speed and load -- 36 of 1,000 on a slow, loaded one).
+    # tool result committed, some after it (at least 1 % each way: how the two mix follows the
+    # machine's speed and load -- 36 of 1,000 on a slow, loaded one, fewer than 20 once with
+    # five test workers on two CPUs).
     before = 0
     for key, result in results.items():
         ended_us = by_key[key].ended_at_us
         before += ended_us is not None and ended_us < result.created_at_us
-    assert min(before, expected - before) >= expected // 50, (
+    assert min(before, expected - before) >= expected // 100, (
         f"{where}: {before} of {expected} ends journalled before their tool result committed: "
         "the plan no longer races the two"
     )
