@@ -23,18 +23,7 @@ Other work shares the pass, so its length is about twice this: at 100 busy conve
 loop lag p99 was 5.7 ms with 2 ms and 4.7 ms with 1.5 ms, at the same turns per second."""
 
 SLICES = (4, 128)
-"""The least and the most callers answered per pass (the first slice, before any was timed:
-16), unless the store asks for fewer (:data:`THREADED_MOST`)."""
-
-THREADED_MOST = 16
-"""The most callers answered per pass where the units run on a writer thread (PostgreSQL).
-What an answered caller does next often lands passes later, where the cost per caller measured
-cannot see it: a turn's end answers a person, whose next post starts a driver, whose driver
-starts a turn, one pass after another. With 128 at most, 100 busy conversations were answered
-some fifty at a time and fifty turns started in one pass of 6 to 12 ms; with 16, the loop lag
-p99 went from 7.8 to 6.4 ms at the same turns per second (with 8, to 5.1 ms, but the CPU per
-turn rose by a sixth: smaller waves of units make smaller groups). SQLite keeps 128: its units
-run in the callers' own steps, on the loop, and smaller waves there cost commits."""
+"""The least and the most callers answered per pass."""
 
 
 @dataclass(slots=True)
@@ -116,15 +105,14 @@ class Answerer:
     A group's callers wake in the next pass, and a hundred of them waking at once would hold
     the loop (its timers, its sockets) for all of their work; a slice at a time, the loop's lag
     stays bounded. The slice is sized from what the last one cost: as many callers per pass as
-    fit in :data:`PASS_S` at the cost per caller measured (smoothed), within :data:`SLICES`
-    and at most ``most``. Used on its loop only (a writer thread schedules :meth:`add` there).
+    fit in :data:`PASS_S` at the cost per caller measured (smoothed), within :data:`SLICES`.
+    Used on its loop only (a writer thread schedules :meth:`add` there).
     """
 
-    def __init__(self, *, most: int = SLICES[1]) -> None:
+    def __init__(self) -> None:
         self._answers: deque[Job] = deque()  # committed or failed, their callers not yet told
         self._answering = False
-        self._most = max(SLICES[0], most)
-        self._slice = min(16, self._most)  # until the first slice has been timed
+        self._slice = 16
         self._caller_s: float | None = None  # what answering one caller costs the next pass
 
     def add(self, jobs: Iterable[Job]) -> None:
@@ -151,7 +139,7 @@ class Answerer:
         self._caller_s = per_caller if self._caller_s is None else (
             (self._caller_s + per_caller) / 2)
         low, high = SLICES
-        self._slice = max(low, min(high, self._most, int(PASS_S / max(self._caller_s, 1e-6))))
+        self._slice = max(low, min(high, int(PASS_S / max(self._caller_s, 1e-6))))
         if self._answers:
             self._answer_slice()
         else:

@@ -36,7 +36,7 @@ from psycopg_pool import ConnectionPool
 from tidings.errors import StoreError
 from tidings.store.base import Row, Store, Tx
 from tidings.store.feed import LIVE_PREFIX, PAYLOAD_BYTES
-from tidings.store.jobs import THREADED_MOST, Answerer, Job
+from tidings.store.jobs import Answerer, Job
 from tidings.store.postgres_feed import FeedPublisher
 from tidings.store.postgres_listen import Listener
 from tidings.store.postgres_tx import (
@@ -200,7 +200,7 @@ class PostgresStore(Store):
         loop = asyncio.get_running_loop()
         answerer = self._answerers.get(loop)
         if answerer is None:
-            answerer = self._answerers[loop] = Answerer(most=THREADED_MOST)
+            answerer = self._answerers[loop] = Answerer()
         job = Job(unit, loop, loop.create_future(), statement, params, durable=durable,
                   answerer=answerer)
         self._writer.submit(job, route)
