@@ -139,7 +139,7 @@ class Served:
         port before its runtime starts -- so a server another test started on the same free
         port can never answer in its place; a port taken meanwhile is given up for another."""
         for _ in range(3):
-            said = self.logs.wait_for(r"runtime started|is already in use", within_s=START_S)
+            said = self.logs.wait_for(r"runtime started|is already in use")
             if said.group(0) == "runtime started" or self._chosen:
                 break
             self.process.wait(WAIT_S)
