@@ -43,6 +43,7 @@ from tidings.records.transcript import ConversationTx
 from tidings.scheduler import compaction
 from tidings.scheduler.capacity import Capacity
 from tidings.scheduler.entries import Entries, Entry
+from tidings.scheduler.pacing import Pacer
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.scheduler.starter import Starter, written
 from tidings.store import Store
@@ -95,6 +96,7 @@ class Coordinator(Loop):
         self._starter = Starter(store, outbox, runner, clock, door=self.door, instance=instance)
         self._entries = Entries()
         self._capacity = Capacity(self.config.max_concurrent_turns)
+        self._pacer = Pacer()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
         self.turns_started = 0
@@ -300,7 +302,9 @@ class Coordinator(Loop):
     async def _turn(self, plan: TurnPlan, entry: Entry) -> TurnOutcome:
         # A task cancelled before its first step never runs its body, so its cleanup would
         # never run either: until the turn has started, an interruption is only recorded, and
-        # run_turn sees it on entry.
+        # run_turn sees it on entry. So a turn waits for its pass of the loop (many start
+        # together when one commit answered many callers) before it counts as started.
+        await self._pacer.step()
         entry.turn_started = True
         return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason,
                                           released=entry.turn_released,
