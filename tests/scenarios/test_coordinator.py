@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RuntimeFactory
+from tests.conftest import Backend, RuntimeFactory
 from tidings import (
     CompactionRefusedError,
     CoordinatorConfig,
@@ -561,6 +561,48 @@ async def test_c5_hanging_model_delays_no_other_conversation(runtimes: RuntimeFa
     assert await rt.stop(stuck) == [waiting.run_id]
     await settle(rt, stuck)
     assert (await rt.runs.get(waiting.run_id)).status is RunStatus.STOPPED
+
+
+PACED = RuntimeConfig(turns=TurnConfig(retry_base=timedelta(0)),
+                      coordinator=CoordinatorConfig(turn_start_budget=timedelta(0)))
+"""Every turn but the first of a pass of the loop waits for a later pass."""
+
+
+async def test_c5_turns_that_start_together_all_run_when_paced(runtimes: RuntimeFactory) -> None:
+    model = ScriptedModel()
+    rt = await runtimes(models=[model], config=PACED)
+    convs = [await new_conversation(rt) for _ in range(30)]
+    for round_ in range(2):
+        await asyncio.gather(*(rt.post(c, f"hello {n}.{round_}") for n, c in enumerate(convs)))
+        for conv in convs:
+            await settle(rt, conv)
+    for n, conv in enumerate(convs):
+        runs = await rt.runs.list(conv)
+        assert [r.status for r in runs] == [RunStatus.COMPLETED] * 2
+        assert [m.content for m in await rt.transcript(conv) if m.role == "assistant"] == [
+            f"hello {n}.0", f"hello {n}.1"]
+    assert model.calls == 60
+
+
+async def test_c5_closing_while_paced_turns_wait_ends_each_run_and_warns_of_nothing(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing the moment thirty turns have begun (as the posts return, most of them are still
+    waiting for their pass): a turn that has not started ends as stopped by the shutdown, as
+    one that has; none is left running for the next process to recover, and no slot is
+    reported lost."""
+    caplog.set_level("WARNING", logger="tidings")
+    async with Runtime.open(backend.url, models=[ScriptedModel()], config=PACED) as rt:
+        convs = [await new_conversation(rt) for _ in range(30)]
+        await asyncio.gather(*(rt.post(c, f"hello {n}") for n, c in enumerate(convs)))
+    async with Runtime.open(backend.url, models=[ScriptedModel()], config=FAST) as rt:
+        statuses = []
+        for conv in convs:
+            await settle(rt, conv)
+            statuses += [(r.status, r.failure_code) for r in await rt.runs.list(conv)]
+    assert len(statuses) == 30
+    assert set(statuses) <= {(RunStatus.COMPLETED, None), (RunStatus.STOPPED, "shutdown")}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
 
 
 # -- C6 ------------------------------------------------------------------------------------------

@@ -47,7 +47,31 @@ async def test_c5_fifty_turns_starting_together_spread_over_passes_in_order() ->
     # so the other work ran at least every 1.5 ms plus one step.
     assert max(per_pass.values()) <= 3
     assert len(per_pass) >= 17
-    assert pacer.deferred > 0
+    # All fifty asked in one pass: those that did not start in it waited, each counted once.
+    assert pacer.deferred == 50 - per_pass[started[0][1]]
+
+
+async def test_c5_with_no_budget_one_turn_starts_per_pass() -> None:
+    pacer = Pacer(budget_s=0.0)
+    loop = asyncio.get_running_loop()
+    passes = 0
+    started: list[int] = []
+
+    def each_pass() -> None:
+        nonlocal passes
+        passes += 1
+        if len(started) < 10:
+            loop.call_soon(each_pass)
+
+    async def turn() -> None:
+        await pacer.step()
+        started.append(passes)
+
+    loop.call_soon(each_pass)
+    await asyncio.gather(*(turn() for _ in range(10)))
+
+    assert len(set(started)) == 10  # each in a pass of its own
+    assert pacer.deferred == 9
 
 
 async def test_c5_a_turn_starting_alone_never_waits_for_a_pass() -> None:

@@ -43,7 +43,7 @@ from tidings.records.transcript import ConversationTx
 from tidings.scheduler import compaction
 from tidings.scheduler.capacity import Capacity
 from tidings.scheduler.entries import Entries, Entry
-from tidings.scheduler.pacing import Pacer
+from tidings.scheduler.pacing import PASS_BUDGET_S, Pacer
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.scheduler.starter import Starter, written
 from tidings.store import Store
@@ -64,6 +64,10 @@ class CoordinatorConfig:
     sweep_interval: timedelta = timedelta(seconds=5)
     sweep_batch: int = 500
     busy_retry_margin: timedelta = timedelta(milliseconds=50)
+    turn_start_budget: timedelta = timedelta(seconds=PASS_BUDGET_S)
+    """How long the turns that start in one pass of the event loop may take for their first
+    steps before the next one waits for a later pass (:mod:`.pacing`): many start together
+    when one commit answered many callers. Zero paces every turn but the first of a pass."""
 
 
 class Coordinator(Loop):
@@ -96,7 +100,7 @@ class Coordinator(Loop):
         self._starter = Starter(store, outbox, runner, clock, door=self.door, instance=instance)
         self._entries = Entries()
         self._capacity = Capacity(self.config.max_concurrent_turns)
-        self._pacer = Pacer()
+        self.pacer = Pacer(self.config.turn_start_budget.total_seconds())
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
         self.turns_started = 0
@@ -304,7 +308,7 @@ class Coordinator(Loop):
         # never run either: until the turn has started, an interruption is only recorded, and
         # run_turn sees it on entry. So a turn waits for its pass of the loop (many start
         # together when one commit answered many callers) before it counts as started.
-        await self._pacer.step()
+        await self.pacer.step()
         entry.turn_started = True
         return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason,
                                           released=entry.turn_released,

@@ -29,10 +29,11 @@ class Pacer:
         self._began: float | None = None
         """When the first turn of this pass started; None until one does."""
         self.deferred = 0
-        """How many times a turn waited for a later pass (for the benches)."""
+        """How many turns waited for a later pass."""
 
     async def step(self) -> None:
         """Return when this pass still has budget for a turn to start in, or in a later pass."""
+        waited = False
         while True:
             now = time.perf_counter()
             if self._began is None:
@@ -42,7 +43,9 @@ class Pacer:
                 return
             if now - self._began < self.budget_s:
                 return
-            self.deferred += 1
+            if not waited:
+                waited = True
+                self.deferred += 1
             await asyncio.sleep(0)
 
     def _next_pass(self) -> None:
