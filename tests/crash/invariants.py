@@ -131,6 +131,24 @@ class Snapshot:
         self.transcripts: dict[str, list[Row]] = defaultdict(list)
         for m in self.messages:
             self.transcripts[m["conversation_id"]].append(m)
+        # Indexes over the transcripts (a torture's conversations hold thousands of messages).
+        self.at_seq = {(m["conversation_id"], m["seq"]): m for m in self.messages}
+        self.tool_results: dict[tuple[str, Any, Any], list[int]] = defaultdict(list)
+        """The seqs of the tool results for (conversation, tool call, run), in order."""
+        self.relayed: dict[tuple[str, Any], list[Row]] = defaultdict(list)
+        """The messages of a conversation that show a relayed child request's mail."""
+        self.shown_in_run: dict[tuple[str, Any], list[Row]] = defaultdict(list)
+        """The messages of a conversation that show a child request within a run."""
+        for m in self.messages:
+            conv, meta = m["conversation_id"], m["meta"]
+            if m["role"] == "tool":
+                self.tool_results[(conv, m["tool_call_id"], m["run_id"])].append(m["seq"])
+                if meta.get("consume_child_request") is not None:
+                    self.shown_in_run[(conv, meta["consume_child_request"])].append(m)
+            if m["role"] == "user" and meta.get("request_id") is not None:
+                self.shown_in_run[(conv, meta["request_id"])].append(m)
+            if meta.get("relayed_request") is not None:
+                self.relayed[(conv, meta["relayed_request"])].append(m)
         self.inputs = tables["inputs"]
         for i in self.inputs:
             i["meta"] = _meta(i)
@@ -139,6 +157,14 @@ class Snapshot:
         self.requests = tables["requests"]
         self.runs = tables["runs"]
         self.run_by_id = {r["run_id"]: r for r in self.runs}
+        self.last_completed_answer: dict[str, int] = {}
+        """The seq of each conversation's last assistant message of a completed run."""
+        for m in self.messages:
+            if m["role"] == "assistant" and \
+                    self.run_by_id.get(m["run_id"], {}).get("status") == "completed":
+                conv = m["conversation_id"]
+                self.last_completed_answer[conv] = max(
+                    m["seq"], self.last_completed_answer.get(conv, m["seq"]))
         self.operations = tables["operations"]
         self.deliveries = tables["deliveries"]
         self.queues = tables["queues"]
@@ -292,9 +318,7 @@ def task_after_call(db: Snapshot) -> Iterator[Violation]:
         notices = db.notices.get((t["conversation_id"], t["task_key"]))
         if not notices or t["call_id"] is None:
             continue
-        results = [m["seq"] for m in db.transcripts.get(t["conversation_id"], ())
-                   if m["role"] == "tool" and m["tool_call_id"] == t["call_id"]
-                   and m["run_id"] == t["run_id"]]
+        results = db.tool_results.get((t["conversation_id"], t["call_id"], t["run_id"]), [])
         first = notices[0]["seq"]
         if not results:
             yield _v("task_after_call", t["conversation_id"], t["task_key"],
@@ -338,10 +362,7 @@ def task_consumed(db: Snapshot) -> Iterator[Violation]:
         if not notices:
             yield _v("task_consumed", *key, detail="consumed, but never notified")
             continue
-        after = [m for m in db.transcripts[t["conversation_id"]]
-                 if m["seq"] > notices[0]["seq"] and m["role"] == "assistant"
-                 and db.run_by_id.get(m["run_id"], {}).get("status") == "completed"]
-        if not after:
+        if db.last_completed_answer.get(t["conversation_id"], -1) <= notices[0]["seq"]:
             yield _v("task_consumed", *key,
                      detail=f"consumed, but no completed run answered after its notice at seq "
                             f"{notices[0]['seq']}")
@@ -436,9 +457,8 @@ def input_once(db: Snapshot) -> Iterator[Violation]:
     for i in db.inputs:
         if i["state"] != "materialized":
             continue
-        at = [m for m in db.transcripts.get(i["conversation_id"], ())
-              if m["seq"] == i["message_seq"]]
-        if not at or at[0]["input_id"] != i["input_id"]:
+        at = db.at_seq.get((i["conversation_id"], i["message_seq"]))
+        if at is None or at["input_id"] != i["input_id"]:
             yield _v("input_once", i["conversation_id"], i["input_id"],
                      detail=f"materialized at seq {i['message_seq']}, no such message of it")
 
@@ -550,8 +570,7 @@ def child_mail_read(db: Snapshot) -> Iterator[Violation]:
                 yield _v("child_mail_read", *ids,
                          detail=f"relayed, but its mail {item['input_id']} was cancelled")
         read = sum(1 for item in mails if item["state"] == "materialized")
-        shown = [m for m in db.transcripts.get(r["parent_conversation_id"], ())
-                 if m["meta"].get("relayed_request") == r["request_id"]]
+        shown = db.relayed.get((r["parent_conversation_id"], r["request_id"]), [])
         if len(shown) != read:
             yield _v("child_mail_read", *ids,
                      detail=f"mail read {read}x, in the parent's transcript {len(shown)}x")
@@ -573,10 +592,7 @@ def child_in_run(db: Snapshot) -> Iterator[Violation]:
         if not run:
             continue
         ids = (r["parent_conversation_id"], r["request_id"])
-        shown = [m for m in db.transcripts.get(r["parent_conversation_id"], ())
-                 if (m["role"] == "tool" and m["meta"].get("consume_child_request")
-                     == r["request_id"])
-                 or (m["role"] == "user" and m["meta"].get("request_id") == r["request_id"])]
+        shown = db.shown_in_run.get((r["parent_conversation_id"], r["request_id"]), [])
         if len(shown) != 1 or shown[0]["run_id"] != run:
             yield _v("child_in_run", *ids,
                      detail=f"consumed in {run}, shown {len(shown)}x, in runs "
