@@ -100,7 +100,7 @@ class Coordinator(Loop):
         self._starter = Starter(store, outbox, runner, clock, door=self.door, instance=instance)
         self._entries = Entries()
         self._capacity = Capacity(self.config.max_concurrent_turns)
-        self.pacer = Pacer(self.config.turn_start_budget.total_seconds())
+        self._pacer = Pacer(self.config.turn_start_budget.total_seconds())
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
         self.turns_started = 0
@@ -308,7 +308,7 @@ class Coordinator(Loop):
         # never run either: until the turn has started, an interruption is only recorded, and
         # run_turn sees it on entry. So a turn waits for its pass of the loop (many start
         # together when one commit answered many callers) before it counts as started.
-        await self.pacer.step()
+        await self._pacer.step()
         entry.turn_started = True
         return await self.runner.run_turn(plan, stop_reason=lambda: entry.stop_reason,
                                           released=entry.turn_released,

@@ -15,16 +15,16 @@ import asyncio
 import time
 
 PASS_BUDGET_S = 0.001
-"""How long the turns starting in one pass may run before the next waits for a later pass: at
-100 busy conversations on PostgreSQL, 1 ms took the loop's lag p99 from about 8.5 to 5 ms at the
-same CPU per turn; 0.5 ms took it no lower and cost a sixteenth more CPU per turn (more
-passes), 1.5 ms left it at 5.5 ms."""
+"""The default of ``CoordinatorConfig.turn_start_budget``: how long the turns starting in one pass
+may run before the next waits for a later pass: at 100 busy conversations on PostgreSQL, 1 ms
+took the loop's lag p99 from about 8.5 to 5 ms at the same CPU per turn; 0.5 ms took it no lower
+and cost a sixteenth more CPU per turn (more passes), 1.5 ms left it at 5.5 ms."""
 
 
 class Pacer:
     """Spreads the first steps of turns that start together over passes of the loop."""
 
-    def __init__(self, budget_s: float = PASS_BUDGET_S) -> None:
+    def __init__(self, budget_s: float) -> None:
         self.budget_s = budget_s
         self._began: float | None = None
         """When the first turn of this pass started; None until one does."""
