@@ -57,7 +57,7 @@ from tidings.records.results import Results as Envelopes
 from tidings.runtime.root import Runtime, RuntimeConfig
 from tidings.scheduler.coordinator import CoordinatorConfig
 from tidings.store import Store, open_store
-from tidings.types import Profile
+from tidings.types import Message, Profile
 
 ENVELOPE_BYTES = 2 * 1024 * 1024
 PAGE_BYTES = 64 * 1024
@@ -173,17 +173,20 @@ async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str
         convs = [(await rt.create_conversation("bench", profile)).conversation_id
                  for _ in range(count)]
 
+        read_to: dict[str, int] = {}
+        """Each conversation's last message read: the transcript is read a page at a time."""
+
         async def one(conv: str) -> None:
-            noted_before = sum(1 for m in await rt.transcript(conv) if m.content == "noted")
             await rt.post(conv, "go")
             deadline = time.monotonic() + 60
             while True:
                 # Done when the model has read this task's notification (in a woken turn, or
                 # in the same turn when the process ended before its result committed).
                 await rt.settle(conv)
-                messages = await rt.transcript(conv)
-                noted = sum(1 for m in messages if m.content == "noted")
-                if noted > noted_before:
+                messages = await rt.transcript(conv, after_seq=read_to.get(conv, 0))
+                if messages:
+                    read_to[conv] = messages[-1].seq
+                if any(m.content == "noted" for m in messages):
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the notification of {conv} was never read")
@@ -196,8 +199,14 @@ async def wake(backend: str, dsn: str, tasks: int, concurrent: bool) -> dict[str
                 await one(convs[0])
         committed: list[float] = []
         called: list[float] = []
+        async def whole(conv: str) -> list[Message]:
+            messages: list[Message] = []
+            while page := await rt.transcript(conv, after_seq=messages[-1].seq if messages else 0):
+                messages.extend(page)
+            return messages
+
         for conv in convs:
-            for m in await rt.transcript(conv):
+            for m in await whole(conv):
                 key = m.meta.get("task_key") if m.meta.get("kind") == "task_notification" else None
                 if isinstance(key, str) and key in exits and key in model.seen:
                     committed.append(m.created_at_us - exits[key])

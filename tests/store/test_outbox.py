@@ -1040,6 +1040,7 @@ async def test_s9_operation_settles_once(outbox: Outbox, clock: ManualClock) -> 
     assert op.state is OperationState.ACCEPTED
     assert (op.kind, op.owner, op.origin_instance) == ("restart", CONV, ob.instance.instance_id)
     assert (op.accepted_at_us, op.settled_at_us) == (clock.now_us(), None)
+    assert await operations.get(ob.store, op.operation_id) == op  # what was stored, exactly
 
     clock.advance(timedelta(seconds=3))
     done = await ob.store.transact(

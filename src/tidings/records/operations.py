@@ -38,17 +38,34 @@ def accept(
     check_id(owner, "owner")
     key = check_id(idempotency_key, "idempotency key") if idempotency_key else None
     operation_id = new_id("op")
+    now_us = instance.clock.now_us()
+    if key is None:
+        # No key of the caller's: nothing to find, so nothing is read back -- the row written
+        # is the one given (PostgreSQL sends it with the unit's other writes).
+        def gone() -> Exception:
+            instance.declared_gone()
+            return InstanceNotRunningError()
+
+        tx.run_later(
+            "accept_new_operation", expect=1, mismatch=gone, operation_id=operation_id,
+            kind=kind, owner=owner, origin_instance=instance.instance_id, now_us=now_us,
+        )
+        return Operation(
+            operation_id=OperationId(operation_id), kind=kind, owner=owner,
+            origin_instance=instance.instance_id, state=OperationState.ACCEPTED,
+            accepted_at_us=now_us, settled_at_us=None, outcome=None, failure_code=None,
+        )
     row = tx.one(
         "accept_operation",
         operation_id=operation_id,
         kind=kind,
         owner=owner,
         origin_instance=instance.instance_id,
-        idempotency_key=key or operation_id,
-        now_us=instance.clock.now_us(),
+        idempotency_key=key,
+        now_us=now_us,
     )
     if row is None:  # a concurrent accept won the key, or this instance was declared gone
-        row = tx.one("operation_by_key", owner=owner, idempotency_key=key or operation_id)
+        row = tx.one("operation_by_key", owner=owner, idempotency_key=key)
     if row is None:
         instance.declared_gone()
         raise InstanceNotRunningError()

@@ -51,6 +51,17 @@ SELECT * FROM operations
  WHERE owner = :owner AND idempotency_key = :idempotency_key
    AND NOT EXISTS (SELECT 1 FROM inserted);
 
+-- accept_new_operation --
+-- An operation with no idempotency key of its caller's (its own id stands for one, so no other
+-- can hold it): one row written, or none when the instance was declared gone. The instance row
+-- is share-locked as above; nothing is read back, so the write can go with the unit's others.
+INSERT INTO operations
+    (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
+SELECT :operation_id, :kind, :owner, :origin_instance, :operation_id, 'accepted', :now_us
+  FROM instances
+ WHERE instance_id = :origin_instance AND stopped_at_us IS NULL
+   FOR SHARE;
+
 -- publish --
 -- One statement. The queue row is locked first (upsert), so per-conversation sequences are
 -- allocated in commit order. A full backlog or a duplicate key returns no 'created' row;

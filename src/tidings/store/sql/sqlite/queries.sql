@@ -36,6 +36,15 @@ SELECT :operation_id, :kind, :owner, :origin_instance, :idempotency_key, 'accept
 ON CONFLICT (owner, idempotency_key) DO NOTHING;
 SELECT * FROM operations WHERE owner = :owner AND idempotency_key = :idempotency_key;
 
+-- accept_new_operation --
+-- An operation with no idempotency key of its caller's (its own id stands for one, so no other
+-- can hold it): one row written, or none when the instance was declared gone.
+INSERT INTO operations
+    (operation_id, kind, owner, origin_instance, idempotency_key, state, accepted_at_us)
+SELECT :operation_id, :kind, :owner, :origin_instance, :operation_id, 'accepted', :now_us
+ WHERE EXISTS (SELECT 1 FROM instances
+                WHERE instance_id = :origin_instance AND stopped_at_us IS NULL);
+
 -- publish --
 -- Admission and the per-conversation sequence share the queue row; a duplicate key or a full
 -- backlog changes nothing and returns no row. (A conversation without a queue row has no
