@@ -36,7 +36,7 @@ from tidings.mail import queue
 from tidings.mail.batching import mail_batch
 from tidings.mail.door import Door
 from tidings.records.outbox import Outbox
-from tidings.records.rows import conversation_from_row, input_from_row, run_from_row
+from tidings.records.rows import conversation_from_row, input_from_row
 from tidings.records.transcript import ConversationTx
 from tidings.store import Row, Store, Tx
 from tidings.support.policy import StartDecision, StartState, decide_start
@@ -342,16 +342,14 @@ def recover_interrupted(cx: ConversationTx) -> int:
 def _fail_interrupted(cx: ConversationTx, run_id: str) -> None:
     """End the dead holder's run: failed ``interrupted``, its approvals expired, its tasks
     handed to the conversation."""
-    row = cx.tx.one(
+    if cx.tx.execute(
         "finish_run", run_id=run_id, status=RunStatus.FAILED.value, failure_code="interrupted",
         model=None, steps=0, now_us=cx.now_us,
-    )
-    if row is not None:
-        run = run_from_row(row)
+    ):
         cx.record_event(
             "turn_status",
-            {"run_public_id": run.run_id, "status": "failed", "failure_code": "interrupted"},
-            run.run_id,
+            {"run_public_id": run_id, "status": "failed", "failure_code": "interrupted"},
+            run_id,
         )
     expire_run_approvals(cx, run_id)  # a held call died with its turn: no late decision
     expire_run_questions(cx, run_id)  # nor a late answer to what its calls asked

@@ -324,8 +324,7 @@ INSERT INTO inputs (input_id, conversation_id, queue_position, origin, kernel, a
                     accepted_at_us)
 VALUES (:input_id, :conversation_id, :queue_position, :origin, :kernel, :author_kind,
         :author_handle, :author_display_name, :sender_conversation_id, :run_public_id,
-        :task_key, :delivery_mode, :content, :meta, :idempotency_key, 'queued', :now_us)
-RETURNING *;
+        :task_key, :delivery_mode, :content, :meta, :idempotency_key, 'queued', :now_us);
 
 -- input_by_key --
 SELECT * FROM inputs WHERE conversation_id = :conversation_id AND idempotency_key = :key;
@@ -361,14 +360,12 @@ UPDATE inputs SET state = 'materialized', run_id = :run_id, materialized_at_us =
 -- insert_run --
 INSERT INTO runs (run_id, conversation_id, trigger, status, instance_id, created_at_us,
                   started_at_us)
-VALUES (:run_id, :conversation_id, :trigger, :status, :instance_id, :now_us, :now_us)
-RETURNING *;
+VALUES (:run_id, :conversation_id, :trigger, :status, :instance_id, :now_us, :now_us);
 
 -- finish_run --
 UPDATE runs SET status = :status, failure_code = :failure_code, model = :model,
                 steps = :steps, ended_at_us = :now_us
- WHERE run_id = :run_id AND status IN ('queued', 'running')
-RETURNING *;
+ WHERE run_id = :run_id AND status IN ('queued', 'running');
 
 -- record_run_usage --
 -- What an ending run's model calls spent (B8): summed in the turn, written in its final unit.
