@@ -220,9 +220,9 @@ async def open_outbox(
 
 
 async def publish_one(ob: Outbox, conv: str, n: int) -> Published:
-    # Validated and encoded before the unit, as a careful producer does: off the writer.
-    signal = ob.signal(conv, "task.exited", payload(n))
-    return await ob.store.transact(lambda tx: ob.publish_signal(tx, signal), route=conv)
+    # Validated and encoded before the unit, as a careful producer does: off the writer. A
+    # signal with nothing else to commit is published alone (PostgreSQL: one statement).
+    return await ob.publish_alone(ob.signal(conv, "task.exited", payload(n)))
 
 
 async def publish_many(ob: Outbox, conv: str, start: int, count: int) -> None:

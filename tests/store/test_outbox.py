@@ -267,6 +267,60 @@ async def test_s3_publish_wakes_subscribers_after_commit(outbox: Outbox) -> None
     assert "conv-rolled-back" not in seen
 
 
+async def test_s3_a_signal_published_alone_is_claimed_as_one_published_in_a_unit(
+    outbox: Outbox,
+) -> None:
+    """A lone publish (one statement in autocommit on PostgreSQL) writes what a unit's does:
+    the event, its delivery, the backlog, the subscribers' wake-up -- and answers the same."""
+    ob = outbox
+    async with ob.wakeups() as wakeups:
+        alone = await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": 1}))
+        woken = await asyncio.wait_for(wakeups.get(), timeout=10)
+    assert woken == CONV  # the queue was empty
+    in_unit = await publish(ob, payload={"n": 2})
+    assert alone.created
+    assert in_unit.created
+    assert alone.seq < in_unit.seq
+    assert (await ob.stats(CONV)).backlog == 2
+    lease = await ob.claim(CONV)
+    assert [(d.event_id, d.delivery_id, d.payload) for d in lease.deliveries] == [
+        (alone.event_id, alone.delivery_id, {"n": 1}),
+        (in_unit.event_id, in_unit.delivery_id, {"n": 2}),
+    ]
+    await ack(ob, lease)
+    assert (await ob.stats(CONV)).backlog == 0
+
+
+async def test_s4_s10_a_signal_published_alone_keeps_its_key_and_the_bound(
+    backend: Backend, clock: ManualClock
+) -> None:
+    async with opened(backend, clock, backlog_limit=2) as ob:
+        keyed = [ob.signal(CONV, "task.exited", {"n": n}, idempotency_key="k") for n in (1, 9)]
+        first = await ob.publish_alone(keyed[0])
+        again = await ob.publish_alone(keyed[1])
+        assert first.created
+        assert not again.created
+        assert (again.event_id, again.delivery_id) == (first.event_id, first.delivery_id)
+        await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": 2}))
+        with pytest.raises(BacklogFullError):
+            await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": 3}))
+        assert (await ob.stats(CONV)).backlog == 2  # the refused one wrote nothing
+        lease = await ob.claim(CONV)
+        assert [d.payload for d in lease.deliveries] == [{"n": 1}, {"n": 2}]
+
+
+async def test_s3_signals_published_alone_at_once_each_publish_once(outbox: Outbox) -> None:
+    """Many lone publishes at once (the writer groups them then) lose and repeat nothing."""
+    ob = outbox
+    published = await asyncio.gather(
+        *(ob.publish_alone(ob.signal(CONV, "task.exited", {"n": n})) for n in range(40))
+    )
+    assert all(p.created for p in published)
+    assert len({p.delivery_id for p in published}) == 40
+    lease = await ob.claim(CONV, max_count=100)
+    assert sorted(d.payload["n"] for d in lease.deliveries) == list(range(40))
+
+
 # -- S4 idempotency ------------------------------------------------------------------------------
 
 
@@ -743,6 +797,28 @@ async def test_s7_a_stale_consumer_among_concurrent_ones_fails_alone(
         assert (await ob.stats(conv)).backlog == 0
     assert [await exists(ob, mine[-1]) for mine in written] == [True] * 3 + [False] + [True] * 3
     assert not [op for op in written[3] if await exists(ob, op)]
+
+
+async def test_s5_s7_claims_alone_go_on_after_a_consumer_failed(outbox: Outbox) -> None:
+    """A failed unit rolls its transaction back, and the driver then drops every statement it
+    had prepared on the connection: the claims and publishes made alone after it, which the
+    writer had prepared there too, still run (they are prepared again)."""
+    ob = outbox
+    for n in range(8):  # enough for the driver to prepare the commits it sends itself
+        await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": n}))
+        await ack(ob, await ob.claim(CONV, max_count=1))
+    stale = await ob.claim(CONV, max_count=1)  # nothing left: an empty lease
+    assert stale.deliveries == ()
+    await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": 8}))
+    lease = await ob.claim(CONV, max_count=1)
+    await ack(ob, lease)
+    with pytest.raises(StaleLeaseError):
+        await ack(ob, lease)  # rolled back
+    for n in range(9, 12):
+        published = await ob.publish_alone(ob.signal(CONV, "task.exited", {"n": n}))
+        taken = await ob.claim(CONV, max_count=1)
+        assert [d.event_id for d in taken.deliveries] == [published.event_id]
+        await ack(ob, taken)
 
 
 async def test_s7_postgres_a_consumers_ack_rides_with_its_commit(

@@ -23,7 +23,7 @@ import random
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidings.clock import Clock, to_us
 from tidings.errors import InvalidInputError, StaleLeaseError, StoreError, TidingsError
@@ -55,6 +55,14 @@ def _delivery(row: Row) -> Delivery:
     )
 
 
+def _lease(params: dict[str, Any], rows: list[Row]) -> Lease:
+    """The lease a claim took: its rows in journal order (a statement that leases returns
+    them in any order)."""
+    rows.sort(key=lambda r: r["queue_seq"])
+    return Lease(params["token"], ConversationId(params["conversation_id"]),
+                 params["deadline_us"], tuple(_delivery(r) for r in rows))
+
+
 class Leases:
     """Claim, extend, acknowledge and release the deliveries of the outbox's instance.
 
@@ -84,10 +92,18 @@ class Leases:
         """
         self.instance.require_running()
         ttl = to_us(lease_ttl or self.config.lease_ttl)
+        deadline_us = self.clock.now_us() + ttl
+        if self.store.claims_in_one_statement:
+            # The dialect's claim leases in its one statement: run alone, it is one round trip.
+            params = self._claim_params(conversation_id, deadline_us, max_count, max_bytes, owner)
+            rows = await self.store.transact_query(
+                "claim", route=conversation_id, durable=False, **params
+            )
+            return _lease(params, rows)
         return await self.store.transact(
             lambda tx: self.claim_in(
                 tx, conversation_id, max_count=max_count, max_bytes=max_bytes, owner=owner,
-                deadline_us=self.clock.now_us() + ttl,
+                deadline_us=deadline_us,
             ),
             route=conversation_id,
             durable=False,  # a lease lost to a power failure leaves its signals ready
@@ -106,39 +122,42 @@ class Leases:
         """:meth:`claim` inside the caller's unit: a turn claims in the unit that takes its
         conversation's slot, so signals are claimed only inside that slot (S5)."""
         self.instance.require_running()
-        check_id(conversation_id, "conversation id")
-        count = self.config.claim_max_count if max_count is None else max_count
-        size = self.config.claim_max_bytes if max_bytes is None else max_bytes
-        if count < 1 or size < 1:
-            raise InvalidInputError("max_count and max_bytes must be positive")
-        token = secrets.token_hex(16)
-        now = self.clock.now_us()
-        instance_id = self.instance.instance_id
-        rows = tx.all(
-            "claim", conversation_id=conversation_id, token=token, deadline_us=deadline_us,
-            now_us=now, instance_id=instance_id, owner=owner, max_count=count,
-            max_bytes=size, max_attempts=self.config.max_attempts,
-        )
+        params = self._claim_params(conversation_id, deadline_us, max_count, max_bytes, owner)
+        rows = tx.all("claim", **params)
         if rows and not rows[0]["leased"]:
             # Read, not leased yet (SQLite): cut to max_bytes in journal order, the first
             # always taken, then lease the batch by its sequence span.
             total = 0
             for n, row in enumerate(rows):
                 total += row["payload_bytes"]
-                if n and total > size:
+                if n and total > params["max_bytes"]:
                     del rows[n:]
                     break
             tx.run_later(
-                "claim_lease", expect=len(rows), conversation_id=conversation_id, token=token,
-                deadline_us=deadline_us, now_us=now, instance_id=instance_id, owner=owner,
+                "claim_lease", expect=len(rows), conversation_id=conversation_id,
+                token=params["token"], deadline_us=deadline_us, now_us=params["now_us"],
+                instance_id=params["instance_id"], owner=owner,
                 first_seq=rows[0]["queue_seq"], last_seq=rows[-1]["queue_seq"],
                 max_attempts=self.config.max_attempts,
             )
-        else:
-            rows.sort(key=lambda r: r["queue_seq"])  # journal order within the batch
-        return Lease(
-            token, ConversationId(conversation_id), deadline_us, tuple(_delivery(r) for r in rows)
-        )
+        return _lease(params, rows)
+
+    def _claim_params(
+        self, conversation_id: str, deadline_us: int, max_count: int | None,
+        max_bytes: int | None, owner: str | None,
+    ) -> dict[str, Any]:
+        """The ``claim`` query's parameters, checked, with a fresh lease token."""
+        check_id(conversation_id, "conversation id")
+        count = self.config.claim_max_count if max_count is None else max_count
+        size = self.config.claim_max_bytes if max_bytes is None else max_bytes
+        if count < 1 or size < 1:
+            raise InvalidInputError("max_count and max_bytes must be positive")
+        return {
+            "conversation_id": conversation_id, "token": secrets.token_hex(16),
+            "deadline_us": deadline_us, "now_us": self.clock.now_us(),
+            "instance_id": self.instance.instance_id, "owner": owner, "max_count": count,
+            "max_bytes": size, "max_attempts": self.config.max_attempts,
+        }
 
     async def extend(self, lease: Lease, *, lease_ttl: timedelta | None = None) -> Lease:
         """Push the lease's deadline out; only the current unexpired token may."""

@@ -163,20 +163,11 @@ class Outbox(Leases):
         returns the first event and writes nothing.
         """
         conversation_id = signal.conversation_id
-        row = tx.one(
-            "publish", event_id=signal.event_id, type=signal.type,
-            operation_id=signal.operation_id, conversation_id=conversation_id,
-            idempotency_key=signal.idempotency_key, payload=signal.payload_text,
-            payload_bytes=signal.payload_bytes, schema_version=signal.schema_version,
-            backlog_limit=self.config.backlog_limit, now_us=self.clock.now_us(),
-        )
+        row = tx.one("publish", **self._publish_params(signal))
         if row is not None and row["outcome"] == "created":
             if row["backlog"] == 1:  # the queue was empty: consumers drain until a claim is empty
                 self.store.wake(tx, conversation_id)
-            return Published(
-                EventId(row["event_id"]), row["seq"], DeliveryId(row["delivery_id"]),
-                conversation_id, created=True,
-            )
+            return _created(row, conversation_id)
         if row is not None:  # admitted, but a concurrent publisher won the key: undo admission
             tx.execute("undo_admission", conversation_id=conversation_id)
         first = tx.one(
@@ -189,6 +180,40 @@ class Outbox(Leases):
             EventId(first["event_id"]), first["seq"], DeliveryId(first["delivery_id"]),
             conversation_id, created=False,
         )
+
+    async def publish_alone(self, signal: Signal) -> Published:
+        """Publish a prepared signal in a transaction of its own, when nothing else has to
+        commit with it: what ``store.transact(lambda tx: outbox.publish_signal(tx, signal))``
+        does, with the same answers and errors.
+
+        A signal without an idempotency key of the producer's is one statement that needs
+        nothing after it -- no earlier event can hold its key, so no concurrent publisher can
+        win it -- and PostgreSQL runs that statement in autocommit when its writer is free:
+        one round trip instead of two. A signal with a key is published in a unit as usual.
+        """
+        conversation_id = signal.conversation_id
+        if signal.idempotency_key != signal.event_id:  # the producer's key: it may repeat
+            return await self.store.transact(
+                lambda tx: self.publish_signal(tx, signal), route=conversation_id
+            )
+        rows = await self.store.transact_query(
+            "publish", route=conversation_id, **self._publish_params(signal)
+        )
+        if not rows or rows[0]["outcome"] != "created":
+            # No key to repeat, so nothing was admitted: the backlog is full.
+            raise BacklogFullError(conversation_id, self.config.backlog_limit)
+        if rows[0]["backlog"] == 1:  # the queue was empty: its consumers here are woken now
+            self.store.wakeups.notify(conversation_id)
+        return _created(rows[0], conversation_id)
+
+    def _publish_params(self, signal: Signal) -> dict[str, Any]:
+        return {
+            "event_id": signal.event_id, "type": signal.type,
+            "operation_id": signal.operation_id, "conversation_id": signal.conversation_id,
+            "idempotency_key": signal.idempotency_key, "payload": signal.payload_text,
+            "payload_bytes": signal.payload_bytes, "schema_version": signal.schema_version,
+            "backlog_limit": self.config.backlog_limit, "now_us": self.clock.now_us(),
+        }
 
     # -- sweep, stats, dead letters ------------------------------------------------------------
 
@@ -280,4 +305,12 @@ class Outbox(Leases):
             self.store.wakeups.unsubscribe(queue)
 
 
+def _created(row: Row, conversation_id: ConversationId) -> Published:
+    return Published(
+        EventId(row["event_id"]), row["seq"], DeliveryId(row["delivery_id"]), conversation_id,
+        created=True,
+    )
+
+
 __all__ = ("Outbox", "OutboxConfig", "SweepReport")
+

@@ -175,30 +175,8 @@ class Tx(ABC):
     """Whether this dialect's text cannot hold NUL (PostgreSQL's cannot; SQLite's can)."""
 
     def _bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Adapt parameters to the driver once per query (the dict is the caller's own).
-
-        A value the database cannot hold is refused first, as the caller's bad input
-        (:class:`InvalidInputError`): never a database error (a 503) or a driver's crash (a
-        500). One pass over the values: this runs for every statement of every unit.
-        """
-        refuse_nul = self.refuses_nul
-        for name, value in params.items():
-            cls = value.__class__
-            if cls is str:
-                if refuse_nul and "\x00" in value:
-                    raise InvalidInputError(f"{name} must not contain NUL characters")
-            elif cls is int:
-                if not _INT64_MIN <= value <= _INT64_MAX:
-                    raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
-            elif value is None or cls is float or cls is bytes:
-                continue
-            elif cls is list or cls is tuple:
-                for item in value:
-                    _check_value(name, item, refuse_nul)
-                params[name] = self._adapt_list(value)
-            else:
-                _check_value(name, value, refuse_nul)  # enums, bools and other subclasses
-        return params
+        """Adapt parameters to the driver once per query (the dict is the caller's own)."""
+        return bind(params, refuse_nul=self.refuses_nul, adapt_list=self._adapt_list)
 
     def _adapt_list(self, value: list[Any] | tuple[Any, ...]) -> Any:
         """A list parameter as the driver takes it (checked already)."""
@@ -206,6 +184,34 @@ class Tx(ABC):
 
     @abstractmethod
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]: ...
+
+
+def bind(
+    params: dict[str, Any], *, refuse_nul: bool, adapt_list: Callable[[Any], Any]
+) -> dict[str, Any]:
+    """Adapt parameters to the driver, in place (the dict is the caller's own).
+
+    A value the database cannot hold is refused first, as the caller's bad input
+    (:class:`InvalidInputError`): never a database error (a 503) or a driver's crash (a
+    500). One pass over the values: this runs for every statement of every unit.
+    """
+    for name, value in params.items():
+        cls = value.__class__
+        if cls is str:
+            if refuse_nul and "\x00" in value:
+                raise InvalidInputError(f"{name} must not contain NUL characters")
+        elif cls is int:
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise InvalidInputError(f"{name} is outside the signed 64-bit integer range")
+        elif value is None or cls is float or cls is bytes:
+            continue
+        elif cls is list or cls is tuple:
+            for item in value:
+                _check_value(name, item, refuse_nul)
+            params[name] = adapt_list(value)
+        else:
+            _check_value(name, value, refuse_nul)  # enums, bools and other subclasses
+    return params
 
 
 def _mismatch(query: str, expect: int, count: int) -> Callable[[], Exception]:
@@ -349,10 +355,17 @@ class Store(ABC):
         return asyncio.ensure_future(self.transact(unit, route=route, durable=durable))
 
     async def transact_query(
-        self, query: str, *, route: str | None = None, **params: Any
+        self, query: str, *, route: str | None = None, durable: bool = True, **params: Any
     ) -> list[Row]:
-        """Run one named query as a transaction of its own; the rows of its last statement."""
-        return await self.transact(lambda tx: tx.all(query, **params), route=route)
+        """Run one named query as a transaction of its own; the rows of its last statement.
+        ``durable`` as for :meth:`transact`."""
+        return await self.transact(
+            lambda tx: tx.all(query, **params), route=route, durable=durable
+        )
+
+    claims_in_one_statement = False
+    """Whether the dialect's ``claim`` query leases the rows it returns (in one statement), so
+    that a claim made on its own can run as that query alone."""
 
     @abstractmethod
     async def read(self, unit: Callable[[Tx], T]) -> T:

@@ -34,7 +34,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from tidings.errors import StoreError
-from tidings.store.base import Row, Store, Tx
+from tidings.store.base import Row, Store, Tx, bind
 from tidings.store.feed import LIVE_PREFIX, PAYLOAD_BYTES
 from tidings.store.jobs import Answerer, Job
 from tidings.store.postgres_feed import FeedPublisher
@@ -176,14 +176,18 @@ class PostgresStore(Store):
     ) -> T:
         return await self._submit(unit, None, {}, route, durable)  # type: ignore[no-any-return]
 
+    claims_in_one_statement = True
+
     async def transact_query(
-        self, query: str, *, route: str | None = None, **params: Any
+        self, query: str, *, route: str | None = None, durable: bool = True, **params: Any
     ) -> list[Row]:
         statements = self.queries[query].statements
         if len(statements) != 1:
-            return await super().transact_query(query, route=route, **params)
+            return await super().transact_query(query, route=route, durable=durable, **params)
+        # Bound here too: run alone, the statement goes to the driver without a Tx.
+        bound = bind(dict(params), refuse_nul=True, adapt_list=lambda value: value)
         result: list[Row] = await self._submit(
-            lambda tx: tx.all(query, **params), statements[0], params, route, True
+            lambda tx: tx.all(query, **params), statements[0], bound, route, durable
         )
         return result
 

@@ -67,6 +67,16 @@ _refused: set[str] = set()  # statements the server would not prepare here: psyc
 _prepared: weakref.WeakKeyDictionary[pq.abc.PGconn, _Prepared] = weakref.WeakKeyDictionary()
 
 
+def forget(conn: psycopg.Connection[Any]) -> None:
+    """What was prepared on ``conn`` may be gone: psycopg deallocates every prepared statement
+    of the connection, ours too, once a ``ROLLBACK`` ran through it while it had prepared some
+    of its own. The next send prepares again, under names never used on the connection (those
+    still there, if psycopg had none, stay unused)."""
+    prepared = _prepared.get(conn.pgconn)
+    if prepared is not None:
+        prepared.names.clear()
+
+
 def _statement(psycopg_text: str) -> _Statement:
     found = _statements.get(psycopg_text)
     if found is None:
@@ -152,13 +162,15 @@ class Answer:
 
 def send(
     conn: psycopg.Connection[Any], queued: Sequence[Later], statement: str,
-    params: dict[str, Any] | None,
+    params: dict[str, Any] | None, *, then: str | None = None,
 ) -> Answer | None:
     """Send ``queued`` (statements whose answers nobody reads, but a row count some expect) and
-    then ``statement`` in one pipeline, and wait for every answer. None, having sent nothing,
-    when psycopg must send them (see the module); raises psycopg's error for the first
+    then ``statement`` in one pipeline -- and ``then`` after it, a statement without values
+    whose answer is only checked (a ``COMMIT``) -- and wait for every answer. None, having sent
+    nothing, when psycopg must send them (see the module); raises psycopg's error for the first
     statement the server refused, or for a connection that failed."""
-    planned = _plan([*queued, ((statement,), params or {}, None, None)])
+    after: list[Later] = [] if then is None else [((then,), {}, None, None)]
+    planned = _plan([*queued, ((statement,), params or {}, None, None), *after])
     if planned is None or conn.info.encoding != "utf-8":
         return None
     pgconn = conn.pgconn
@@ -203,7 +215,7 @@ def send(
     for answer in answers:
         if answer.status == pq.ExecStatus.FATAL_ERROR:
             raise error_from_result(answer, encoding="utf-8")
-    last = answers[-1]
+    last = answers[-1 - len(after)]
     return Answer(_rows(conn, last), _count(last),
                   [(_count(answers[index]), expect, mismatch)
                    for index, expect, mismatch in counted])

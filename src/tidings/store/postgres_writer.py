@@ -45,6 +45,7 @@ from collections.abc import Callable
 import psycopg
 
 from tidings.errors import CommitOutcomeUnknownError
+from tidings.store import postgres_pipeline as pipeline
 from tidings.store.base import Query, Row, Wakeups
 from tidings.store.feed import FeedSignals
 from tidings.store.jobs import STOP, Job, committed, next_group, settle
@@ -67,6 +68,29 @@ _CAREFULLY = object()
 """What a batched attempt returns when the group must run again the careful way."""
 
 
+_NO_FSYNC: list[pipeline.Later] = [
+    (("BEGIN",), {}, None, None), (("SET LOCAL synchronous_commit = off",), {}, None, None),
+]
+
+
+def _alone(conn: psycopg.Connection[Row], job: Job) -> list[Row]:
+    """A lone single-statement unit in one round trip: in autocommit, or -- not durable (a
+    claim made on its own) -- as ``BEGIN``, the statement and ``COMMIT`` in one pipeline,
+    committed without waiting for its fsync (:meth:`Store.transact` says why)."""
+    assert job.statement is not None
+    if job.durable:
+        return fetch(conn.execute(job.statement, job.params))
+    answer = pipeline.send(conn, _NO_FSYNC, job.statement, job.params, then="COMMIT")
+    if answer is not None:
+        return answer.rows
+    with conn.pipeline():  # leaving it syncs: everything is answered (or raises)
+        conn.execute("BEGIN")
+        conn.execute("SET LOCAL synchronous_commit = off")
+        cursor = conn.execute(job.statement, job.params)
+        conn.execute("COMMIT")
+    return fetch(cursor)
+
+
 def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
     """Whether ``exc`` says the connection is gone (rather than the server refusing)."""
     sqlstate = getattr(exc, "sqlstate", None) or ""
@@ -79,6 +103,7 @@ def _rollback(conn: psycopg.Connection[Row]) -> int:
         return 0
     with contextlib.suppress(psycopg.Error):
         conn.execute("ROLLBACK")
+    pipeline.forget(conn)  # psycopg deallocated what the pipelines had prepared
     return 1
 
 
@@ -194,7 +219,7 @@ class GroupWriter:
                 lone = pending[0]
                 if len(pending) == 1 and lone.statement is not None:
                     self._round_trips[writer] += 1
-                    lone.result = fetch(conn.execute(lone.statement, lone.params))
+                    lone.result = _alone(conn, lone)
                     return conn
                 if carefully:
                     failed = self._attempt(conn, pending, writer)
