@@ -313,4 +313,3 @@ def _created(row: Row, conversation_id: ConversationId) -> Published:
 
 
 __all__ = ("Outbox", "OutboxConfig", "SweepReport")
-
