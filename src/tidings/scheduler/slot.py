@@ -98,7 +98,8 @@ def begin(
     )
     if delivered or (slot_free and cx.notified):
         state = dataclasses.replace(state, notifications=True)
-    decision = decide(cx.tx, cx.conversation_id, state, kinds)
+    decision = decide(cx.tx, cx.conversation_id, state, kinds,
+                      direct=any(task.direct for task in delivered))
     if record:
         for kind, reason in decision.yielded:
             cx.record_event("turn_yielded", {"start": kind.value, "reason": reason})
@@ -269,13 +270,15 @@ def start_queued(cx: ConversationTx, *, inputs_per_turn: int) -> bool:
 
 
 def decide(
-    tx: Tx, conversation_id: str, state: StartState, kinds: frozenset[StartKind]
+    tx: Tx, conversation_id: str, state: StartState, kinds: frozenset[StartKind],
+    *, direct: bool = False,
 ) -> StartDecision:
     """:func:`decide_start`, then L3's bound: a wake-up that only notifications of tasks begun
     by continuation-started work would answer starts nothing -- they wait for the next direct
-    turn, so work cannot wake the agent recursively."""
+    turn, so work cannot wake the agent recursively. ``direct``: the caller knows a direct
+    turn's notification waits unconsumed (it delivered one in this unit), so nothing is read."""
     decision = decide_start(state, kinds)
-    if decision.trigger is StartKind.WAKE and not state.ready_signals:
+    if decision.trigger is StartKind.WAKE and not state.ready_signals and not direct:
         row = tx.one("direct_notifications", conversation_id=conversation_id)
         if not (row and row["direct"]):
             return StartDecision(None, "continuation_started", tuple(

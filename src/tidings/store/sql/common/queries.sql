@@ -532,9 +532,11 @@ VALUES (:task_id, :conversation_id, :task_key, :run_id, :call_id, :command, :not
         :lifetime, 'running', :handed_off, :instance_id, :now_us);
 
 -- get_task --
--- A task, with where its work runs when that is an MCP server.
-SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+-- A task, with where its work runs when that is an MCP server, and what started the run that
+-- started it (whether its notification may wake the conversation, L3).
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, r.trigger AS run_trigger
   FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+  LEFT JOIN runs r ON r.run_id = t.run_id
  WHERE t.conversation_id = :conversation_id AND t.task_key = :task_key;
 
 -- finish_task --
@@ -562,8 +564,9 @@ UPDATE tasks SET notification_seq = :seq
  WHERE conversation_id = :conversation_id AND task_key = :task_key;
 
 -- undelivered_tasks --
-SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, r.trigger AS run_trigger
   FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
+  LEFT JOIN runs r ON r.run_id = t.run_id
  WHERE t.conversation_id = :conversation_id AND t.state <> 'running'
    AND t.delivered = 0 AND t.cancelled = 0
  ORDER BY t.ended_at_us, t.task_id;
