@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.tasks.journal import task_from_row
 from tidings.tasks.notify import (
     NOTIFICATION_KIND,
     NotificationFlags,
@@ -170,31 +169,3 @@ def test_h1_a_notice_is_the_journals_task_result_mail(
 ) -> None:
     meta: dict[str, Any] = {} if kind is None else {"kind": kind}
     assert is_notice(_input(origin, meta)) is notice
-
-
-def _task_row(run_id: str | None, run_trigger: str | None) -> dict[str, Any]:
-    return {
-        "task_id": "task_1", "conversation_id": "conv_1", "task_key": "t1", "run_id": run_id,
-        "call_id": None, "command": "sleep 1", "notify": "on_exit", "lifetime": "conversation",
-        "state": "exited", "exit_code": 0, "signal": None, "event_id": "evt_1", "committed": 1,
-        "handed_off": 1, "delivered": 1, "consumed": 0, "cancelled": 0,
-        "reported_in_tool_result": 0, "continuation_error": None, "notification_seq": None,
-        "result_id": None, "stdout_bytes": 0, "stderr_bytes": 0, "excerpt": b"",
-        "excerpt_truncated": 0, "duration_ms": 1, "started_at_us": 1, "ended_at_us": 2,
-        "run_trigger": run_trigger,
-    }
-
-
-@pytest.mark.parametrize(("run_id", "trigger", "direct"), [
-    (None, None, True),  # started outside any run (by the host)
-    ("run_1", "person", True),
-    ("run_1", "agent", True),
-    ("run_1", "mail", True),
-    ("run_1", "wake", False),  # continuation-started work wakes nothing by itself
-    ("run_1", "goal", False),
-    ("run_1", None, False),  # not known from the record: the database is asked
-])
-def test_l3_a_task_record_knows_when_its_notification_may_wake(
-    run_id: str | None, trigger: str | None, direct: bool
-) -> None:
-    assert task_from_row(_task_row(run_id, trigger)).direct is direct

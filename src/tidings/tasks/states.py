@@ -14,11 +14,7 @@ from dataclasses import dataclass, replace
 from tidings.records.transcript import ConversationTx
 from tidings.store import Row
 from tidings.tasks.notify import NotificationFlags, Notify, TaskState
-from tidings.types import ConversationId, StartKind, new_id
-
-DIRECT_TRIGGERS = frozenset({StartKind.PERSON.value, StartKind.AGENT.value, StartKind.MAIL.value})
-"""The runs whose tasks' notifications wake their conversation (L3): those a person, an agent
-or the kernel's mail started -- not those that a wake or a goal started."""
+from tidings.types import ConversationId, new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +55,10 @@ class TaskRecord:
     mcp_task_id: str | None = None
     instance_id: str | None = None
     """The instance that follows the task (started it, or adopted it)."""
-    run_trigger: str | None = None
-    """What started the run that started the task (a :class:`StartKind` value), when the row
-    was read with it; None also when there is no such run."""
-
-    @property
-    def direct(self) -> bool:
-        """Known to be a direct turn's task -- a person's, an agent's, the kernel's mail -- or
-        one started outside any run: its notification wakes the conversation (L3). False when
-        that is not known from the record."""
-        return self.run_id is None or self.run_trigger in DIRECT_TRIGGERS
+    direct: bool = False
+    """Known to be a direct turn's task (a person's, an agent's, the kernel's mail) or one
+    started outside any run, whose notification wakes the conversation (L3), as the store
+    decides it; False also when the row was read without it."""
 
     @property
     def flags(self) -> NotificationFlags:
@@ -110,7 +100,7 @@ def task_from_row(row: Row) -> TaskRecord:
         duration_ms=row["duration_ms"],
         started_at_us=int(row["started_at_us"]),
         ended_at_us=row["ended_at_us"],
-        run_trigger=row.get("run_trigger"),
+        direct=bool(row.get("direct")),
         mcp_server=row.get("mcp_server"),
         mcp_tool=row.get("mcp_tool"),
         mcp_task_id=row.get("mcp_task_id"),

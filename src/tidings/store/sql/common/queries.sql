@@ -531,10 +531,16 @@ INSERT INTO tasks (task_id, conversation_id, task_key, run_id, call_id, command,
 VALUES (:task_id, :conversation_id, :task_key, :run_id, :call_id, :command, :notify,
         :lifetime, 'running', :handed_off, :instance_id, :now_us);
 
+-- {direct_run} --
+-- Whether task t's run r (joined on t.run_id) was a direct turn -- a person's, an agent's, the
+-- kernel's mail -- or the task ran outside any run (the host started it): only such a task's
+-- notification wakes its conversation (L3).
+(r.run_id IS NULL OR r.trigger IN ('person', 'agent', 'mail'))
+
 -- get_task --
--- A task, with where its work runs when that is an MCP server, and what started the run that
--- started it (whether its notification may wake the conversation, L3).
-SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, r.trigger AS run_trigger
+-- A task, with where its work runs when that is an MCP server, and whether its notification
+-- may wake the conversation.
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, {direct_run} AS direct
   FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
   LEFT JOIN runs r ON r.run_id = t.run_id
  WHERE t.conversation_id = :conversation_id AND t.task_key = :task_key;
@@ -564,7 +570,7 @@ UPDATE tasks SET notification_seq = :seq
  WHERE conversation_id = :conversation_id AND task_key = :task_key;
 
 -- undelivered_tasks --
-SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, r.trigger AS run_trigger
+SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, {direct_run} AS direct
   FROM tasks t LEFT JOIN mcp_tasks m ON m.task_id = t.task_id
   LEFT JOIN runs r ON r.run_id = t.run_id
  WHERE t.conversation_id = :conversation_id AND t.state <> 'running'
@@ -572,13 +578,10 @@ SELECT t.*, m.server AS mcp_server, m.tool AS mcp_tool, m.mcp_task_id, r.trigger
  ORDER BY t.ended_at_us, t.task_id;
 
 -- direct_notifications --
--- Whether a notification waiting unconsumed belongs to a task that a direct turn (a person's,
--- an agent's, the kernel's mail) started: only those wake the conversation (L3).
--- A task started outside any run (by the host) counts as direct.
+-- Whether a notification waiting unconsumed belongs to a task that may wake the conversation.
 SELECT EXISTS (SELECT 1 FROM tasks t LEFT JOIN runs r ON r.run_id = t.run_id
                 WHERE t.conversation_id = :conversation_id AND t.delivered = 1
-                  AND t.consumed = 0
-                  AND (r.run_id IS NULL OR r.trigger IN ('person', 'agent', 'mail'))) AS direct;
+                  AND t.consumed = 0 AND {direct_run}) AS direct;
 
 -- unconsumed_tasks --
 -- Notifications read into the transcript and not yet handled: one accepted at the door but not
