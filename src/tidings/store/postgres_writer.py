@@ -73,22 +73,20 @@ _NO_FSYNC: list[pipeline.Later] = [
 ]
 
 
-def _alone(conn: psycopg.Connection[Row], job: Job) -> list[Row]:
-    """A lone single-statement unit in one round trip: in autocommit, or -- not durable (a
-    claim made on its own) -- as ``BEGIN``, the statement and ``COMMIT`` in one pipeline,
-    committed without waiting for its fsync (:meth:`Store.transact` says why)."""
+def _alone(conn: psycopg.Connection[Row], job: Job) -> bool:
+    """Run a lone single-statement unit in one round trip, if it can be: in autocommit, or --
+    not durable (a claim made on its own) -- as ``BEGIN``, the statement and ``COMMIT`` in one
+    pipeline, committed without waiting for its fsync (:meth:`Store.transact` says why). False,
+    having sent nothing, when the pipeline cannot take its values: it runs as a group then."""
     assert job.statement is not None
     if job.durable:
-        return fetch(conn.execute(job.statement, job.params))
+        job.result = fetch(conn.execute(job.statement, job.params))
+        return True
     answer = pipeline.send(conn, _NO_FSYNC, job.statement, job.params, then="COMMIT")
-    if answer is not None:
-        return answer.rows
-    with conn.pipeline():  # leaving it syncs: everything is answered (or raises)
-        conn.execute("BEGIN")
-        conn.execute("SET LOCAL synchronous_commit = off")
-        cursor = conn.execute(job.statement, job.params)
-        conn.execute("COMMIT")
-    return fetch(cursor)
+    if answer is None:
+        return False
+    job.result = answer.rows
+    return True
 
 
 def _lost(conn: psycopg.Connection[Row], exc: psycopg.Error) -> bool:
@@ -217,9 +215,8 @@ class GroupWriter:
                 self._feed.sending_from(writer, conn.info.backend_pid)
             try:
                 lone = pending[0]
-                if len(pending) == 1 and lone.statement is not None:
+                if len(pending) == 1 and lone.statement is not None and _alone(conn, lone):
                     self._round_trips[writer] += 1
-                    lone.result = _alone(conn, lone)
                     return conn
                 if carefully:
                     failed = self._attempt(conn, pending, writer)
