@@ -84,8 +84,8 @@ class Kernel:
         self.background = BackgroundTasks(
             store, self.clock, self.supervisor, self.instance.instance_id,
             results=self.keyring.known, metrics=self.metrics, tracing=self.tracing,
-            start_with=lambda conversation_id, write: self.coordinator.start_with(
-                conversation_id, StartKind.WAKE, write, record=False
+            start_with=lambda conversation_id, write, ahead: self.coordinator.start_with(
+                conversation_id, StartKind.WAKE, write, record=False, ahead=ahead
             ),
         )
         self.relay = ChildRelay(

@@ -46,7 +46,7 @@ from tidings.scheduler.entries import Entries, Entry
 from tidings.scheduler.pacing import PASS_BUDGET_S, Pacer
 from tidings.scheduler.slot import Begin, recover_interrupted
 from tidings.scheduler.starter import Starter, written
-from tidings.store import Store
+from tidings.store import Store, Tx
 from tidings.support.lifetime import Loop
 from tidings.support.policy import check_id
 from tidings.turns.runner import TurnConfig, TurnOutcome, TurnPlan, TurnRunner
@@ -139,7 +139,7 @@ class Coordinator(Loop):
 
     async def start_with(
         self, conversation_id: str, kind: StartKind, write: Callable[[ConversationTx], T],
-        *, record: bool = True,
+        *, record: bool = True, ahead: Callable[[Tx], None] | None = None,
     ) -> T:
         """Run ``write`` on the locked conversation in the same unit that takes its slot for
         ``kind`` -- a person's post and the start of the turn it asks for, one commit.
@@ -151,11 +151,15 @@ class Coordinator(Loop):
         finishing (its turn task returning, its keeper stopping): it waits for the driver to
         go, rather than write alone and leave the start to a unit of its own (one commit more
         per turn). The wait ends early if anything else asks for the conversation meanwhile.
+
+        ``ahead``, when given, is called with the unit's transaction before the conversation is
+        locked, to say what ``write`` reads first (:meth:`Tx.read_ahead`).
         """
         await self._entries.let_finish(conversation_id)
         if self._closing or conversation_id in self._entries or self._capacity.full():
             result = await self.store.transact(
-                lambda tx: self._starter.alone(tx, conversation_id, write), route=conversation_id
+                lambda tx: self._starter.alone(tx, conversation_id, write, ahead=ahead),
+                route=conversation_id,
             )
             self.request(conversation_id, kind, record=record)
             return result
@@ -164,7 +168,7 @@ class Coordinator(Loop):
         try:
             result, begin = await self.store.transact(
                 lambda tx: self._starter.begin_with(tx, conversation_id, kind, write,
-                                                    record=record),
+                                                    record=record, ahead=ahead),
                 route=conversation_id,
             )
         except BaseException:

@@ -71,16 +71,25 @@ class Starter:
     def begin_with(
         self, tx: Tx, conversation_id: str, kind: StartKind,
         write: Callable[[ConversationTx], T], *, record: bool,
+        ahead: Callable[[Tx], None] | None = None,
     ) -> tuple[T, Begin]:
-        """The unit that runs ``write`` and takes the slot for ``kind``: one commit."""
+        """The unit that runs ``write`` and takes the slot for ``kind``: one commit. ``ahead``
+        says what ``write`` reads first (:meth:`Tx.read_ahead`)."""
+        if ahead is not None:
+            ahead(tx)
         cx = ConversationTx.lock(tx, conversation_id, self.clock)
         result = write(cx)
         begin = self.begin_locked(cx, frozenset({kind}), record=record)
         cx.save()
         return result, begin
 
-    def alone(self, tx: Tx, conversation_id: str, write: Callable[[ConversationTx], T]) -> T:
+    def alone(
+        self, tx: Tx, conversation_id: str, write: Callable[[ConversationTx], T],
+        *, ahead: Callable[[Tx], None] | None = None,
+    ) -> T:
         """The unit that runs ``write`` when its start is left to a unit of its own."""
+        if ahead is not None:
+            ahead(tx)
         cx = ConversationTx.lock(tx, conversation_id, self.clock)
         result = write(cx)
         # A task's end written beside a turn: its notice is accepted now, not when a turn reads

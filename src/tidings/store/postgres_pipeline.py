@@ -152,25 +152,31 @@ def _plan(queued: Sequence[Later]) -> list[_Planned] | None:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What :func:`send` brings back: the last statement's rows and row count, and the row
-    count of each queued write that expects one, in order, with its expectation."""
+    """What :func:`send` brings back: the statement's rows and row count, the row count of each
+    queued write that expects one, in order, with its expectation, and the rows of each read
+    sent after the statement (``also``), in order."""
 
     rows: list[dict[str, Any]]
     rowcount: int
     counts: list[Count]
+    also: list[list[dict[str, Any]]]
 
 
 def send(
     conn: psycopg.Connection[Any], queued: Sequence[Later], statement: str,
-    params: dict[str, Any] | None, *, then: str | None = None,
+    params: dict[str, Any] | None, *, also: Sequence[tuple[str, dict[str, Any]]] = (),
+    then: str | None = None,
 ) -> Answer | None:
-    """Send ``queued`` (statements whose answers nobody reads, but a row count some expect) and
-    then ``statement`` in one pipeline -- and ``then`` after it, a statement without values
-    whose answer is only checked (a ``COMMIT``) -- and wait for every answer. None, having sent
-    nothing, when psycopg must send them (see the module); raises psycopg's error for the first
+    """Send ``queued`` (statements whose answers nobody reads, but a row count some expect),
+    then ``statement`` and the reads of ``also`` (each a statement and its values, answered
+    too) in one pipeline -- and ``then`` after them, a statement without values whose answer
+    is only checked (a ``COMMIT``) -- and wait for every answer. None, having sent nothing,
+    when psycopg must send them (see the module); raises psycopg's error for the first
     statement the server refused, or for a connection that failed."""
     after: list[Later] = [] if then is None else [((then,), {}, None, None)]
-    planned = _plan([*queued, ((statement,), params or {}, None, None), *after])
+    answered: list[Later] = [((text,), values, None, None)
+                             for text, values in ((statement, params or {}), *also)]
+    planned = _plan([*queued, *answered, *after])
     if planned is None or conn.info.encoding != "utf-8":
         return None
     pgconn = conn.pgconn
@@ -178,6 +184,7 @@ def send(
     preparing: dict[_Key, tuple[int, str, bytes]] = {}  # prepared in this pipeline: its answer
     counted: list[Count] = []  # the answer's index (a count once answered), as expected
     sent = 0  # the answers to wait for, one per query sent
+    at: list[int] = []  # each planned statement's answer (a preparation's comes before it)
     pgconn.enter_pipeline_mode()
     try:
         for text, planned_statement, values, formats, types, expect, mismatch in planned:
@@ -194,6 +201,7 @@ def send(
                     preparing[key] = (sent, text, name)
                     sent += 1
                 pgconn.send_query_prepared(name, values, param_formats=formats)
+            at.append(sent)
             if expect is not None:
                 counted.append((sent, expect, mismatch))
             sent += 1
@@ -215,10 +223,12 @@ def send(
     for answer in answers:
         if answer.status == pq.ExecStatus.FATAL_ERROR:
             raise error_from_result(answer, encoding="utf-8")
-    last = answers[-1 - len(after)]
-    return Answer(_rows(conn, last), _count(last),
+    first = len(at) - len(after) - len(answered)  # the statement's, then the reads'
+    reads = [answers[index] for index in at[first:first + len(answered)]]
+    return Answer(_rows(conn, reads[0]), _count(reads[0]),
                   [(_count(answers[index]), expect, mismatch)
-                   for index, expect, mismatch in counted])
+                   for index, expect, mismatch in counted],
+                  [_rows(conn, read) for read in reads[1:]])
 
 
 def _count(answer: pq.abc.PGresult) -> int:

@@ -182,19 +182,23 @@ class Batch:
         self.round_trips = 0
 
     def send(
-        self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False
-    ) -> tuple[list[Row], int, list[_Check]]:
-        """Send what is queued and ``statement``; its rows and row count, answered, and the row
-        counts of the queued statements still to check."""
+        self, statement: str, params: dict[str, Any] | None = None, *, binary: bool = False,
+        also: tuple[str, dict[str, Any]] | None = None,
+    ) -> tuple[list[Row], int, list[_Check], list[Row] | None]:
+        """Send what is queued, ``statement`` and the read ``also`` (a statement and its
+        values) after it; the statement's rows and row count, answered, the row counts of the
+        queued statements still to check, and the read's rows (None without one)."""
         self.round_trips += 1
-        if not self.queued:
+        if not self.queued and also is None:
             cursor = self._conn.execute(statement, params, binary=binary)
-            return fetch(cursor), cursor.rowcount, []
+            return fetch(cursor), cursor.rowcount, [], None
         queued, self.queued = self.queued, []
         if not binary:
-            answer = pipeline.send(self._conn, queued, statement, params)
+            answer = pipeline.send(self._conn, queued, statement, params,
+                                   also=() if also is None else (also,))
             if answer is not None:
-                return answer.rows, answer.rowcount, answer.counts
+                return (answer.rows, answer.rowcount, answer.counts,
+                        None if also is None else answer.also[0])
         checks: list[tuple[psycopg.Cursor[Row], int, Callable[[], Exception] | None]] = []
         with self._conn.pipeline():  # leaving it syncs: everything is answered (or raises)
             for statements, later_params, expect, mismatch in queued:
@@ -202,7 +206,9 @@ class Batch:
                 if expect is not None:
                     checks.append((cursors[-1], expect, mismatch))
             cursor = self._conn.execute(statement, params, binary=binary)
-        return fetch(cursor), cursor.rowcount, [(c.rowcount, e, m) for c, e, m in checks]
+            read = None if also is None else self._conn.execute(also[0], also[1], binary=binary)
+        return (fetch(cursor), cursor.rowcount, [(c.rowcount, e, m) for c, e, m in checks],
+                None if read is None else fetch(read))
 
 
 class PostgresTx(Tx):
@@ -232,24 +238,56 @@ class PostgresTx(Tx):
         self._binary = binary
         self._batch = batch
         self.round_trips = 0
+        self._ahead: tuple[str, dict[str, Any], str, dict[str, Any]] | None = None
+        """A read asked for ahead (:meth:`read_ahead`): its query and values as asked, its
+        statement and values as bound -- sent with the next statement that answers."""
+        self._ahead_rows: tuple[str, dict[str, Any], list[Row]] | None = None
+        """That read's rows, until anything else runs: its query, its values, its rows."""
 
     def run_ddl(self, statement: str) -> None:
         self.flush()
         self.round_trips += 1
         self._conn.execute(statement)  # no parameters: '%' in DDL stays literal
 
+    def read_ahead(self, query: str, **params: Any) -> None:
+        self._ahead_rows = None
+        statements = self._statements(query)
+        if len(statements) == 1:
+            self._ahead = (query, dict(params), statements[0], self._bind(params))
+
+    def all(self, query: str, **params: Any) -> list[Row]:
+        ahead, found = self._ahead, self._ahead_rows
+        if found is not None and found[0] == query and found[1] == params:
+            self._ahead_rows = None
+            return found[2]  # read with the statement before it, nothing run since
+        if ahead is not None and ahead[0] == query and ahead[1] == params:
+            self._ahead = None  # asked for before anything carried it: read now, once
+        return super().all(query, **params)
+
     def _run(self, statement: str, params: dict[str, Any]) -> tuple[list[Row], int]:
+        self._ahead_rows = None
+        ahead, self._ahead = self._ahead, None
+        also = None if ahead is None else (ahead[2], ahead[3])
         if self._batch is None:
             self.flush()
             self.round_trips += 1
-            cursor = self._conn.execute(statement, params, binary=self._binary)
+            if also is None:
+                cursor = self._conn.execute(statement, params, binary=self._binary)
+                return fetch(cursor), cursor.rowcount
+            with self._conn.pipeline():
+                cursor = self._conn.execute(statement, params, binary=self._binary)
+                read = self._conn.execute(also[0], also[1], binary=self._binary)
+            rows, count = fetch(cursor), cursor.rowcount
+            read_rows: list[Row] | None = fetch(read)
         else:  # what the group queued, this unit's writes and this statement: a round trip
             self._batch.queued += self._later
             self._later = []
-            rows, count, checks = self._batch.send(statement, params, binary=self._binary)
+            rows, count, checks, read_rows = self._batch.send(
+                statement, params, binary=self._binary, also=also)
             _check(checks)  # only this unit's: a unit's own checks are made before it ends
-            return rows, count
-        return fetch(cursor), cursor.rowcount
+        if ahead is not None and read_rows is not None:
+            self._ahead_rows = (ahead[0], ahead[1], read_rows)
+        return rows, count
 
     def run_later(
         self,
@@ -259,6 +297,7 @@ class PostgresTx(Tx):
         mismatch: Callable[[], Exception] | None = None,
         **params: Any,
     ) -> None:
+        self._ahead_rows = None  # a read after this write must see it
         statements = self._statements(query)
         if expect is not None and self._batch is not None and len(statements) == 1:
             wrapped = expecting(statements[0], expect)
@@ -274,7 +313,7 @@ class PostgresTx(Tx):
             self._batch.queued += later
             if any(expect is not None for _, _, expect, _ in later):
                 # A row count the server cannot check is this unit's to check, now.
-                _, _, checks = self._batch.send("SELECT 1")
+                _, _, checks, _ = self._batch.send("SELECT 1")
                 _check(checks)
             return
         self.round_trips += 1  # one statement, or one pipeline

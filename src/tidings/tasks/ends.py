@@ -21,6 +21,7 @@ runtime can follow: then it is adopted (B5).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -54,7 +55,11 @@ _STATES = {
 }
 
 
-StartWith = Callable[[ConversationId, Callable[[ConversationTx], bool]], Awaitable[bool]]
+StartWith = Callable[
+    [ConversationId, Callable[[ConversationTx], bool], Callable[[Tx], None]], Awaitable[bool]
+]
+"""Runs a write on the locked conversation in the unit that starts its woken turn; the third
+argument says, before the lock, what the write reads first (:meth:`Tx.read_ahead`)."""
 """Runs a write on the locked conversation in the unit that starts its woken turn."""
 
 END_RETRY_BASE = timedelta(milliseconds=50)
@@ -230,7 +235,9 @@ class TaskEnds(Loop):
         left_when_closing = CLOSING_ATTEMPTS
         while True:
             try:
-                return await self._start_with(conversation_id, record)
+                return await self._start_with(
+                    conversation_id, record,
+                    lambda tx: journal.read_ahead(tx, conversation_id, task_key))
             except StoreError as exc:
                 attempt += 1
                 if self._closing.is_set():
@@ -307,7 +314,11 @@ class TaskEnds(Loop):
                 journal.finish(cx, task, state=TaskState.LOST)
                 return True
 
-            if await self._start_with(conversation_id, lose):
+            if await self._start_with(
+                conversation_id, lose,
+                functools.partial(journal.read_ahead, conversation_id=conversation_id,
+                                  task_key=task_key),
+            ):
                 marked += 1
                 lost_span(self.tracing, lost[-1])
         return marked
@@ -319,6 +330,7 @@ class TaskEnds(Loop):
         follow it once that is committed."""
 
         def adopt(tx: Tx) -> journal.TaskRecord | None:
+            journal.read_ahead(tx, conversation_id, task_key)
             cx = ConversationTx.lock(tx, conversation_id, self.clock)
             task = journal.get(cx, task_key)
             adopted = task is not None and journal.adopt(

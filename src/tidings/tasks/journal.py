@@ -41,6 +41,7 @@ from tidings.tasks.states import (
     get,
     of_run,
     open_references,
+    read_ahead,
     record_mcp_task,
     record_process,
     set_flags,
@@ -273,5 +274,5 @@ __all__ = (
     "TaskRecord", "accept_due", "adopt", "cancel", "cancel_run", "commit_calls", "consume",
     "deliver_due", "finish", "get", "hand_off", "join", "keep_unconsumed", "mark_committed",
     "mark_reported", "of_run", "open_references", "output_dropped", "queued_notices", "read",
-    "record_mcp_task", "record_process", "start", "task_from_row", "unconsumed",
+    "read_ahead", "record_mcp_task", "record_process", "start", "task_from_row", "unconsumed",
 )

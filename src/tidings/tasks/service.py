@@ -147,6 +147,7 @@ class BackgroundTasks:
             pid, identity = running.pid, process_identity(running.pid)
 
             def where(tx: Tx) -> None:
+                journal.read_ahead(tx, conversation_id, task_key)
                 cx = ConversationTx.lock(tx, conversation_id, self.clock)
                 task = journal.get(cx, task_key)
                 if task is not None:

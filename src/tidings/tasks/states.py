@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tidings.records.transcript import ConversationTx
-from tidings.store import Row
+from tidings.store import Row, Tx
 from tidings.tasks.notify import NotificationFlags, Notify, TaskState
 from tidings.types import ConversationId, new_id
 
@@ -163,6 +163,12 @@ def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
     return None if row is None else task_from_row(row)
 
 
+def read_ahead(tx: Tx, conversation_id: str, task_key: str) -> None:
+    """Say, before the conversation is locked, that the unit's first read under the lock is
+    :func:`get` of ``task_key``: a dialect may send the two together (:meth:`Tx.read_ahead`)."""
+    tx.read_ahead("get_task", conversation_id=conversation_id, task_key=task_key)
+
+
 def finish(
     cx: ConversationTx,
     task: TaskRecord,
@@ -233,6 +239,6 @@ def open_references(cx: ConversationTx) -> list[dict[str, object]]:
 
 
 __all__ = (
-    "TaskRecord", "adopt", "finish", "get", "of_run", "open_references", "record_mcp_task",
-    "record_process", "set_flags", "start", "task_from_row",
+    "TaskRecord", "adopt", "finish", "get", "of_run", "open_references", "read_ahead",
+    "record_mcp_task", "record_process", "set_flags", "start", "task_from_row",
 )
