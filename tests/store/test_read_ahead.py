@@ -65,7 +65,9 @@ async def test_s1_a_task_read_ahead_is_read_with_the_lock(backend: Backend) -> N
 
         plain, plain_trips = await _spent(store, read(False), conv)
         early, early_trips = await _spent(store, read(True), conv)
-        assert plain is not None and plain.task_key == "t2" and plain.command == "sleep t2"
+        assert plain is not None
+        assert plain.task_key == "t2"
+        assert plain.command == "sleep t2"
         assert early == plain
         if backend.name == "postgres":
             # BEGIN and the lock, the task, COMMIT -- against the lock and the task together.
@@ -140,7 +142,8 @@ async def test_s1_a_read_ahead_outside_a_group_goes_in_one_pipeline(
             assert tx.one("lock_conversation", conversation_id=conv) is not None
             row = tx.one("get_task", conversation_id=conv, task_key="t2")
             assert tx.round_trips == 1
-            assert row is not None and row["command"] == "sleep t2"
+            assert row is not None
+            assert row["command"] == "sleep t2"
             assert tx.one("get_task", conversation_id=conv, task_key="t2") == row
             assert tx.round_trips == 2  # answered once: a second read asks the server
     finally:

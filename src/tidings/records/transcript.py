@@ -129,8 +129,6 @@ class ConversationTx:
         self.clock = clock
         self.now_us = clock.now_us()
         self.conversation = conversation_from_row(row)
-        self.slot = Slot(self)
-        """The conversation's slot, on its row: hold, fence and release it here."""
         self._saved_conversation = self.conversation
         self._saved_state = tuple(map(self.row.__getitem__, STATE_COLUMNS))
         self._events: list[dict[str, Any]] = []
@@ -146,6 +144,13 @@ class ConversationTx:
         self.changed_tasks: dict[str, Any] = {}
         """The task journal's records this unit wrote, newest per task id: when no
         notification waited undelivered as the unit began, only these can be due now."""
+
+    @property
+    def slot(self) -> Slot:
+        """The conversation's slot, on its row: hold, fence and release it here. A view made
+        when asked: held by the transaction, it would make a reference cycle, and every unit's
+        transaction would wait for the garbage collector to be freed."""
+        return Slot(self)
 
     locked_ns: int | None = None
     """The monotonic time (``time.monotonic_ns``) just before :meth:`lock` read the row: what
