@@ -143,27 +143,29 @@ def check_signal_payload(payload: Any) -> None:
     """
     if not isinstance(payload, dict):
         raise InvalidInputError("a signal payload must be a JSON object")
+    _check_payload_value(payload, 1)
 
-    def walk(value: Any, depth: int) -> None:
-        if depth > MAX_PAYLOAD_DEPTH:
-            raise InvalidInputError(
-                f"a signal payload may nest at most {MAX_PAYLOAD_DEPTH} levels; "
-                "put bulk data in a result envelope and reference it"
-            )
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise InvalidInputError("signal payload keys must be strings")
-                if is_secret_key(key):
-                    raise InvalidInputError(
-                        f"signal payloads carry references, never secrets: key {key!r} refused"
-                    )
-                walk(item, depth + 1)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, depth + 1)
 
-    walk(payload, 1)
+def _check_payload_value(value: Any, depth: int) -> None:
+    """:func:`check_signal_payload` of one value at ``depth`` (a function of the module: a
+    nested one calling itself would be a reference cycle made at every publish)."""
+    if depth > MAX_PAYLOAD_DEPTH:
+        raise InvalidInputError(
+            f"a signal payload may nest at most {MAX_PAYLOAD_DEPTH} levels; "
+            "put bulk data in a result envelope and reference it"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInputError("signal payload keys must be strings")
+            if is_secret_key(key):
+                raise InvalidInputError(
+                    f"signal payloads carry references, never secrets: key {key!r} refused"
+                )
+            _check_payload_value(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_payload_value(item, depth + 1)
 
 
 def fenced_json(value: object) -> str:
