@@ -149,3 +149,36 @@ async def test_s1_a_read_ahead_outside_a_group_goes_in_one_pipeline(
     finally:
         await store.close()
         drop_postgres_database(postgres_template, url)
+
+
+async def test_s1_a_turns_end_reads_its_notifications_tasks_with_the_lock(
+    backend: Backend,
+) -> None:
+    """A turn that read a task's notification handles it as it ends (T5): the notified tasks
+    are asked for ahead and come with the lock."""
+    store = await open_store(backend.url)
+    try:
+        conv = await _conversation_with_tasks(store)
+
+        def notified(tx: Tx) -> None:
+            tx.execute("set_task_flags", task_id=f"task_t2_{conv}", committed=1, handed_off=1,
+                       delivered=1, consumed=0, cancelled=0, reported_in_tool_result=0,
+                       continuation_error=None, notification_seq=7)
+
+        await store.transact(notified, route=conv)
+
+        def ending(ahead: bool) -> Any:
+            def unit(tx: Tx) -> list[str]:
+                if ahead:
+                    journal.read_unconsumed_ahead(tx, conv)
+                cx = ConversationTx.lock(tx, conv, CLOCK)
+                return [task.task_key for task in journal.unconsumed(cx)]
+            return unit
+
+        plain, plain_trips = await _spent(store, ending(False), conv)
+        early, early_trips = await _spent(store, ending(True), conv)
+        assert plain == early == ["t2"]
+        if backend.name == "postgres":
+            assert (plain_trips, early_trips) == (3, 2)
+    finally:
+        await store.close()

@@ -33,6 +33,7 @@ from tidings.mail.door import Door, kernel_author
 from tidings.records.results import Drop, dropped_from
 from tidings.records.rows import input_from_row
 from tidings.records.transcript import ConversationTx
+from tidings.store import Tx
 from tidings.tasks.notify import ProcessFacts, is_eligible, is_notice, render
 from tidings.tasks.states import (
     TaskRecord,
@@ -128,6 +129,12 @@ def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str)
     for task in tasks:
         if task.delivered and not task.consumed:
             set_flags(cx, replace(task, continuation_error=error[:500]))
+
+
+def read_unconsumed_ahead(tx: Tx, conversation_id: str) -> None:
+    """Say, before the conversation is locked, that the unit reads :func:`unconsumed` first:
+    a dialect may send the two together (:meth:`Tx.read_ahead`)."""
+    tx.read_ahead("unconsumed_tasks", conversation_id=conversation_id)
 
 
 def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
@@ -274,5 +281,6 @@ __all__ = (
     "TaskRecord", "accept_due", "adopt", "cancel", "cancel_run", "commit_calls", "consume",
     "deliver_due", "finish", "get", "hand_off", "join", "keep_unconsumed", "mark_committed",
     "mark_reported", "of_run", "open_references", "output_dropped", "queued_notices", "read",
-    "read_ahead", "record_mcp_task", "record_process", "start", "task_from_row", "unconsumed",
+    "read_ahead", "read_unconsumed_ahead", "record_mcp_task", "record_process", "start",
+    "task_from_row", "unconsumed",
 )

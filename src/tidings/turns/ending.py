@@ -10,8 +10,9 @@ the turn owes through its :class:`~tidings.turns.obligations.TurnObligations`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tidings.conversations.approvals import Approvals
@@ -23,7 +24,9 @@ from tidings.mail.door import Door
 from tidings.models.base import ModelReply
 from tidings.records.outbox import Outbox
 from tidings.records.transcript import ConversationTx
+from tidings.store import Tx
 from tidings.tasks import journal
+from tidings.tasks.notify import NOTIFICATION_KIND
 from tidings.turns.fallback import model_failures
 from tidings.turns.obligations import TurnObligations
 from tidings.turns.plan import TurnFailed, TurnPlan, TurnProgress, TurnTasks
@@ -93,7 +96,7 @@ class TurnEnding:
             return run
 
         try:
-            run = await self.writer.commit(plan, progress, write)
+            run = await self.writer.commit(plan, progress, write, ahead=_notices_ahead(plan))
         except (SlotLostError, CommitOutcomeUnknownError):
             raise
         except TidingsError as exc:
@@ -158,7 +161,7 @@ class TurnEnding:
                 cx.update(awaiting_person=True)
             return self._end_run(cx, plan, progress, failure.status, failure.code, failure.errors)
 
-        run = await self.writer.commit(plan, progress, write)
+        run = await self.writer.commit(plan, progress, write, ahead=_notices_ahead(plan))
         self.obligations.kick_relay(progress)
         if failure.code == "stopped" and self.tasks is not None:
             # A turn-lifetime task does not outlive its stopped turn.
@@ -245,6 +248,15 @@ def _reply_sources(cx: ConversationTx, plan: TurnPlan, progress: TurnProgress) -
     mail = [receipt_of(i, owner=cx.conversation.owner) for i in plan.inputs
             if i.origin.is_kernel and i.input_id in progress.taken]
     return combined_sources(mail).as_meta() if mail else {}
+
+
+def _notices_ahead(plan: TurnPlan) -> Callable[[Tx], None] | None:
+    """A turn that began by reading task notifications handles them as it ends (T5): their
+    tasks' rows are asked for with the lock (:meth:`Tx.read_ahead`)."""
+    if not any(m.meta.get("kind") == NOTIFICATION_KIND for m in plan.appended):
+        return None
+    return functools.partial(journal.read_unconsumed_ahead,
+                             conversation_id=plan.conversation_id)
 
 
 def _slug(code: str) -> str:

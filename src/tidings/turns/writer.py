@@ -32,11 +32,15 @@ class TurnWriter:
         self.history = history
 
     async def commit(
-        self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T]
+        self, plan: TurnPlan, progress: TurnProgress, write: Callable[[ConversationTx], T],
+        *, ahead: Callable[[Tx], None] | None = None,
     ) -> T:
-        """Run ``write`` fenced by the slot; once durable, the pending inputs are written."""
+        """Run ``write`` fenced by the slot; once durable, the pending inputs are written.
+        ``ahead`` says, before the lock, what ``write`` reads first (:meth:`Tx.read_ahead`)."""
 
         def unit(tx: Tx) -> tuple[T, list[Message]]:
+            if ahead is not None:
+                ahead(tx)
             cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
             cx.slot.require(plan.slot_token)
             result = write(cx)
