@@ -511,9 +511,13 @@ CREATE OR REPLACE TRIGGER a2a_push_publish
 
 -- A2A later answers (P2): a kernel mail input after the run it answers ended is a new task;
 -- the configs of that run's tasks are copied to it and announce it (see migration 0020).
+-- A conversation no config watches skips both queries (migration 0024).
 CREATE OR REPLACE FUNCTION a2a_push_later_answer() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO a2a_push_configs (task_id, owner, config_id, conversation_id, url, token,
+    IF NOT EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.conversation_id = NEW.conversation_id)
+    THEN RETURN NULL
+    ; END IF
+    ; INSERT INTO a2a_push_configs (task_id, owner, config_id, conversation_id, url, token,
                                   auth_scheme, auth_credentials, created_at_us)
     SELECT NEW.data::jsonb ->> 'input_id', c.owner, c.config_id, c.conversation_id,
            c.url, c.token, c.auth_scheme, c.auth_credentials, NEW.at_us
