@@ -104,13 +104,10 @@ class Tx(ABC):
 
     def read_ahead(self, query: str, **params: Any) -> None:
         """Say that the unit reads ``query`` with ``params`` right after the next statement
-        that answers (the conversation's locked read, say), before anything else.
-
-        A dialect may send the read with that statement (PostgreSQL pipelines them: one round
-        trip for both) and answer the unit's :meth:`all` or :meth:`one` of the same query and
-        values from it -- only when nothing else ran in between, so the unit reads exactly
-        what it would have read then. Otherwise the read runs when it is made; here, always.
-        """
+        that answers (the conversation's locked read, say). A dialect may send the read with
+        that statement (PostgreSQL: one round trip for both) and answer the unit's read of the
+        same query and values from it, only when nothing else ran in between; here the read
+        runs when it is made."""
         return None
 
     def execute(self, query: str, **params: Any) -> int:
