@@ -19,7 +19,7 @@ from tests.conftest import Backend, drop_postgres_database, fresh_postgres_datab
 from tidings.clock import SystemClock
 from tidings.conversations.catalog import Conversations
 from tidings.records.transcript import ConversationTx
-from tidings.store import Store, Tx, open_store
+from tidings.store import Store, Tx
 from tidings.store.postgres import PostgresStore, PostgresTx
 from tidings.tasks import journal
 from tidings.types import Profile
@@ -50,80 +50,64 @@ async def _spent(store: Store, unit: Any, conv: str) -> tuple[Any, int | None]:
     return result, None if before is None or after is None else after - before
 
 
-async def test_s1_a_task_read_ahead_is_read_with_the_lock(backend: Backend) -> None:
-    store = await open_store(backend.url)
-    try:
-        conv = await _conversation_with_tasks(store)
+async def test_s1_a_task_read_ahead_is_read_with_the_lock(backend: Backend, store: Store) -> None:
+    conv = await _conversation_with_tasks(store)
 
-        def read(ahead: bool) -> Any:
-            def unit(tx: Tx) -> Any:
-                if ahead:
-                    journal.read_ahead(tx, conv, "t2")
-                cx = ConversationTx.lock(tx, conv, CLOCK)
-                return journal.get(cx, "t2")
-            return unit
+    def read(ahead: bool) -> Any:
+        def unit(tx: Tx) -> Any:
+            cx = ConversationTx.lock(tx, conv, CLOCK,
+                                     ahead=journal.get_ahead(conv, "t2") if ahead else None)
+            return journal.get(cx, "t2")
+        return unit
 
-        plain, plain_trips = await _spent(store, read(False), conv)
-        early, early_trips = await _spent(store, read(True), conv)
-        assert plain is not None
-        assert plain.task_key == "t2"
-        assert plain.command == "sleep t2"
-        assert early == plain
-        if backend.name == "postgres":
-            # BEGIN and the lock, the task, COMMIT -- against the lock and the task together.
-            assert (plain_trips, early_trips) == (3, 2)
-    finally:
-        await store.close()
+    plain, plain_trips = await _spent(store, read(False), conv)
+    early, early_trips = await _spent(store, read(True), conv)
+    assert plain is not None
+    assert plain.task_key == "t2"
+    assert plain.command == "sleep t2"
+    assert early == plain
+    if backend.name == "postgres":
+        # BEGIN and the lock, the task, COMMIT -- against the lock and the task together.
+        assert (plain_trips, early_trips) == (3, 2)
 
 
-async def test_s1_a_read_ahead_sees_the_units_own_writes_made_before_it(
-    backend: Backend,
-) -> None:
-    store = await open_store(backend.url)
-    try:
-        conv = await _conversation_with_tasks(store)
+async def test_s1_a_read_ahead_sees_the_units_own_writes_made_before_it(store: Store) -> None:
+    conv = await _conversation_with_tasks(store)
 
-        def unit(tx: Tx) -> tuple[bool, str]:
-            journal.read_ahead(tx, conv, "t1")
-            cx = ConversationTx.lock(tx, conv, CLOCK)
-            task = journal.get(cx, "t2")  # not the read asked for: read as asked
-            assert task is not None
-            tx.run_later("set_task_flags", task_id=f"task_t1_{conv}", committed=1,
-                         handed_off=1, delivered=1, consumed=0, cancelled=0,
-                         reported_in_tool_result=0, continuation_error=None,
-                         notification_seq=None)
-            first = journal.get(cx, "t1")  # after a write of the unit's own: read again
-            assert first is not None
-            return first.delivered, task.task_key
+    def unit(tx: Tx) -> tuple[bool, str]:
+        cx = ConversationTx.lock(tx, conv, CLOCK, ahead=journal.get_ahead(conv, "t1"))
+        task = journal.get(cx, "t2")  # not the read asked for: read as asked
+        assert task is not None
+        tx.run_later("set_task_flags", task_id=f"task_t1_{conv}", committed=1,
+                     handed_off=1, delivered=1, consumed=0, cancelled=0,
+                     reported_in_tool_result=0, continuation_error=None,
+                     notification_seq=None)
+        first = journal.get(cx, "t1")  # after a write of the unit's own: read again
+        assert first is not None
+        return first.delivered, task.task_key
 
-        delivered, other = await store.transact(unit, route=conv)
-        assert (delivered, other) == (True, "t2")
-    finally:
-        await store.close()
+    delivered, other = await store.transact(unit, route=conv)
+    assert (delivered, other) == (True, "t2")
 
 
 async def test_s1_a_read_ahead_asked_for_before_anything_carried_it_is_read_once(
-    backend: Backend,
+    backend: Backend, store: Store,
 ) -> None:
-    store = await open_store(backend.url)
-    try:
-        conv = await _conversation_with_tasks(store)
+    conv = await _conversation_with_tasks(store)
 
-        def unit(tx: Tx) -> tuple[str | None, str | None]:
-            tx.read_ahead("get_task", conversation_id=conv, task_key="t1")
-            row = tx.one("get_task", conversation_id=conv, task_key="t1")  # nothing before it
-            lock = tx.one("lock_conversation", conversation_id=conv)  # carries nothing now
-            again = tx.one("get_task", conversation_id=conv, task_key="t1")
-            assert lock is not None
-            return (None if row is None else row["command"],
-                    None if again is None else again["command"])
+    def unit(tx: Tx) -> tuple[str | None, str | None]:
+        tx.read_ahead("get_task", conversation_id=conv, task_key="t1")
+        row = tx.one("get_task", conversation_id=conv, task_key="t1")  # nothing before it
+        lock = tx.one("lock_conversation", conversation_id=conv)  # carries nothing now
+        again = tx.one("get_task", conversation_id=conv, task_key="t1")
+        assert lock is not None
+        return (None if row is None else row["command"],
+                None if again is None else again["command"])
 
-        result, trips = await _spent(store, unit, conv)
-        assert result == ("sleep t1", "sleep t1")
-        if backend.name == "postgres":
-            assert trips == 4  # each read its own round trip, COMMIT one more
-    finally:
-        await store.close()
+    result, trips = await _spent(store, unit, conv)
+    assert result == ("sleep t1", "sleep t1")
+    if backend.name == "postgres":
+        assert trips == 4  # each read its own round trip, COMMIT one more
 
 
 @pytest.mark.postgres_only
@@ -152,33 +136,28 @@ async def test_s1_a_read_ahead_outside_a_group_goes_in_one_pipeline(
 
 
 async def test_s1_a_turns_end_reads_its_notifications_tasks_with_the_lock(
-    backend: Backend,
+    backend: Backend, store: Store,
 ) -> None:
     """A turn that read a task's notification handles it as it ends (T5): the notified tasks
     are asked for ahead and come with the lock."""
-    store = await open_store(backend.url)
-    try:
-        conv = await _conversation_with_tasks(store)
+    conv = await _conversation_with_tasks(store)
 
-        def notified(tx: Tx) -> None:
-            tx.execute("set_task_flags", task_id=f"task_t2_{conv}", committed=1, handed_off=1,
-                       delivered=1, consumed=0, cancelled=0, reported_in_tool_result=0,
-                       continuation_error=None, notification_seq=7)
+    def notified(tx: Tx) -> None:
+        tx.execute("set_task_flags", task_id=f"task_t2_{conv}", committed=1, handed_off=1,
+                   delivered=1, consumed=0, cancelled=0, reported_in_tool_result=0,
+                   continuation_error=None, notification_seq=7)
 
-        await store.transact(notified, route=conv)
+    await store.transact(notified, route=conv)
 
-        def ending(ahead: bool) -> Any:
-            def unit(tx: Tx) -> list[str]:
-                if ahead:
-                    journal.read_unconsumed_ahead(tx, conv)
-                cx = ConversationTx.lock(tx, conv, CLOCK)
-                return [task.task_key for task in journal.unconsumed(cx)]
-            return unit
+    def ending(ahead: bool) -> Any:
+        def unit(tx: Tx) -> list[str]:
+            cx = ConversationTx.lock(tx, conv, CLOCK,
+                                     ahead=journal.unconsumed_ahead(conv) if ahead else None)
+            return [task.task_key for task in journal.unconsumed(cx)]
+        return unit
 
-        plain, plain_trips = await _spent(store, ending(False), conv)
-        early, early_trips = await _spent(store, ending(True), conv)
-        assert plain == early == ["t2"]
-        if backend.name == "postgres":
-            assert (plain_trips, early_trips) == (3, 2)
-    finally:
-        await store.close()
+    plain, plain_trips = await _spent(store, ending(False), conv)
+    early, early_trips = await _spent(store, ending(True), conv)
+    assert plain == early == ["t2"]
+    if backend.name == "postgres":
+        assert (plain_trips, early_trips) == (3, 2)

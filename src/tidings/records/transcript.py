@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -157,7 +157,15 @@ class ConversationTx:
     this unit reads under the lock is the database as it stood at some moment after it."""
 
     @classmethod
-    def lock(cls, tx: Tx, conversation_id: str, clock: Clock) -> ConversationTx:
+    def lock(
+        cls, tx: Tx, conversation_id: str, clock: Clock,
+        *, ahead: Callable[[Tx], None] | None = None,
+    ) -> ConversationTx:
+        """Lock and read the conversation's row. ``ahead``, when given, says first what the
+        unit reads right after the lock (:meth:`Tx.read_ahead`): a dialect may send the two
+        together."""
+        if ahead is not None:
+            ahead(tx)
         began = time.monotonic_ns()
         row = tx.one("lock_conversation", conversation_id=conversation_id)
         if row is None:

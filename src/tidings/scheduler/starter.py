@@ -75,9 +75,7 @@ class Starter:
     ) -> tuple[T, Begin]:
         """The unit that runs ``write`` and takes the slot for ``kind``: one commit. ``ahead``
         says what ``write`` reads first (:meth:`Tx.read_ahead`)."""
-        if ahead is not None:
-            ahead(tx)
-        cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        cx = ConversationTx.lock(tx, conversation_id, self.clock, ahead=ahead)
         result = write(cx)
         begin = self.begin_locked(cx, frozenset({kind}), record=record)
         cx.save()
@@ -88,9 +86,7 @@ class Starter:
         *, ahead: Callable[[Tx], None] | None = None,
     ) -> T:
         """The unit that runs ``write`` when its start is left to a unit of its own."""
-        if ahead is not None:
-            ahead(tx)
-        cx = ConversationTx.lock(tx, conversation_id, self.clock)
+        cx = ConversationTx.lock(tx, conversation_id, self.clock, ahead=ahead)
         result = write(cx)
         # A task's end written beside a turn: its notice is accepted now, not when a turn reads
         # it (M13); the turn holding the slot reads it at its next safe point, the next turn

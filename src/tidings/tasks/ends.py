@@ -21,7 +21,6 @@ runtime can follow: then it is adopted (B5).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -60,7 +59,6 @@ StartWith = Callable[
 ]
 """Runs a write on the locked conversation in the unit that starts its woken turn; the third
 argument says, before the lock, what the write reads first (:meth:`Tx.read_ahead`)."""
-"""Runs a write on the locked conversation in the unit that starts its woken turn."""
 
 END_RETRY_BASE = timedelta(milliseconds=50)
 END_RETRY_CAP = timedelta(seconds=5)
@@ -233,11 +231,10 @@ class TaskEnds(Loop):
         """
         attempt = 0
         left_when_closing = CLOSING_ATTEMPTS
+        ahead = journal.get_ahead(conversation_id, task_key)
         while True:
             try:
-                return await self._start_with(
-                    conversation_id, record,
-                    lambda tx: journal.read_ahead(tx, conversation_id, task_key))
+                return await self._start_with(conversation_id, record, ahead)
             except StoreError as exc:
                 attempt += 1
                 if self._closing.is_set():
@@ -316,8 +313,7 @@ class TaskEnds(Loop):
 
             if await self._start_with(
                 conversation_id, lose,
-                functools.partial(journal.read_ahead, conversation_id=conversation_id,
-                                  task_key=task_key),
+                journal.get_ahead(conversation_id, task_key),
             ):
                 marked += 1
                 lost_span(self.tracing, lost[-1])
@@ -330,8 +326,8 @@ class TaskEnds(Loop):
         follow it once that is committed."""
 
         def adopt(tx: Tx) -> journal.TaskRecord | None:
-            journal.read_ahead(tx, conversation_id, task_key)
-            cx = ConversationTx.lock(tx, conversation_id, self.clock)
+            cx = ConversationTx.lock(tx, conversation_id, self.clock,
+                                     ahead=journal.get_ahead(conversation_id, task_key))
             task = journal.get(cx, task_key)
             adopted = task is not None and journal.adopt(
                 cx, task, gone_instance_id=gone, instance_id=self.instance_id)

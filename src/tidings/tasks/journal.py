@@ -25,7 +25,7 @@ module offers those names too, so the journal is one import.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tidings.mail import queue
@@ -40,9 +40,9 @@ from tidings.tasks.states import (
     adopt,
     finish,
     get,
+    get_ahead,
     of_run,
     open_references,
-    read_ahead,
     record_mcp_task,
     record_process,
     set_flags,
@@ -131,10 +131,14 @@ def keep_unconsumed(cx: ConversationTx, tasks: Sequence[TaskRecord], error: str)
             set_flags(cx, replace(task, continuation_error=error[:500]))
 
 
-def read_unconsumed_ahead(tx: Tx, conversation_id: str) -> None:
-    """Say, before the conversation is locked, that the unit reads :func:`unconsumed` first:
-    a dialect may send the two together (:meth:`Tx.read_ahead`)."""
-    tx.read_ahead("unconsumed_tasks", conversation_id=conversation_id)
+def unconsumed_ahead(conversation_id: str) -> Callable[[Tx], None]:
+    """What to tell the lock (:meth:`ConversationTx.lock`'s ``ahead``) when the unit's first
+    read under it is :func:`unconsumed`: a dialect may send the two together."""
+
+    def ahead(tx: Tx) -> None:
+        tx.read_ahead("unconsumed_tasks", conversation_id=conversation_id)
+
+    return ahead
 
 
 def unconsumed(cx: ConversationTx) -> list[TaskRecord]:
@@ -279,8 +283,8 @@ def output_dropped(cx: ConversationTx, task: TaskRecord) -> tuple[Drop, ...]:
 
 __all__ = (
     "TaskRecord", "accept_due", "adopt", "cancel", "cancel_run", "commit_calls", "consume",
-    "deliver_due", "finish", "get", "hand_off", "join", "keep_unconsumed", "mark_committed",
-    "mark_reported", "of_run", "open_references", "output_dropped", "queued_notices", "read",
-    "read_ahead", "read_unconsumed_ahead", "record_mcp_task", "record_process", "start",
-    "task_from_row", "unconsumed",
+    "deliver_due", "finish", "get", "get_ahead", "hand_off", "join", "keep_unconsumed",
+    "mark_committed", "mark_reported", "of_run", "open_references", "output_dropped",
+    "queued_notices", "read", "record_mcp_task", "record_process", "start", "task_from_row",
+    "unconsumed", "unconsumed_ahead",
 )

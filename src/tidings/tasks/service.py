@@ -147,8 +147,8 @@ class BackgroundTasks:
             pid, identity = running.pid, process_identity(running.pid)
 
             def where(tx: Tx) -> None:
-                journal.read_ahead(tx, conversation_id, task_key)
-                cx = ConversationTx.lock(tx, conversation_id, self.clock)
+                cx = ConversationTx.lock(tx, conversation_id, self.clock,
+                                         ahead=journal.get_ahead(conversation_id, task_key))
                 task = journal.get(cx, task_key)
                 if task is not None:
                     journal.record_process(cx, task, pid=pid, host=HOST, identity=identity)

@@ -9,6 +9,7 @@ the journal's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tidings.records.transcript import ConversationTx
@@ -163,10 +164,14 @@ def get(cx: ConversationTx, task_key: str) -> TaskRecord | None:
     return None if row is None else task_from_row(row)
 
 
-def read_ahead(tx: Tx, conversation_id: str, task_key: str) -> None:
-    """Say, before the conversation is locked, that the unit's first read under the lock is
-    :func:`get` of ``task_key``: a dialect may send the two together (:meth:`Tx.read_ahead`)."""
-    tx.read_ahead("get_task", conversation_id=conversation_id, task_key=task_key)
+def get_ahead(conversation_id: str, task_key: str) -> Callable[[Tx], None]:
+    """What to tell the lock (:meth:`ConversationTx.lock`'s ``ahead``) when the unit's first
+    read under it is :func:`get` of ``task_key``: a dialect may send the two together."""
+
+    def ahead(tx: Tx) -> None:
+        tx.read_ahead("get_task", conversation_id=conversation_id, task_key=task_key)
+
+    return ahead
 
 
 def finish(
@@ -239,6 +244,6 @@ def open_references(cx: ConversationTx) -> list[dict[str, object]]:
 
 
 __all__ = (
-    "TaskRecord", "adopt", "finish", "get", "of_run", "open_references", "read_ahead",
+    "TaskRecord", "adopt", "finish", "get", "get_ahead", "of_run", "open_references",
     "record_mcp_task", "record_process", "set_flags", "start", "task_from_row",
 )

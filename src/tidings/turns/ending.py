@@ -10,7 +10,6 @@ the turn owes through its :class:`~tidings.turns.obligations.TurnObligations`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -255,8 +254,7 @@ def _notices_ahead(plan: TurnPlan) -> Callable[[Tx], None] | None:
     tasks' rows are asked for with the lock (:meth:`Tx.read_ahead`)."""
     if not any(m.meta.get("kind") == NOTIFICATION_KIND for m in plan.appended):
         return None
-    return functools.partial(journal.read_unconsumed_ahead,
-                             conversation_id=plan.conversation_id)
+    return journal.unconsumed_ahead(plan.conversation_id)
 
 
 def _slug(code: str) -> str:

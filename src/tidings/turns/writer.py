@@ -39,9 +39,7 @@ class TurnWriter:
         ``ahead`` says, before the lock, what ``write`` reads first (:meth:`Tx.read_ahead`)."""
 
         def unit(tx: Tx) -> tuple[T, list[Message]]:
-            if ahead is not None:
-                ahead(tx)
-            cx = ConversationTx.lock(tx, plan.conversation_id, self.clock)
+            cx = ConversationTx.lock(tx, plan.conversation_id, self.clock, ahead=ahead)
             cx.slot.require(plan.slot_token)
             result = write(cx)
             cx.save()
