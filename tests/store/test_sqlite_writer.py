@@ -148,6 +148,56 @@ async def test_s3_sqlite_store_closes_after_its_queued_units(tmp_path: Path) -> 
         conn.close()
 
 
+class Boom(Exception):
+    pass
+
+
+async def test_s3_sqlite_a_failing_unit_runs_the_units_before_it_again_and_the_rest_commit(
+    tmp_path: Path,
+) -> None:
+    """A group's units run without savepoints: when one raises, the transaction is rolled back,
+    that unit alone fails, and the units that had run in it run again in a fresh transaction,
+    which runs carefully (a later failure there fails alone). Every other unit commits once,
+    all in one commit, with its own answer."""
+    store, ob = await _store(tmp_path / "again.db")
+    statements: list[str] = []
+    assert store._writer is not None
+    store._writer.set_trace_callback(statements.append)
+    runs: dict[int, int] = {}
+
+    def unit(i: int, failing: tuple[int, ...]) -> Callable[[Tx], int]:
+        def run(tx: Tx) -> int:
+            runs[i] = runs.get(i, 0) + 1
+            ob.publish(tx, CONV, "unit.done", {"i": i})
+            if i in failing:
+                raise Boom(i)
+            return i
+
+        return run
+
+    try:
+        groups = store.groups_committed
+        assert await asyncio.gather(*(store.transact(unit(i, ())) for i in range(8))) == list(
+            range(8))
+        assert store.groups_committed == groups + 1
+        assert not [s for s in statements if s.startswith("SAVEPOINT")]
+
+        runs.clear()
+        results = await asyncio.gather(
+            *(store.transact(unit(i, (11, 14))) for i in range(8, 16)), return_exceptions=True
+        )
+        assert [type(r) if isinstance(r, Boom) else r for r in results] == [
+            8, 9, 10, Boom, 12, 13, Boom, 15]
+        assert runs == {8: 2, 9: 2, 10: 2, 11: 1, 12: 1, 13: 1, 14: 1, 15: 1}
+        assert store.groups_committed == groups + 2
+        lease = await ob.claim(CONV, max_count=20)
+        assert sorted(d.payload["i"] for d in lease.deliveries) == [
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15]
+    finally:
+        await ob.instance.close()
+        await store.close()
+
+
 def _synchronous(store: SqliteStore) -> int:
     writer = store._writer  # the setting lives on the writer's connection
     assert writer is not None

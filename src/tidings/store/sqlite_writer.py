@@ -1,11 +1,14 @@
 """SQLite's writer: units of work run on the event loop, group-committed in one transaction.
 
 SQLite admits one writer at a time and every commit costs an fsync. Units of work therefore run
-on the event loop inside one open ``BEGIN IMMEDIATE`` transaction, each unit after the first in
-a SAVEPOINT of its own; the transaction commits once a pass of the loop adds no more units, and
-each caller is answered only after that shared commit is durable. A unit that raises fails
-alone: it is rolled back to its savepoint (the first unit, which has none, rolls back the
-transaction, which holds nothing else) and the others commit. Units made ready by the same
+on the event loop inside one open ``BEGIN IMMEDIATE`` transaction; the transaction commits once
+a pass of the loop adds no more units, and each caller is answered only after that shared commit
+is durable. A unit that raises fails alone. Units run without a savepoint of their own (two
+statements fewer per unit), as PostgreSQL's writers run them: when one raises, the transaction
+is rolled back, that unit gets its error, and the units that had run in it run again in a fresh
+one, before anything queued behind them -- safe because a unit only touches the database. The
+rest of that transaction runs carefully, each unit in a savepoint, so that a failure costs at
+most one second run of the units before it. Units made ready by the same
 wake-up (a hundred conversations answered by one commit) share the next fsync, so the batch
 size follows the load with no delay added to gather it, and no thread hand-off is paid on
 either side of a unit.
@@ -69,6 +72,7 @@ class LoopWriter:
         self._busy_timeout_ms = busy_timeout_ms
         self._max_group = max_group
         self._open = False  # the group's transaction is open on the writer
+        self._careful = False  # a unit failed in this transaction: the rest run in savepoints
         self._group: list[Job] = []  # units run in it, answered at its commit
         self._waiting: deque[Job] = deque()  # units queued behind a BEGIN that found it busy
         self._runner: asyncio.Task[None] | None = None  # runs the waiting units
@@ -216,20 +220,20 @@ class LoopWriter:
 
     def _run(self, job: Job) -> None:
         """Run one unit in the open transaction: on success it joins the group (answered at the
-        group's commit); on failure it is rolled back alone and ``job.error`` says why. The
-        first unit of a transaction runs without a savepoint (two statements fewer: a serial
-        caller's every unit); its failure rolls the transaction back, which holds nothing
-        else, and the next unit begins another. A later unit runs in a savepoint, so that its
-        failure leaves the group's other units in place."""
+        group's commit); on failure ``job.error`` says why and nothing of it stays. A unit runs
+        without a savepoint: its failure rolls the transaction back, and the units that had run
+        in it run again at once in a fresh one (:meth:`_again`). That transaction runs
+        carefully, each unit in a savepoint, so that a failure there leaves the others in
+        place."""
         conn = self.conn
         assert conn is not None
         tx = SqliteTx(self._queries, conn)
-        first = not self._group
+        saved = self._careful
         try:
-            if not first:
+            if saved:
                 conn.execute("SAVEPOINT unit")
             job.result = job.unit(tx)
-            if not first:
+            if saved:
                 conn.execute("RELEASE unit")
         except BaseException as exc:
             job.error = classify(exc) if isinstance(exc, sqlite3.Error) else exc
@@ -237,26 +241,50 @@ class LoopWriter:
                 job.error.__cause__ = exc
             try:
                 if conn.in_transaction:
-                    if first:
-                        conn.execute("ROLLBACK")
-                    else:
-                        conn.execute("ROLLBACK TO unit")
+                    conn.execute("ROLLBACK TO unit" if saved else "ROLLBACK")
+                    if saved:
                         conn.execute("RELEASE unit")
             except sqlite3.Error:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             if not conn.in_transaction:
-                # The first unit's rollback, or a fatal error (disk full, I/O) that ended the
-                # transaction: the units already in it (none after a first unit) are not
-                # committed, and learn it now.
-                self._open = False
-                group, self._group = self._group, []
-                if group:
-                    self._finish(group, StoreError(
-                        "the shared transaction was aborted by a failure"))
+                # Rolled back, or a fatal error (disk full, I/O) ended the transaction: the
+                # units that had run in it run again.
+                self._again(job.loop)
             return
         job.took(tx)
         self._group.append(job)
+
+    def _again(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The transaction was rolled back under the group: its units run again now, in order,
+        in a fresh transaction that runs carefully -- or, when another process holds the write
+        lock, first among the queued units. A unit failing on its second run is answered with
+        its error; a transaction that cannot begin fails them all with why."""
+        self._open = False
+        group, self._group = self._group, []
+        if not group:
+            return
+        self._careful = True
+        try:
+            busy = self._begin()
+        except StoreError as exc:
+            self._finish(group, exc)
+            return
+        if busy is not None:
+            self._waiting.extendleft(reversed(group))
+            if self._runner is None:
+                self._runner = loop.create_task(self._run_waiting())
+            return
+        for n, job in enumerate(group):
+            if not self._open:  # a fatal error ended this one too: the rest run again later
+                self._waiting.extendleft(reversed(group[n:]))
+                if self._runner is None:
+                    self._runner = loop.create_task(self._run_waiting())
+                return
+            job.result = None
+            self._run(job)
+            if job.error is not None and not job.future.done():
+                job.future.set_exception(job.error)
 
     def _commit_soon(self) -> None:
         """Commit once a pass of the loop added no unit: units made ready by the same wake-up
@@ -280,6 +308,7 @@ class LoopWriter:
         if not self._open:
             return
         self._open = False
+        self._careful = False
         self._last_group = len(group)
         if len(group) <= 1 or self._closed:
             self._finish(group, self._commit_sync())
