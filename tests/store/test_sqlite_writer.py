@@ -198,6 +198,45 @@ async def test_s3_sqlite_a_failing_unit_runs_the_units_before_it_again_and_the_r
         await store.close()
 
 
+async def test_s3_sqlite_a_transaction_ended_under_a_unit_run_again_keeps_the_others_in_order(
+    tmp_path: Path,
+) -> None:
+    """A unit whose failure ends the transaction itself (as a full disk or an I/O error does)
+    while the group runs again: the units that had run again run once more, in order, with the
+    rest behind them; each failing unit gets its own error, every other one commits once."""
+    store, ob = await _store(tmp_path / "ended.db")
+    runs: dict[int, int] = {}
+    order: list[int] = []
+
+    def unit(i: int) -> Callable[[Tx], int]:
+        def run(tx: Tx) -> int:
+            runs[i] = runs.get(i, 0) + 1
+            ob.publish(tx, CONV, "unit.done", {"i": i})
+            if i == 1 and runs[i] == 2:
+                tx._conn.execute("ROLLBACK")  # type: ignore[attr-defined]  # the fatal error's effect
+                raise Boom(i)
+            if i == 2:
+                raise Boom(i)
+            order.append(i)
+            return i
+
+        return run
+
+    try:
+        groups = store.groups_committed
+        results = await asyncio.gather(*(store.transact(unit(i)) for i in range(5)),
+                                       return_exceptions=True)
+        assert [type(r) if isinstance(r, Boom) else r for r in results] == [0, Boom, Boom, 3, 4]
+        assert runs == {0: 3, 1: 2, 2: 1, 3: 1, 4: 1}
+        assert order[-3:] == [0, 3, 4]
+        assert store.groups_committed == groups + 1
+        lease = await ob.claim(CONV, max_count=10)
+        assert [d.payload["i"] for d in lease.deliveries] == [0, 3, 4]
+    finally:
+        await ob.instance.close()
+        await store.close()
+
+
 def _synchronous(store: SqliteStore) -> int:
     writer = store._writer  # the setting lives on the writer's connection
     assert writer is not None

@@ -73,6 +73,7 @@ class LoopWriter:
         self._max_group = max_group
         self._open = False  # the group's transaction is open on the writer
         self._careful = False  # a unit failed in this transaction: the rest run in savepoints
+        self._again_running = False  # units run again after a rollback (_again)
         self._group: list[Job] = []  # units run in it, answered at its commit
         self._waiting: deque[Job] = deque()  # units queued behind a BEGIN that found it busy
         self._runner: asyncio.Task[None] | None = None  # runs the waiting units
@@ -259,32 +260,38 @@ class LoopWriter:
         """The transaction was rolled back under the group: its units run again now, in order,
         in a fresh transaction that runs carefully -- or, when another process holds the write
         lock, first among the queued units. A unit failing on its second run is answered with
-        its error; a transaction that cannot begin fails them all with why."""
+        its error; a transaction that cannot begin fails them all with why. A rerun whose
+        transaction ends too (a fatal error) is taken up by the loop already running here."""
         self._open = False
-        group, self._group = self._group, []
-        if not group:
+        if self._again_running:
             return
-        self._careful = True
+        todo, self._group = self._group, []
+        self._again_running = True
         try:
-            busy = self._begin()
-        except StoreError as exc:
-            self._finish(group, exc)
-            return
-        if busy is not None:
-            self._waiting.extendleft(reversed(group))
-            if self._runner is None:
-                self._runner = loop.create_task(self._run_waiting())
-            return
-        for n, job in enumerate(group):
-            if not self._open:  # a fatal error ended this one too: the rest run again later
-                self._waiting.extendleft(reversed(group[n:]))
-                if self._runner is None:
-                    self._runner = loop.create_task(self._run_waiting())
-                return
-            job.result = None
-            self._run(job)
-            if job.error is not None and not job.future.done():
-                job.future.set_exception(job.error)
+            while todo:
+                self._careful = True
+                try:
+                    busy = self._begin()
+                except StoreError as exc:
+                    self._finish(todo, exc)
+                    return
+                if busy is not None:
+                    self._waiting.extendleft(reversed(todo))
+                    if self._runner is None:
+                        self._runner = loop.create_task(self._run_waiting())
+                    return
+                rest: list[Job] = []
+                for n, job in enumerate(todo):
+                    job.result = None
+                    self._run(job)
+                    if job.error is not None and not job.future.done():
+                        job.future.set_exception(job.error)
+                    if not self._open:  # its failure ended this transaction too
+                        rest, self._group = [*self._group, *todo[n + 1:]], []
+                        break
+                todo = rest
+        finally:
+            self._again_running = False
 
     def _commit_soon(self) -> None:
         """Commit once a pass of the loop added no unit: units made ready by the same wake-up
