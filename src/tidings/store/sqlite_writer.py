@@ -107,8 +107,7 @@ class LoopWriter:
             # The writer is away (a commit or checkpoint on its thread), or another process
             # holds the database: queue behind the units already waiting, loop running on.
             self._waiting.append(job)
-            if self._runner is None:
-                self._runner = loop.create_task(self._run_waiting())
+            self._start_runner(loop)
             return
         self._run(job)
         self._schedule_commit(loop)
@@ -162,6 +161,11 @@ class LoopWriter:
             raise error from exc
         self._open = True
         return None
+
+    def _start_runner(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have the queued units run, in order, as soon as the writer can take them."""
+        if self._runner is None:
+            self._runner = loop.create_task(self._run_waiting())
 
     async def _run_waiting(self) -> None:
         """Run the units that queued, in order, for up to PASS_S per pass of the loop, opening
@@ -277,8 +281,7 @@ class LoopWriter:
                     return
                 if busy is not None:
                     self._waiting.extendleft(reversed(todo))
-                    if self._runner is None:
-                        self._runner = loop.create_task(self._run_waiting())
+                    self._start_runner(loop)
                     return
                 rest: list[Job] = []
                 for n, job in enumerate(todo):
